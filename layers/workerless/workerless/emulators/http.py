@@ -1,0 +1,319 @@
+"""A small threaded HTTP server shared by the engine emulators (standard library only).
+
+Each emulator is a :class:`Router` of handlers; :class:`EmulatorServer` serves it on loopback.
+Every emulator gets the same admin surface for free:
+
+- ``GET /_admin/stats``: request counts per route pattern (``"POST /v1/jobs/activate": 12``) — the
+  benchmarks count engine requests per job with it.
+- ``POST /_admin/faults``: queue injected faults ``{"method": "POST", "path": "/v1/jobs/activate",
+  "status": 503, "headers": {"Retry-After": "1"}, "times": 1}`` or ``{"...", "drop": true}`` (close
+  the connection without answering) or ``{"...", "delay": 2.5}`` (answer late); ``path`` is the
+  route pattern or a concrete path; ``DELETE /_admin/faults`` clears them.
+
+Example:
+    >>> router = Router()
+    >>> @router.route("GET", "/hello/{name}")
+    ... def hello(req: Request) -> Response:
+    ...     return json_response({"hello": req.params["name"]})
+    >>> with EmulatorServer(router) as server:          # doctest: +SKIP
+    ...     httpx.get(server.url + "/hello/you").json()
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+MAX_BODY = 16 * 1024 * 1024
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    pattern: str
+    params: dict[str, str]
+    query: dict[str, str]
+    headers: Mapping[str, str]
+    body: bytes
+
+    def header(self, name: str) -> str | None:
+        for key, value in self.headers.items():
+            if key.lower() == name.lower():
+                return value
+        return None
+
+    def json(self) -> Any:
+        """The body as JSON; raises :class:`HTTPProblem` (400) when it is not."""
+        try:
+            return json.loads(self.body.decode("utf-8") or "null")
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise HTTPProblem(400, "Bad Request", f"body is not valid JSON: {exc}") from None
+
+    def json_object(self) -> dict[str, Any]:
+        body = self.json()
+        if not isinstance(body, dict):
+            raise HTTPProblem(400, "Bad Request", "body must be a JSON object")
+        return body
+
+
+@dataclass
+class Response:
+    status: int = 200
+    body: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class HTTPProblem(Exception):
+    """Raise from a handler to answer with RFC 9457 problem+json."""
+
+    def __init__(
+        self,
+        status: int,
+        title: str,
+        detail: str | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+        extra: Mapping[str, Any] | None = None,
+        problem_type: str = "about:blank",
+    ) -> None:
+        super().__init__(f"{status} {title}: {detail}")
+        self.response = problem(status, title, detail, headers=headers, extra=extra, problem_type=problem_type)
+
+
+def json_response(body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
+    data = json.dumps(body).encode()
+    return Response(status, data, {"Content-Type": "application/json", **(headers or {})})
+
+
+def problem(
+    status: int,
+    title: str,
+    detail: str | None = None,
+    *,
+    headers: Mapping[str, str] | None = None,
+    extra: Mapping[str, Any] | None = None,
+    problem_type: str = "about:blank",
+) -> Response:
+    body: dict[str, Any] = {"type": problem_type, "title": title, "status": status}
+    if detail:
+        body["detail"] = detail
+    body.update(extra or {})
+    return Response(
+        status, json.dumps(body).encode(), {"Content-Type": "application/problem+json", **(headers or {})}
+    )
+
+
+Handler = Callable[[Request], Response]
+
+
+@dataclass
+class _Fault:
+    method: str
+    path: str
+    times: int
+    status: int | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    body: Any = None
+    drop: bool = False
+    delay: float = 0.0
+
+
+class Router:
+    """Route table: ``(METHOD, "/path/{param}")`` → handler. Counts requests and holds faults."""
+
+    def __init__(self) -> None:
+        self._routes: list[tuple[str, str, re.Pattern[str], Handler]] = []
+        self.stats: Counter[str] = Counter()
+        self._faults: list[_Fault] = []
+        self._lock = threading.Lock()
+        self.route("GET", "/_admin/stats")(self._get_stats)
+        self.route("DELETE", "/_admin/stats")(self._reset_stats)
+        self.route("POST", "/_admin/faults")(self._add_fault)
+        self.route("DELETE", "/_admin/faults")(self._clear_faults)
+
+    def route(self, method: str, pattern: str) -> Callable[[Handler], Handler]:
+        regex = re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern) + "$")
+
+        def register(fn: Handler) -> Handler:
+            self._routes.append((method.upper(), pattern, regex, fn))
+            return fn
+
+        return register
+
+    def match(self, method: str, path: str) -> tuple[str, dict[str, str], Handler] | None:
+        for m, pattern, regex, fn in self._routes:
+            found = regex.match(path)
+            if found and m == method:
+                return pattern, found.groupdict(), fn
+        return None
+
+    def allowed(self, path: str) -> bool:
+        return any(regex.match(path) for _, _, regex, _ in self._routes)
+
+    def take_fault(self, method: str, path: str, pattern: str) -> _Fault | None:
+        with self._lock:
+            for fault in self._faults:
+                if fault.method in (method, "*") and fault.path in (path, pattern, "*"):
+                    fault.times -= 1
+                    if fault.times <= 0:
+                        self._faults.remove(fault)
+                    return fault
+        return None
+
+    def count(self, method: str, pattern: str) -> None:
+        with self._lock:
+            self.stats[f"{method} {pattern}"] += 1
+
+    def _get_stats(self, req: Request) -> Response:
+        with self._lock:
+            return json_response({"requests": dict(self.stats)})
+
+    def _reset_stats(self, req: Request) -> Response:
+        with self._lock:
+            self.stats.clear()
+        return Response(204)
+
+    def _add_fault(self, req: Request) -> Response:
+        body = req.json_object()
+        try:
+            fault = _Fault(
+                method=str(body.get("method", "*")).upper(),
+                path=str(body["path"]),
+                times=int(body.get("times", 1)),
+                status=int(body["status"]) if body.get("status") is not None else None,
+                headers={str(k): str(v) for k, v in (body.get("headers") or {}).items()},
+                body=body.get("body"),
+                drop=bool(body.get("drop", False)),
+                delay=float(body.get("delay", 0.0)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise HTTPProblem(400, "Bad Request", f"bad fault: {exc}") from None
+        with self._lock:
+            self._faults.append(fault)
+        return json_response({"queued": True}, 201)
+
+    def _clear_faults(self, req: Request) -> Response:
+        with self._lock:
+            self._faults.clear()
+        return Response(204)
+
+
+class _Dropped(Exception):
+    pass
+
+
+def _make_handler(router: Router) -> type[BaseHTTPRequestHandler]:
+    class _Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = "workerless-emulator"
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet: tests read their own output
+            return
+
+        def _dispatch(self) -> None:
+            split = urlsplit(self.path)
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_BODY:
+                self._send(problem(413, "Content Too Large", f"body over {MAX_BODY} bytes"))
+                self.close_connection = True
+                return
+            body = self.rfile.read(length) if length else b""
+            found = router.match(self.command, split.path)
+            if found is None:
+                status = 405 if router.allowed(split.path) else 404
+                self._send(problem(status, "Method Not Allowed" if status == 405 else "Not Found", split.path))
+                return
+            pattern, params, fn = found
+            if not split.path.startswith("/_admin/"):
+                router.count(self.command, pattern)
+                fault = router.take_fault(self.command, split.path, pattern)
+                if fault is not None:
+                    if fault.delay:
+                        time.sleep(fault.delay)
+                    if fault.drop:
+                        self.close_connection = True
+                        raise _Dropped
+                    if fault.status is not None:
+                        if fault.body is not None:
+                            self._send(json_response(fault.body, fault.status, fault.headers))
+                        else:
+                            self._send(problem(fault.status, "Injected fault", None, headers=fault.headers))
+                        return
+            query = {k: v[-1] for k, v in parse_qs(split.query).items()}
+            request = Request(self.command, split.path, pattern, params, query, dict(self.headers.items()), body)
+            try:
+                response = fn(request)
+            except HTTPProblem as exc:
+                response = exc.response
+            except Exception as exc:  # noqa: BLE001 - an emulator bug must answer 500, not hang the client
+                response = problem(500, "Internal Server Error", f"{type(exc).__name__}: {exc}")
+            self._send(response)
+
+        def _send(self, response: Response) -> None:
+            self.send_response(response.status)
+            for key, value in response.headers.items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(response.body)))
+            self.end_headers()
+            if response.body and self.command != "HEAD":
+                self.wfile.write(response.body)
+
+        def _handle(self) -> None:
+            try:
+                self._dispatch()
+            except _Dropped:
+                return
+
+        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _handle
+
+    return _Handler
+
+
+class EmulatorServer:
+    """Serve a :class:`Router` on 127.0.0.1 in a background thread.
+
+    ``port=0`` picks a free port; ``url`` is the base URL once started.
+    """
+
+    def __init__(self, router: Router, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.router = router
+        self._server = ThreadingHTTPServer((host, port), _make_handler(router))
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> EmulatorServer:
+        self._thread = threading.Thread(target=self._server.serve_forever, name="emulator", daemon=True)
+        self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        self._server.serve_forever()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> EmulatorServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

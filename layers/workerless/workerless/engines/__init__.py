@@ -1,0 +1,43 @@
+"""Engine adapters, one module per engine, all behind :class:`~workerless.engines.base.Engine`.
+
+Each module exposes ``from_values(values, client, *, worker_id=None, state=None) -> Engine`` that validates the
+engine's connection values (naming any missing or malformed key) and returns a ready adapter.
+Modules are imported lazily so a function only pays for the engine it talks to.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from workerless.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    import httpx
+
+    from workerless.engines.base import Engine, SharedState
+
+MODULES = {"sheptra": "workerless.engines.sheptra", "nodeflow": "workerless.engines.nodeflow", "stagenext": "workerless.engines.stagenext"}
+
+
+def build_engine(
+    name: str,
+    values: Mapping[str, str],
+    client: httpx.Client,
+    *,
+    worker_id: str | None = None,
+    state: SharedState | None = None,
+) -> Engine:
+    """Build the adapter for engine ``name`` from its connection values.
+
+    Example:
+        >>> engine = build_engine("sheptra", {"SHEPTRA_API_URL": "http://127.0.0.1:8080"}, client)  # doctest: +SKIP
+    """
+    try:
+        module_name = MODULES[name]
+    except KeyError:
+        raise ConfigurationError(f"unknown engine {name!r}; one of {', '.join(MODULES)}", key="WORKERLESS_ENGINE") from None
+    module = importlib.import_module(module_name)
+    engine: Engine = module.from_values(values, client, worker_id=worker_id, state=state)
+    return engine

@@ -1,0 +1,194 @@
+"""The engine seam: one Protocol every engine adapter implements, and the shared translation of
+HTTP answers into the error hierarchy (RFC 9457 problem+json parsed once, here).
+
+The poller, handler wrapper and heartbeat only talk to :class:`Engine`; they never branch on which
+engine it is. Each adapter takes an injected ``httpx.Client`` whose timeouts are shorter than the
+Lambda's, so a hung engine call can never outlive the invocation that made it.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import httpx
+
+from workerless.errors import (
+    AuthExpiredError,
+    EngineError,
+    EngineUnavailableError,
+    LeaseLostError,
+    MisdirectedError,
+    PayloadTooLargeError,
+    RateLimitedError,
+    RejectedError,
+)
+from workerless.model import ActivatedJob, Demand, JobRef, Outcome
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """What the pipeline needs from a workflow engine.
+
+    Example:
+        >>> engine = build_engine(settings, client)          # doctest: +SKIP
+        >>> jobs = engine.activate([Demand("charge-payment", 10)], lease_seconds=60)
+        >>> engine.report(jobs[0].ref, Outcome.complete({"paymentOk": True}))
+    """
+
+    name: ClassVar[str]
+
+    def activate(self, demands: Sequence[Demand], lease_seconds: int) -> list[ActivatedJob]:
+        """Take at most ``demand.capacity`` jobs for each demand, with a short poll (never wait).
+
+        Returns only jobs of the demanded types. Where the engine takes several types in one call
+        (Sheptra ``types``) it makes one call; otherwise one per demand with capacity > 0.
+        """
+        ...
+
+    def begin(self, job: ActivatedJob) -> bool:
+        """Called by the handler before running user code. False: this delivery must not run
+        (StageNext lease acquire answered acquired=false / lease_held); acknowledge it with
+        :meth:`skip`. Engines without such a step return True without a request."""
+        ...
+
+    def extend(self, ref: JobRef, lease_seconds: int) -> float:
+        """Extend the lease; return the new expiry (epoch seconds). LeaseLostError if it is gone."""
+        ...
+
+    def report(self, ref: JobRef, outcome: Outcome) -> None:
+        """Report the stored outcome. LeaseLostError means someone else finished the job."""
+        ...
+
+    def release(self, job: ActivatedJob, reason: str) -> None:
+        """Hand a job back at once (dispatch failed): fail with retries unchanged and no backoff,
+        or the engine's own release, so the job does not wait out a whole lease."""
+        ...
+
+    def skip(self, ref: JobRef) -> None:
+        """Acknowledge a delivery that must not run (StageNext ack); a no-op elsewhere."""
+        ...
+
+    def send_logs(self, ref: JobRef, lines: Sequence[Mapping[str, Any]]) -> None:
+        """Send handler log lines to the engine where it keeps task logs; a no-op elsewhere.
+        Must never raise for a failed send: losing a log line must not fail the job."""
+        ...
+
+    def close(self) -> None:
+        """Release anything held (worker sessions, connections)."""
+        ...
+
+
+def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
+    """Retry-After as seconds: delta-seconds or an HTTP date. None when absent or unparseable."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def parse_problem(response: httpx.Response) -> dict[str, Any]:
+    """The RFC 9457 problem body as a dict ({} when the body is not a JSON object)."""
+    try:
+        body = response.json()
+    except (ValueError, UnicodeDecodeError):
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def describe(problem: Mapping[str, Any], response: httpx.Response) -> str:
+    """A one-line description from a problem body: title, then detail, then the status line."""
+    title = problem.get("title")
+    detail = problem.get("detail")
+    text = " — ".join(str(part) for part in (title, detail) if isinstance(part, str) and part)
+    return text or f"HTTP {response.status_code}"
+
+
+def error_for_response(
+    engine: str,
+    response: httpx.Response,
+    *,
+    job_id: str | None = None,
+    what: str = "request",
+    cap: int = 0,
+) -> EngineError:
+    """Translate a non-2xx answer into the error hierarchy. Adapters refine engine-specific codes
+    (node-flow's LEASE_EXPIRED body, StageNext's refusals) before falling back to this."""
+    status = response.status_code
+    problem = parse_problem(response)
+    message = f"{what} answered {status}: {describe(problem, response)}"
+    retry_after = parse_retry_after(response.headers.get("Retry-After"))
+    kwargs: dict[str, Any] = {"engine": engine, "job_id": job_id, "status": status, "problem": problem}
+    if status == 429 or (status == 503 and retry_after is not None):
+        return RateLimitedError(message, retry_after=retry_after, **kwargs)
+    if status == 401:
+        return AuthExpiredError(message, **kwargs)
+    if status == 421:
+        return MisdirectedError(message, **kwargs)
+    if status == 409:
+        return LeaseLostError(message, **kwargs)
+    if status == 413:
+        return PayloadTooLargeError(message, cap=cap, **kwargs)
+    if status >= 500:
+        return EngineUnavailableError(message, retry_after=retry_after, **kwargs)
+    return RejectedError(message, **kwargs)
+
+
+def error_for_transport(engine: str, exc: httpx.HTTPError, *, job_id: str | None = None, what: str = "request") -> EngineError:
+    """A timeout, refused or dropped connection: retryable, the engine may be back shortly."""
+    return EngineUnavailableError(f"{what} failed: {type(exc).__name__}", engine=engine, job_id=job_id)
+
+
+def json_size(value: Any) -> int:
+    """Size in bytes of ``value`` as compact UTF-8 JSON (what a cap is measured against)."""
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+@runtime_checkable
+class SharedState(Protocol):
+    """A small versioned key-value store shared by every function of a deployment (the DynamoDB
+    jobs table in AWS, a dict in tests). Adapters that hold engine-side state across Lambda
+    containers (StageNext's worker session) keep it here.
+
+    ``put`` is a compare-and-set: it writes only when the stored item's ``version`` equals
+    ``expected_version`` (None: only when no item exists) and returns whether it wrote.
+    """
+
+    def get(self, key: str) -> dict[str, Any] | None: ...
+
+    def put(self, key: str, value: dict[str, Any], *, expected_version: int | None) -> bool: ...
+
+
+class MemoryState:
+    """In-process :class:`SharedState` (tests, benchmarks, a single local process)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._items: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        with self._lock:
+            item = self._items.get(key)
+            return dict(item) if item is not None else None
+
+    def put(self, key: str, value: dict[str, Any], *, expected_version: int | None) -> bool:
+        with self._lock:
+            current = self._items.get(key)
+            current_version = None if current is None else current.get("version")
+            if current_version != expected_version:
+                return False
+            self._items[key] = {**value, "version": (expected_version or 0) + 1}
+            return True

@@ -1,0 +1,244 @@
+"""One error hierarchy for workerless.
+
+Errors are translated once, at the adapter boundary (``raise ... from exc``). Everything above the
+adapters (poller, handler wrapper, heartbeat) only ever sees these classes, and decides what to do
+from the class alone: retry the call, re-authenticate, re-resolve the engine, stop working on the
+job, or give up.
+
+::
+
+    WorkerlessError
+    ├── ConfigurationError              final: a setting or secret is missing/malformed, an engine
+    │                                   says the worker is pointed at the wrong place (404 on
+    │                                   discovery, 403 scope). Carries ``key``.
+    ├── EngineError                     an engine call failed. Carries engine, job_id, status,
+    │   │                               problem (the parsed RFC 9457 body, if any).
+    │   ├── RetryableEngineError        the same call may succeed later. Carries retry_after.
+    │   │   ├── RateLimitedError        429, or 503 with Retry-After: wait that long.
+    │   │   ├── EngineUnavailableError  5xx, timeout, connection refused/dropped.
+    │   │   ├── AuthExpiredError        401: drop the cached credential, mint again, retry.
+    │   │   └── MisdirectedError        421: re-resolve the engine's address, retry.
+    │   └── FinalEngineError            the same call will never succeed.
+    │       ├── LeaseLostError          409 / LEASE_EXPIRED / refused renewal: someone else has the
+    │       │                           job (or it is done). Stop; on report it means "finished".
+    │       ├── PayloadTooLargeError    413 or over the engine's documented cap. Carries ``cap``.
+    │       ├── RejectedError           any other 4xx: the request itself is wrong.
+    │       └── ResponseShapeError      the engine answered something that is not the documented
+    │                                   shape. Carries ``field``.
+    ├── PipelineError                   workerless's own plumbing (SQS, DynamoDB) failed.
+    │   ├── MessageFormatError          an SQS message body is not a workerless message.
+    │   └── StoreError                  a DynamoDB call failed after retries.
+    └── JobError                        raised by handler code to choose the outcome.
+        ├── TerminalError               fail the job with no retries left.
+        └── ThrowError                  throw a business error (BPMN error) with a code to the
+                                        process (Sheptra's "throw error"). Alias: BusinessError.
+
+Any other exception raised by a handler fails the job with ``retries - 1`` and a backoff.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "AuthExpiredError",
+    "BusinessError",
+    "ConfigurationError",
+    "EngineError",
+    "EngineUnavailableError",
+    "FinalEngineError",
+    "JobError",
+    "LeaseLostError",
+    "MessageFormatError",
+    "MisdirectedError",
+    "PayloadTooLargeError",
+    "PipelineError",
+    "RateLimitedError",
+    "RejectedError",
+    "ResponseShapeError",
+    "RetryableEngineError",
+    "StoreError",
+    "TerminalError",
+    "ThrowError",
+    "WorkerlessError",
+]
+
+
+class WorkerlessError(Exception):
+    """Base of every error workerless raises on purpose."""
+
+
+class ConfigurationError(WorkerlessError):
+    """A setting, secret or engine address is missing or malformed. Never retried.
+
+    Example:
+        >>> raise ConfigurationError("SHEPTRA_API_URL is required in config mode", key="SHEPTRA_API_URL")
+    """
+
+    def __init__(self, message: str, *, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class EngineError(WorkerlessError):
+    """An engine call failed. ``problem`` is the parsed RFC 9457 body when the engine sent one."""
+
+    retryable: bool = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        engine: str,
+        job_id: str | None = None,
+        status: int | None = None,
+        problem: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.engine = engine
+        self.job_id = job_id
+        self.status = status
+        self.problem = problem or {}
+
+    def __str__(self) -> str:
+        parts = [super().__str__(), f"engine={self.engine}"]
+        if self.job_id is not None:
+            parts.append(f"job_id={self.job_id}")
+        if self.status is not None:
+            parts.append(f"status={self.status}")
+        return " ".join(parts)
+
+
+class RetryableEngineError(EngineError):
+    """The same call may succeed later; wait ``retry_after`` seconds (None: use the policy's backoff)."""
+
+    retryable = True
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        engine: str,
+        job_id: str | None = None,
+        status: int | None = None,
+        problem: dict[str, Any] | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, engine=engine, job_id=job_id, status=status, problem=problem)
+        self.retry_after = retry_after
+
+
+class RateLimitedError(RetryableEngineError):
+    """429, or 503 with Retry-After: the engine asked us to slow down."""
+
+
+class EngineUnavailableError(RetryableEngineError):
+    """5xx, a timeout, or a refused/dropped connection."""
+
+
+class AuthExpiredError(RetryableEngineError):
+    """401: the credential was refused. Drop it, mint a new one, retry once."""
+
+
+class MisdirectedError(RetryableEngineError):
+    """421 Misdirected Request: the environment moved. Re-resolve the engine address, retry."""
+
+
+class FinalEngineError(EngineError):
+    """The same call will never succeed; do not retry it."""
+
+
+class LeaseLostError(FinalEngineError):
+    """The lease is gone: another worker holds the job, or it is already finished.
+
+    On extend: stop working on the job. On report: treat as "someone else finished this".
+    """
+
+
+class PayloadTooLargeError(FinalEngineError):
+    """The request was over the engine's cap (413, or checked before sending)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        engine: str,
+        cap: int,
+        job_id: str | None = None,
+        status: int | None = None,
+        problem: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, engine=engine, job_id=job_id, status=status, problem=problem)
+        self.cap = cap
+
+
+class RejectedError(FinalEngineError):
+    """Any other 4xx: the request is wrong and resending it will not help."""
+
+
+class ResponseShapeError(FinalEngineError):
+    """The engine answered something that is not the documented shape; ``field`` names what."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        engine: str,
+        field: str,
+        job_id: str | None = None,
+        status: int | None = None,
+    ) -> None:
+        super().__init__(message, engine=engine, job_id=job_id, status=status)
+        self.field = field
+
+
+class PipelineError(WorkerlessError):
+    """workerless's own AWS plumbing failed."""
+
+
+class MessageFormatError(PipelineError):
+    """An SQS message body is not a workerless message; ``field`` names what was wrong."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class StoreError(PipelineError):
+    """A DynamoDB call on the job table failed after retries."""
+
+
+class JobError(Exception):
+    """Raised by handler code to choose how the job is reported. Not a WorkerlessError: it is
+    the handler's own word, not a failure of workerless."""
+
+
+class TerminalError(JobError):
+    """Fail the job with no retries left: the same input will never succeed.
+
+    Example:
+        >>> @job_handler("charge-payment")
+        ... def handler(job: Job) -> dict:
+        ...     if job.variables.get("amount", 0) <= 0:
+        ...         raise TerminalError("amount must be a positive number")
+        ...     return {"paymentOk": True}
+    """
+
+
+class ThrowError(JobError):
+    """Throw a business (BPMN) error to the process, caught by an error boundary event.
+
+    Example:
+        >>> raise ThrowError("CARD_DECLINED", "card declined", variables={"reason": "expired"})
+    """
+
+    def __init__(
+        self, error_code: str, message: str = "", *, variables: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(message or error_code)
+        self.error_code = error_code
+        self.error_message = message or error_code
+        self.variables = dict(variables or {})
+
+
+BusinessError = ThrowError

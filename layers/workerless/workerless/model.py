@@ -1,0 +1,256 @@
+"""Engine-neutral records that travel through the pipeline.
+
+An engine adapter turns the engine's activation answer into :class:`ActivatedJob` values; the
+poller writes each one to SQS as JSON (:meth:`ActivatedJob.to_message`); the handler wrapper reads
+it back (:meth:`ActivatedJob.from_message`); the heartbeat ticket carries only :class:`JobRef`
+values, which is all an adapter needs to extend a lease or report.
+
+``JobRef.handle`` is the engine's own opaque data needed for later calls (node-flow's leaseToken
+and queueName, StageNext's ack token and routing cookies, ...). It is a credential in some engines:
+never log it. SQS queues and the DynamoDB table are encrypted at rest.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from workerless.errors import MessageFormatError
+
+MESSAGE_VERSION = 1
+
+OutcomeKind = Literal["complete", "fail", "throw"]
+
+
+@dataclass(frozen=True, slots=True)
+class JobRef:
+    """What identifies one engine attempt of one job, and what the adapter needs to act on it.
+
+    ``attempt`` distinguishes engine attempts where the engine reuses the job id across retries
+    (Sheptra keeps the id and decrements ``retries``); it is ``""`` where every attempt already has
+    its own id (node-flow).
+    """
+
+    engine: str
+    job_id: str
+    job_type: str
+    attempt: str = ""
+    handle: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """The DynamoDB key of this attempt's job record: ``{engine}#{job id}[#{attempt}]``."""
+        base = f"{self.engine}#{self.job_id}"
+        return f"{base}#{self.attempt}" if self.attempt else base
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "job_id": self.job_id,
+            "job_type": self.job_type,
+            "attempt": self.attempt,
+            "handle": dict(self.handle),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JobRef:
+        try:
+            engine, job_id, job_type = data["engine"], data["job_id"], data["job_type"]
+            attempt = data.get("attempt", "")
+            handle = data.get("handle", {})
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise MessageFormatError(f"job reference is missing {exc}", field=str(exc)) from exc
+        for name, value in (("engine", engine), ("job_id", job_id), ("job_type", job_type)):
+            if not isinstance(value, str) or not value:
+                raise MessageFormatError(f"job reference field {name!r} must be a non-empty string", field=name)
+        if not isinstance(attempt, str):
+            raise MessageFormatError("job reference field 'attempt' must be a string", field="attempt")
+        if not isinstance(handle, dict):
+            raise MessageFormatError("job reference field 'handle' must be an object", field="handle")
+        return cls(engine=engine, job_id=job_id, job_type=job_type, attempt=attempt, handle=handle)
+
+
+@dataclass(frozen=True, slots=True)
+class ActivatedJob:
+    """One job as the engine handed it over, in the engine-neutral shape.
+
+    ``lease_expires_at`` is the expiry the engine actually granted (epoch seconds): engines clamp
+    the lease asked for, so heartbeat timing is computed from this, never from the request.
+    """
+
+    ref: JobRef
+    variables: dict[str, Any]
+    lease_expires_at: float
+    activated_at: float
+    retries: int | None = None
+    instance_id: str | None = None
+    element_id: str | None = None
+    traceparent: str | None = None
+    custom_headers: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return self.ref.key
+
+    def to_message(self) -> str:
+        """Serialise for one SQS message body."""
+        return json.dumps(
+            {
+                "v": MESSAGE_VERSION,
+                "ref": self.ref.to_dict(),
+                "variables": self.variables,
+                "lease_expires_at": self.lease_expires_at,
+                "activated_at": self.activated_at,
+                "retries": self.retries,
+                "instance_id": self.instance_id,
+                "element_id": self.element_id,
+                "traceparent": self.traceparent,
+                "custom_headers": self.custom_headers,
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_message(cls, body: str) -> ActivatedJob:
+        """Parse an SQS message body written by :meth:`to_message`.
+
+        Raises :class:`MessageFormatError` naming the field that is wrong.
+        """
+        try:
+            data = json.loads(body)
+        except (ValueError, TypeError) as exc:
+            raise MessageFormatError(f"message body is not JSON: {exc}", field="body") from exc
+        if not isinstance(data, dict):
+            raise MessageFormatError("message body is not a JSON object", field="body")
+        if data.get("v") != MESSAGE_VERSION:
+            raise MessageFormatError(f"unsupported message version {data.get('v')!r}", field="v")
+        ref = JobRef.from_dict(_require(data, "ref", dict))
+        variables = _require(data, "variables", dict)
+        lease = _require(data, "lease_expires_at", (int, float))
+        activated = _require(data, "activated_at", (int, float))
+        retries = data.get("retries")
+        if retries is not None and (not isinstance(retries, int) or isinstance(retries, bool)):
+            raise MessageFormatError("field 'retries' must be an integer or null", field="retries")
+        optional: dict[str, str | None] = {}
+        for name in ("instance_id", "element_id", "traceparent"):
+            value = data.get(name)
+            if value is not None and not isinstance(value, str):
+                raise MessageFormatError(f"field {name!r} must be a string or null", field=name)
+            optional[name] = value
+        headers = data.get("custom_headers") or {}
+        if not isinstance(headers, dict):
+            raise MessageFormatError("field 'custom_headers' must be an object", field="custom_headers")
+        return cls(
+            ref=ref,
+            variables=variables,
+            lease_expires_at=float(lease),
+            activated_at=float(activated),
+            retries=retries,
+            instance_id=optional["instance_id"],
+            element_id=optional["element_id"],
+            traceparent=optional["traceparent"],
+            custom_headers=headers,
+        )
+
+
+def _require(data: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+    if name not in data:
+        raise MessageFormatError(f"message is missing field {name!r}", field=name)
+    value = data[name]
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise MessageFormatError(f"message field {name!r} has the wrong type", field=name)
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a handler run decided, stored in the job record before it is reported.
+
+    - ``complete``: ``variables`` completes the job.
+    - ``fail``: ``message``, ``retries`` left and ``backoff_seconds``; ``terminal`` when the handler
+      raised TerminalError (retries 0; node-flow reports FAILED_WITH_TERMINAL_ERROR).
+    - ``throw``: a business error ``error_code`` with ``message`` and ``variables``.
+    """
+
+    kind: OutcomeKind
+    variables: dict[str, Any] | None = None
+    message: str | None = None
+    retries: int | None = None
+    backoff_seconds: int = 0
+    error_code: str | None = None
+    terminal: bool = False
+    stack: str | None = None
+
+    @classmethod
+    def complete(cls, variables: dict[str, Any]) -> Outcome:
+        return cls(kind="complete", variables=variables)
+
+    @classmethod
+    def fail(
+        cls,
+        message: str,
+        *,
+        retries: int | None,
+        backoff_seconds: int = 0,
+        terminal: bool = False,
+        stack: str | None = None,
+    ) -> Outcome:
+        return cls(
+            kind="fail",
+            message=message,
+            retries=retries,
+            backoff_seconds=backoff_seconds,
+            terminal=terminal,
+            stack=stack,
+        )
+
+    @classmethod
+    def throw(cls, error_code: str, message: str, variables: dict[str, Any] | None = None) -> Outcome:
+        return cls(kind="throw", error_code=error_code, message=message, variables=variables or {})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "variables": self.variables,
+            "message": self.message,
+            "retries": self.retries,
+            "backoff_seconds": self.backoff_seconds,
+            "error_code": self.error_code,
+            "terminal": self.terminal,
+            "stack": self.stack,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Outcome:
+        kind = data.get("kind")
+        if kind not in ("complete", "fail", "throw"):
+            raise MessageFormatError(f"stored outcome has unknown kind {kind!r}", field="kind")
+        return cls(
+            kind=kind,
+            variables=data.get("variables"),
+            message=data.get("message"),
+            retries=data.get("retries"),
+            backoff_seconds=int(data.get("backoff_seconds") or 0),
+            error_code=data.get("error_code"),
+            terminal=bool(data.get("terminal")),
+            stack=data.get("stack"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """The poller's request for one route: up to ``capacity`` jobs of ``job_type``.
+
+    ``queue`` is the engine-side queue name where it differs from the type (node-flow domains:
+    ``charge:eu-west``); None means the job type itself.
+    """
+
+    job_type: str
+    capacity: int
+    queue: str | None = None
+
+    @property
+    def engine_queue(self) -> str:
+        return self.queue or self.job_type

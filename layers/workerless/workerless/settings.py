@@ -1,0 +1,189 @@
+"""Settings, validated once at cold start from the function's environment.
+
+Nothing else in workerless reads ``os.environ``: everything comes from :func:`get_settings` (the
+deployment's shape: table, queues, routes, timings) and :func:`engine_values` (the engine's
+connection values: from Secrets Manager in Lambda, from an env file locally). Tests call
+:func:`clear_settings` after changing the environment.
+
+Example:
+    >>> import os
+    >>> os.environ["WORKERLESS_TABLE"] = "jobs"
+    >>> get_settings().table_name
+    'jobs'
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from workerless.errors import ConfigurationError
+
+EngineName = Literal["sheptra", "nodeflow", "stagenext"]
+ENGINES: tuple[str, ...] = ("sheptra", "nodeflow", "stagenext")
+
+#: Which keys reveal which engine, when WORKERLESS_ENGINE is absent.
+ENGINE_KEY_PREFIXES: dict[str, tuple[str, ...]] = {
+    "sheptra": ("SHEPTRA_",),
+    "nodeflow": ("NF_",),
+    "stagenext": ("STAGENEXT_",),
+}
+
+
+class Route(BaseModel):
+    """One job type the deployment handles: its SQS queue and how many may be in flight."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    type: str = Field(min_length=1)
+    queue_url: str = Field(alias="queue", min_length=1)
+    max_in_flight: int = Field(default=10, alias="max", ge=1, le=10_000)
+    #: Engine-side queue where it differs from the type (node-flow ``charge:eu-west``).
+    engine_queue: str | None = Field(default=None, alias="engineQueue")
+
+
+class Settings(BaseModel):
+    """The deployment's shape. Each field maps to one ``WORKERLESS_*`` environment variable."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+    engine: EngineName | None = Field(default=None, alias="WORKERLESS_ENGINE")
+    table_name: str = Field(default="workerless-jobs", alias="WORKERLESS_TABLE", min_length=3)
+    routes: tuple[Route, ...] = Field(default=(), alias="WORKERLESS_ROUTES")
+    heartbeat_queue_url: str | None = Field(default=None, alias="WORKERLESS_HEARTBEAT_QUEUE_URL")
+    ticker_queue_url: str | None = Field(default=None, alias="WORKERLESS_TICKER_QUEUE_URL")
+    #: Lease asked of the engine at activation and on every extension.
+    lease_seconds: int = Field(default=60, alias="WORKERLESS_LEASE_SECONDS", ge=5, le=3600)
+    #: The heartbeat stops extending a job held longer than this (a stuck handler must not hold
+    #: a job forever); the engine's own lease lapse then hands it to the next activation.
+    max_hold_seconds: int = Field(default=3600, alias="WORKERLESS_MAX_HOLD_SECONDS", ge=10)
+    #: Every engine call's timeout: shorter than any Lambda timeout in the template.
+    http_timeout_seconds: float = Field(default=10.0, alias="WORKERLESS_HTTP_TIMEOUT_SECONDS", gt=0, le=60)
+    #: How long one poller invocation keeps polling while work keeps arriving.
+    poll_budget_seconds: float = Field(default=20.0, alias="WORKERLESS_POLL_BUDGET_SECONDS", ge=0, le=600)
+    #: Seconds between ticks of the self-rescheduling poller chain (0: schedule only).
+    tick_seconds: int = Field(default=0, alias="WORKERLESS_TICK_SECONDS", ge=0, le=900)
+    record_ttl_seconds: int = Field(default=7 * 24 * 3600, alias="WORKERLESS_RECORD_TTL_SECONDS", ge=60)
+    #: Backoff given to the engine when a handler raises an ordinary exception.
+    fail_backoff_seconds: int = Field(default=30, alias="WORKERLESS_FAIL_BACKOFF_SECONDS", ge=0, le=86_400)
+    secret_arn: str | None = Field(default=None, alias="WORKERLESS_SECRET_ARN")
+    env_file: str | None = Field(default=None, alias="WORKERLESS_ENV_FILE")
+    worker_id: str | None = Field(default=None, alias="WORKERLESS_WORKER_ID")
+    #: AWS endpoint override (local mode, tests); None in Lambda.
+    aws_endpoint_url: str | None = Field(default=None, alias="WORKERLESS_AWS_ENDPOINT_URL")
+
+    @field_validator("routes", mode="before")
+    @classmethod
+    def _parse_routes(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            if not value.strip():
+                return ()
+            try:
+                value = json.loads(value)
+            except ValueError as exc:
+                raise ValueError(f"not valid JSON: {exc}") from exc
+        return value
+
+    @model_validator(mode="after")
+    def _unique_routes(self) -> Settings:
+        seen: set[str] = set()
+        for route in self.routes:
+            if route.type in seen:
+                raise ValueError(f"job type {route.type!r} is routed twice")
+            seen.add(route.type)
+        return self
+
+    def route(self, job_type: str) -> Route | None:
+        return next((r for r in self.routes if r.type == job_type), None)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Settings:
+        """Validate; a bad value raises ConfigurationError naming the variable."""
+        values = {k: v for k, v in env.items() if k.startswith("WORKERLESS_")}
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            loc = first["loc"]
+            key = str(loc[0]) if loc else "WORKERLESS_*"
+            where = ".".join(str(part) for part in loc[1:])
+            raise ConfigurationError(
+                f"{key} is invalid{' at ' + where if where else ''}: {first['msg']}", key=key
+            ) from None
+
+
+@functools.cache
+def get_settings() -> Settings:
+    """The process's settings, validated once (cold start) and cached."""
+    return Settings.from_env(os.environ)
+
+
+def clear_settings() -> None:
+    """Forget cached settings and engine values (tests, local mode reconfiguring)."""
+    get_settings.cache_clear()
+    _engine_values_cached.cache_clear()
+
+
+def infer_engine(values: Mapping[str, str]) -> str:
+    """WORKERLESS_ENGINE if given, else the engine whose keys are present."""
+    explicit = values.get("WORKERLESS_ENGINE")
+    if explicit:
+        if explicit not in ENGINES:
+            raise ConfigurationError(
+                f"WORKERLESS_ENGINE must be one of {', '.join(ENGINES)}, got {explicit!r}",
+                key="WORKERLESS_ENGINE",
+            )
+        return explicit
+    found = [name for name, prefixes in ENGINE_KEY_PREFIXES.items() if any(k.startswith(prefixes) for k in values)]
+    if len(found) != 1:
+        what = "no engine keys" if not found else f"keys of several engines ({', '.join(found)})"
+        raise ConfigurationError(
+            f"cannot tell which engine to use: {what}; set WORKERLESS_ENGINE", key="WORKERLESS_ENGINE"
+        )
+    return found[0]
+
+
+def parse_env_text(text: str, *, source: str = "env file") -> dict[str, str]:
+    """Parse dotenv text (the Sheptra block as Drive prints it, comments and blank values included)."""
+    import io
+
+    from dotenv import dotenv_values
+
+    parsed = dotenv_values(stream=io.StringIO(text))
+    return {k: (v if v is not None else "") for k, v in parsed.items()}
+
+
+def engine_values() -> dict[str, str]:
+    """The engine's connection values (a copy), loaded once per container."""
+    return dict(_engine_values_cached())
+
+
+@functools.cache
+def _engine_values_cached() -> dict[str, str]:
+    settings = get_settings()
+    values: dict[str, str] = {}
+    if settings.secret_arn:
+        from workerless.aws.secrets import read_secret_values
+
+        values.update(read_secret_values(settings.secret_arn, endpoint_url=settings.aws_endpoint_url))
+    if settings.env_file:
+        try:
+            with open(settings.env_file, encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError as exc:
+            raise ConfigurationError(
+                f"WORKERLESS_ENV_FILE {settings.env_file!r} cannot be read: {exc.strerror}",
+                key="WORKERLESS_ENV_FILE",
+            ) from None
+        values.update(parse_env_text(text, source=settings.env_file))
+    # Explicit environment variables win (a developer overriding one key of the block).
+    prefixes = tuple(p for group in ENGINE_KEY_PREFIXES.values() for p in group)
+    values.update({k: v for k, v in os.environ.items() if k.startswith(prefixes)})
+    if settings.engine:
+        values.setdefault("WORKERLESS_ENGINE", settings.engine)
+    return values
