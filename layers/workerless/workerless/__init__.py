@@ -1,0 +1,19 @@
+"""workerless: workflow-engine workers as AWS Lambda functions.
+
+A handler function module is a few lines::
+
+    from workerless import Job, TerminalError, job_handler
+
+    @job_handler("charge-payment")
+    def handler(job: Job) -> dict:
+        if job.variables.get("amount", 0) <= 0:
+            raise TerminalError("amount must be a positive number")
+        return {"paymentOk": True}
+"""
+
+from workerless.errors import BusinessError, TerminalError, ThrowError
+from workerless.handler import job_handler
+from workerless.job import Job
+
+__all__ = ["BusinessError", "Job", "TerminalError", "ThrowError", "job_handler"]
+__version__ = "0.1.0"

@@ -232,9 +232,7 @@ class ThrowError(JobError):
         >>> raise ThrowError("CARD_DECLINED", "card declined", variables={"reason": "expired"})
     """
 
-    def __init__(
-        self, error_code: str, message: str = "", *, variables: dict[str, Any] | None = None
-    ) -> None:
+    def __init__(self, error_code: str, message: str = "", *, variables: dict[str, Any] | None = None) -> None:
         super().__init__(message or error_code)
         self.error_code = error_code
         self.error_message = message or error_code

@@ -107,9 +107,7 @@ def problem(
     if detail:
         body["detail"] = detail
     body.update(extra or {})
-    return Response(
-        status, json.dumps(body).encode(), {"Content-Type": "application/problem+json", **(headers or {})}
-    )
+    return Response(status, json.dumps(body).encode(), {"Content-Type": "application/problem+json", **(headers or {})})
 
 
 Handler = Callable[[Request], Response]

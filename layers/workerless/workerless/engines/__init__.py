@@ -18,7 +18,11 @@ if TYPE_CHECKING:
 
     from workerless.engines.base import Engine, SharedState
 
-MODULES = {"sheptra": "workerless.engines.sheptra", "nodeflow": "workerless.engines.nodeflow", "stagenext": "workerless.engines.stagenext"}
+MODULES = {
+    "sheptra": "workerless.engines.sheptra",
+    "nodeflow": "workerless.engines.nodeflow",
+    "stagenext": "workerless.engines.stagenext",
+}
 
 
 def build_engine(
@@ -37,7 +41,23 @@ def build_engine(
     try:
         module_name = MODULES[name]
     except KeyError:
-        raise ConfigurationError(f"unknown engine {name!r}; one of {', '.join(MODULES)}", key="WORKERLESS_ENGINE") from None
+        raise ConfigurationError(
+            f"unknown engine {name!r}; one of {', '.join(MODULES)}", key="WORKERLESS_ENGINE"
+        ) from None
     module = importlib.import_module(module_name)
     engine: Engine = module.from_values(values, client, worker_id=worker_id, state=state)
     return engine
+
+
+def new_http_client(timeout_seconds: float) -> httpx.Client:
+    """The HTTP client every adapter gets: explicit timeouts shorter than any Lambda's, and a
+    small keep-alive pool (a warm container reuses its connection to the engine)."""
+    import httpx
+
+    connect = min(3.0, timeout_seconds)
+    return httpx.Client(
+        timeout=httpx.Timeout(timeout_seconds, connect=connect),
+        limits=httpx.Limits(max_connections=20, max_keepalive_connections=10),
+        follow_redirects=False,
+        headers={"User-Agent": "workerless/0.1"},
+    )

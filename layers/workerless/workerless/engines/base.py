@@ -12,7 +12,7 @@ import email.utils
 import json
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 import httpx
 
@@ -40,6 +40,10 @@ class Engine(Protocol):
     """
 
     name: ClassVar[str]
+    #: When the engine's lease starts: at activation (Sheptra, node-flow: the heartbeat must extend
+    #: jobs still waiting in SQS) or at :meth:`begin` (StageNext: lease acquire in the handler; the
+    #: heartbeat renews only jobs whose handler has begun).
+    lease_from: ClassVar[Literal["activation", "begin"]]
 
     def activate(self, demands: Sequence[Demand], lease_seconds: int) -> list[ActivatedJob]:
         """Take at most ``demand.capacity`` jobs for each demand, with a short poll (never wait).
@@ -77,8 +81,13 @@ class Engine(Protocol):
         Must never raise for a failed send: losing a log line must not fail the job."""
         ...
 
+    def after_cycle(self, counters: Mapping[str, int]) -> None:
+        """Called by the poller after each cycle with its counters (polls, activated, capacity);
+        StageNext reports worker liveness here. A no-op elsewhere; must not raise."""
+        ...
+
     def close(self) -> None:
-        """Release anything held (worker sessions, connections)."""
+        """Release anything held (worker sessions: StageNext /workers/shutdown in local mode)."""
         ...
 
 
@@ -145,7 +154,9 @@ def error_for_response(
     return RejectedError(message, **kwargs)
 
 
-def error_for_transport(engine: str, exc: httpx.HTTPError, *, job_id: str | None = None, what: str = "request") -> EngineError:
+def error_for_transport(
+    engine: str, exc: httpx.HTTPError, *, job_id: str | None = None, what: str = "request"
+) -> EngineError:
     """A timeout, refused or dropped connection: retryable, the engine may be back shortly."""
     return EngineUnavailableError(f"{what} failed: {type(exc).__name__}", engine=engine, job_id=job_id)
 

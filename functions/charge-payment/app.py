@@ -1,0 +1,14 @@
+"""charge-payment: charge an order. A non-positive or missing amount can never succeed: terminal."""
+
+from workerless import Job, TerminalError, job_handler
+
+
+@job_handler("charge-payment")
+def handler(job: Job) -> dict:
+    order_id = job.variables.get("orderId")
+    amount = job.variables.get("amount")
+    if isinstance(amount, bool) or not isinstance(amount, int | float) or amount <= 0:
+        raise TerminalError(f"amount must be a positive number, got {amount!r}")
+    # job.key is the idempotency key to hand the payment provider: stable across redeliveries.
+    job.log(f"charging {amount} for order {order_id}")
+    return {"paymentOk": True, "chargeId": f"ch_{order_id}"}

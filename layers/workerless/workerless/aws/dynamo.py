@@ -1,0 +1,302 @@
+"""The DynamoDB job table: job records (see :mod:`workerless.record`) and shared engine state.
+
+Low-level client with hand-marshalled attributes: the resource layer costs import time at cold
+start and hides the conditional-write answers this module depends on. Every write is conditional;
+every item carries a TTL (``expires_at``).
+
+Outcomes are stored as JSON, zlib-compressed past 32 KiB. A DynamoDB item is capped at 400 KB, so
+an outcome still over :data:`MAX_OUTCOME_BYTES` after compression cannot be stored, and the handler
+fails the job with that reason instead (docs/assumptions.md).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+from workerless.errors import StoreError
+from workerless.model import Outcome
+from workerless.record import JobRecord, Status
+
+COMPRESS_OVER = 32 * 1024
+MAX_OUTCOME_BYTES = 350 * 1024
+
+
+class OutcomeTooLargeError(StoreError):
+    """The outcome does not fit in a DynamoDB item even compressed."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"result is {size} bytes compressed; the job table stores at most {MAX_OUTCOME_BYTES}")
+        self.size = size
+        self.cap = MAX_OUTCOME_BYTES
+
+
+def _encode_outcome(outcome: Outcome) -> dict[str, Any]:
+    raw = json.dumps(outcome.to_dict(), separators=(",", ":")).encode()
+    if len(raw) <= COMPRESS_OVER:
+        return {"S": raw.decode()}
+    packed = zlib.compress(raw, 6)
+    if len(packed) > MAX_OUTCOME_BYTES:
+        raise OutcomeTooLargeError(len(packed))
+    return {"B": packed}
+
+
+def _decode_outcome(value: dict[str, Any]) -> Outcome:
+    raw = zlib.decompress(value["B"]) if "B" in value else value["S"].encode()
+    return Outcome.from_dict(json.loads(raw))
+
+
+def _to_record(item: dict[str, Any]) -> JobRecord:
+    return JobRecord(
+        key=item["pk"]["S"],
+        status=Status(item["status"]["S"]),
+        owner=item.get("owner", {}).get("S"),
+        claim_expires_at=float(item["claim_expires_at"]["N"]) if "claim_expires_at" in item else None,
+        outcome=_decode_outcome(item["outcome"]) if "outcome" in item else None,
+        lost_reason=item.get("lost_reason", {}).get("S"),
+        deliveries=int(item.get("deliveries", {}).get("N", "0")),
+    )
+
+
+class JobStore:
+    """Conditional reads and writes of job records.
+
+    Example:
+        >>> store = JobStore("workerless-jobs", ttl_seconds=7 * 86400)          # doctest: +SKIP
+        >>> claimed, found = store.claim("sheptra#42#r3", owner="req-1", claim_seconds=60, job_type="charge")
+    """
+
+    def __init__(self, table: str, *, ttl_seconds: int, client: Any = None, clock: Any = time.time) -> None:
+        self.table = table
+        self.ttl_seconds = ttl_seconds
+        self._client = client
+        self._clock = clock
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            from workerless.aws.clients import client
+
+            self._client = client("dynamodb")
+        return self._client
+
+    def _ttl(self, now: float) -> dict[str, str]:
+        return {"N": str(int(now + self.ttl_seconds))}
+
+    def _call(self, operation: str, **kwargs: Any) -> Any:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return getattr(self.client, operation)(**kwargs)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                item: Any = exc.response.get("Item")
+                raise _ConditionFailed(item) from None
+            code = exc.response.get("Error", {}).get("Code", "error")
+            raise StoreError(f"DynamoDB {operation} on {self.table} failed: {code}") from exc
+        except BotoCoreError as exc:
+            raise StoreError(f"DynamoDB {operation} on {self.table} failed: {type(exc).__name__}") from exc
+
+    def get(self, key: str) -> JobRecord | None:
+        answer = self._call("get_item", TableName=self.table, Key={"pk": {"S": key}}, ConsistentRead=True)
+        item = answer.get("Item")
+        return _to_record(item) if item else None
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, JobRecord]:
+        """Records for ``keys`` (missing keys are absent from the answer). Strongly consistent."""
+        found: dict[str, JobRecord] = {}
+        unique = list(dict.fromkeys(keys))
+        for start in range(0, len(unique), 100):
+            request: dict[str, Any] = {
+                self.table: {"Keys": [{"pk": {"S": k}} for k in unique[start : start + 100]], "ConsistentRead": True}
+            }
+            # UnprocessedKeys come back under throttling: retry them a bounded number of times.
+            for attempt in range(5):
+                answer = self._call("batch_get_item", RequestItems=request)
+                for item in answer.get("Responses", {}).get(self.table, []):
+                    record = _to_record(item)
+                    found[record.key] = record
+                request = answer.get("UnprocessedKeys") or {}
+                if not request:
+                    break
+                time.sleep(min(0.05 * 2**attempt, 1.0))
+            else:
+                raise StoreError(f"DynamoDB batch_get_item on {self.table} left keys unprocessed")
+        return found
+
+    def claim(self, key: str, *, owner: str, claim_seconds: float, job_type: str) -> tuple[bool, JobRecord | None]:
+        """Try to claim ``key`` for this delivery. Returns (claimed, the record found if not).
+
+        Succeeds when no record exists, or when the existing claim has expired (its container died).
+        """
+        now = self._clock()
+        try:
+            self._call(
+                "put_item",
+                TableName=self.table,
+                Item={
+                    "pk": {"S": key},
+                    "status": {"S": Status.CLAIMED.value},
+                    "owner": {"S": owner},
+                    "claim_expires_at": {"N": repr(now + claim_seconds)},
+                    "job_type": {"S": job_type},
+                    "claimed_at": {"N": repr(now)},
+                    "expires_at": self._ttl(now),
+                },
+                ConditionExpression="attribute_not_exists(pk) OR (#s = :claimed AND claim_expires_at < :now)",
+                ExpressionAttributeNames={"#s": "status"},
+                ExpressionAttributeValues={":claimed": {"S": Status.CLAIMED.value}, ":now": {"N": repr(now)}},
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except _ConditionFailed as refused:
+            found = _to_record(refused.item) if refused.item else self.get(key)
+            return False, found
+        return True, None
+
+    def store_outcome(self, key: str, *, owner: str, outcome: Outcome) -> JobRecord | None:
+        """Store the result, only while this delivery still holds the claim.
+
+        Returns None when stored, or the record found otherwise (LOST: the heartbeat saw the lease go).
+        """
+        now = self._clock()
+        try:
+            self._call(
+                "update_item",
+                TableName=self.table,
+                Key={"pk": {"S": key}},
+                UpdateExpression="SET #s = :stored, outcome = :o, stored_at = :now REMOVE claim_expires_at",
+                ConditionExpression="#s = :claimed AND #owner = :owner",
+                ExpressionAttributeNames={"#s": "status", "#owner": "owner"},
+                ExpressionAttributeValues={
+                    ":stored": {"S": Status.STORED.value},
+                    ":claimed": {"S": Status.CLAIMED.value},
+                    ":owner": {"S": owner},
+                    ":o": _encode_outcome(outcome),
+                    ":now": {"N": repr(now)},
+                },
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except _ConditionFailed as refused:
+            return _to_record(refused.item) if refused.item else self.get(key)
+        return None
+
+    def replace_outcome(self, key: str, outcome: Outcome) -> None:
+        """Swap a stored outcome the engine refused as too large for a failure naming the cap."""
+        self._call(
+            "update_item",
+            TableName=self.table,
+            Key={"pk": {"S": key}},
+            UpdateExpression="SET outcome = :o",
+            ConditionExpression="#s = :stored",
+            ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeValues={":o": _encode_outcome(outcome), ":stored": {"S": Status.STORED.value}},
+        )
+
+    def mark_reported(self, key: str, *, note: str | None = None) -> None:
+        now = self._clock()
+        values: dict[str, Any] = {":reported": {"S": Status.REPORTED.value}, ":now": {"N": repr(now)}}
+        update = "SET #s = :reported, reported_at = :now"
+        if note:
+            update += ", report_note = :note"
+            values[":note"] = {"S": note}
+        try:
+            self._call(
+                "update_item",
+                TableName=self.table,
+                Key={"pk": {"S": key}},
+                UpdateExpression=update,
+                ConditionExpression="attribute_exists(pk)",
+                ExpressionAttributeNames={"#s": "status"},
+                ExpressionAttributeValues=values,
+            )
+        except _ConditionFailed:
+            # No record (the dead-letter path for a job never claimed): write one so a later
+            # redelivery finds the job done.
+            self._call(
+                "put_item",
+                TableName=self.table,
+                Item={
+                    "pk": {"S": key},
+                    "status": {"S": Status.REPORTED.value},
+                    "reported_at": {"N": repr(now)},
+                    "expires_at": self._ttl(now),
+                    **({"report_note": {"S": note}} if note else {}),
+                },
+            )
+
+    def mark(self, key: str, status: Status, *, reason: str, job_type: str) -> bool:
+        """Mark LOST or SKIPPED, unless a result is already stored or reported. True if written."""
+        now = self._clock()
+        try:
+            self._call(
+                "update_item",
+                TableName=self.table,
+                Key={"pk": {"S": key}},
+                UpdateExpression=(
+                    "SET #s = :status, lost_reason = :reason, job_type = if_not_exists(job_type, :type), "
+                    "expires_at = if_not_exists(expires_at, :ttl)"
+                ),
+                ConditionExpression="attribute_not_exists(pk) OR #s = :claimed",
+                ExpressionAttributeNames={"#s": "status"},
+                ExpressionAttributeValues={
+                    ":status": {"S": status.value},
+                    ":reason": {"S": reason},
+                    ":claimed": {"S": Status.CLAIMED.value},
+                    ":type": {"S": job_type},
+                    ":ttl": self._ttl(now),
+                },
+            )
+        except _ConditionFailed:
+            return False
+        return True
+
+
+class _ConditionFailed(Exception):
+    def __init__(self, item: dict[str, Any] | None) -> None:
+        super().__init__("condition failed")
+        self.item = item
+
+
+class DynamoState:
+    """:class:`~workerless.engines.base.SharedState` on the job table (``pk`` = ``state#{key}``)."""
+
+    def __init__(self, store: JobStore) -> None:
+        self._store = store
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        answer = self._store._call(
+            "get_item", TableName=self._store.table, Key={"pk": {"S": f"state#{key}"}}, ConsistentRead=True
+        )
+        item = answer.get("Item")
+        if not item:
+            return None
+        value: dict[str, Any] = json.loads(item["value"]["S"])
+        value["version"] = int(item["version"]["N"])
+        return value
+
+    def put(self, key: str, value: dict[str, Any], *, expected_version: int | None) -> bool:
+        body = {k: v for k, v in value.items() if k != "version"}
+        new_version = (expected_version or 0) + 1
+        now = time.time()
+        kwargs: dict[str, Any] = {
+            "TableName": self._store.table,
+            "Item": {
+                "pk": {"S": f"state#{key}"},
+                "value": {"S": json.dumps(body, separators=(",", ":"))},
+                "version": {"N": str(new_version)},
+                "expires_at": self._store._ttl(now),
+            },
+        }
+        if expected_version is None:
+            kwargs["ConditionExpression"] = "attribute_not_exists(pk)"
+        else:
+            kwargs["ConditionExpression"] = "version = :v"
+            kwargs["ExpressionAttributeValues"] = {":v": {"N": str(expected_version)}}
+        try:
+            self._store._call("put_item", **kwargs)
+        except _ConditionFailed:
+            return False
+        return True

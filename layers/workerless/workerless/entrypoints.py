@@ -1,0 +1,104 @@
+"""Lambda entry points for the library's own functions (functions/<name>/app.py imports one).
+
+Each builds nothing at import: settings, engine, table and queues are built on first use and kept
+for the container's life (:mod:`workerless.runtime`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from workerless.observability import logger
+
+#: Kept back from the Lambda's remaining time so the entry point can finish cleanly.
+MARGIN_SECONDS = 3.0
+
+
+def _deadline(context: Any) -> float:
+    getter = getattr(context, "get_remaining_time_in_millis", None)
+    remaining = float(getter()) / 1000.0 if getter else 60.0
+    return time.monotonic() + max(1.0, remaining - MARGIN_SECONDS)
+
+
+@logger.inject_lambda_context(clear_state=True)
+def poller(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Scheduled (EventBridge) or ticked (ticker queue): poll, dispatch, keep the tick alive."""
+    from workerless.aws.dynamo import DynamoState
+    from workerless.poller import Poller, continue_ticker
+    from workerless.runtime import get_engine, get_queues, get_store
+    from workerless.settings import get_settings
+
+    settings = get_settings()
+    queues = get_queues()
+    records = event.get("Records") or []
+    ticks: list[dict[str, Any] | None] = []
+    for record in records:
+        try:
+            body = json.loads(record.get("body") or "{}")
+        except ValueError:
+            body = {}
+        if isinstance(body, dict) and "chain" in body:
+            ticks.append(body)
+        else:
+            logger.warning("ticker message is not a tick; ignored", extra={"message_id": record.get("messageId")})
+    # Keep the tick chain alive before polling, so a failing poll does not break it.
+    state = DynamoState(get_store())
+    if not records:
+        ticks.append(None)  # the schedule: the watchdog that restarts a broken tick chain
+    for tick in ticks:
+        try:
+            continue_ticker(settings, state, queues, tick=tick, now=time.time())
+        except Exception:  # noqa: BLE001 - the watchdog schedule restarts a broken chain
+            logger.exception("could not continue the poller tick; the schedule will restart it")
+    report = Poller(settings, get_engine(), queues).run(deadline=_deadline(context))
+    logger.info("poll finished", extra={"report": vars(report)})
+    return {k: v for k, v in vars(report).items() if isinstance(v, int)}
+
+
+def _batch(event: dict[str, Any], context: Any, handle: Any) -> dict[str, Any]:
+    from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+
+    processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+    return dict(process_partial_response(event=event, record_handler=handle, processor=processor, context=context))
+
+
+@logger.inject_lambda_context(clear_state=True)
+def heartbeat(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Extend the leases of the jobs in each ticket and send the ticket on while any is live."""
+    from workerless.heartbeat import process_ticket
+    from workerless.runtime import get_engine, get_queues, get_store
+    from workerless.settings import get_settings
+
+    settings, engine, store, queues = get_settings(), get_engine(), get_store(), get_queues()
+    deadline = _deadline(context)
+
+    def handle(record: Any) -> None:
+        process_ticket(record.body, settings=settings, engine=engine, store=store, queues=queues, deadline=deadline)
+
+    return _batch(event, context, handle)
+
+
+@logger.inject_lambda_context(clear_state=True)
+def deadletter(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Settle every dead-lettered job at the engine (fail it with the reason, or report its stored result)."""
+    from workerless.deadletter import process_dead_letter
+    from workerless.runtime import get_engine, get_store
+    from workerless.settings import get_settings
+
+    settings, engine, store = get_settings(), get_engine(), get_store()
+    deadline = _deadline(context)
+
+    def handle(record: Any) -> None:
+        process_dead_letter(
+            record.body,
+            message_id=record.message_id,
+            receive_count=int(record.attributes.approximate_receive_count or 1),
+            engine=engine,
+            store=store,
+            fail_backoff_seconds=settings.fail_backoff_seconds,
+            deadline=deadline,
+        )
+
+    return _batch(event, context, handle)

@@ -1,0 +1,311 @@
+"""The handler wrapper: an SQS batch of jobs in, a partial batch response out.
+
+For every job in the batch (Powertools batch processing, one record at a time)::
+
+    claim in DynamoDB ──refused──► stored result? re-report it  │ reported? ack  │ lost? ack, don't run
+        │                                                        │ live claim elsewhere? leave for redelivery
+        ▼
+    begin (StageNext lease acquire; False → ack without running)
+        ▼
+    run the user function once → Outcome (complete / fail / throw)
+        ▼
+    store the outcome (only while our claim stands; LOST meanwhile → drop it)
+        ▼
+    report it (retry policy inside the invocation) → mark reported
+        └── still failing → this record is a batch item failure: SQS redelivers it, the next
+            delivery finds the stored outcome and re-reports it; the handler never runs twice.
+
+A record that keeps failing at the AWS level (crash, timeout, bad message) goes to the route's DLQ
+after maxReceiveCount, where the dead-letter function fails the job at the engine with the reason.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from workerless import observability
+from workerless.errors import (
+    LeaseLostError,
+    MessageFormatError,
+    PayloadTooLargeError,
+    PipelineError,
+    RetryableEngineError,
+    TerminalError,
+    ThrowError,
+)
+from workerless.job import Job
+from workerless.model import ActivatedJob, Outcome
+from workerless.observability import logger
+from workerless.record import Decision, Status, decide
+from workerless.retry import CALLS
+
+HandlerFunction = Callable[[Job], Any]
+LambdaHandler = Callable[[dict[str, Any], Any], dict[str, Any]]
+
+#: Time kept back from the Lambda's remaining time for storing and reporting after the run.
+REPORT_MARGIN_SECONDS = 5.0
+#: Added to the claim beyond the Lambda's remaining time: a claim must not expire while the
+#: invocation that holds it can still be running.
+CLAIM_MARGIN_SECONDS = 30.0
+
+
+class ReportOwedError(PipelineError):
+    """The result is stored but the engine has not accepted it yet: redeliver to re-report."""
+
+
+class ClaimHeldError(PipelineError):
+    """Another delivery of the same job holds a live claim: leave this one for redelivery."""
+
+
+def _remaining_seconds(context: Any, default: float = 900.0) -> float:
+    getter = getattr(context, "get_remaining_time_in_millis", None)
+    if getter is None:
+        return default
+    return max(0.0, float(getter()) / 1000.0)
+
+
+class JobProcessor:
+    """Runs one job type's handler over SQS records. Built once per container by :func:`job_handler`."""
+
+    def __init__(self, job_type: str, fn: HandlerFunction, *, backoff_seconds: int | None = None) -> None:
+        self.job_type = job_type
+        self.fn = fn
+        self.backoff_seconds = backoff_seconds
+
+    # -- the Lambda entry point ---------------------------------------------------------------------
+    def handle_batch(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+
+        # A fresh processor per invocation: it keeps per-batch state.
+        processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+
+        def record_handler(record: Any) -> None:
+            receive_count = int(record.attributes.approximate_receive_count or 1)
+            self.process(record.body, message_id=record.message_id, receive_count=receive_count, context=context)
+
+        response: dict[str, Any] = dict(
+            process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
+        )
+        return response
+
+    # -- one record ---------------------------------------------------------------------------------
+    def process(self, body: str, *, message_id: str, receive_count: int, context: Any) -> None:
+        """Handle one SQS record. Returns normally when nothing more is owed for it (delete it);
+        raises when it must be redelivered."""
+        from workerless.runtime import get_engine, get_store
+
+        try:
+            job = ActivatedJob.from_message(body)
+        except MessageFormatError as exc:
+            # Not ours to interpret: redelivery then the DLQ keeps it visible; never dropped.
+            logger.error("message is not a workerless job", extra={"message_id": message_id, "problem": str(exc)})
+            raise
+        if job.ref.job_type != self.job_type:
+            logger.error(
+                "job delivered to the wrong handler",
+                extra={"job_id": job.ref.job_id, "job_type": job.ref.job_type, "handler_type": self.job_type},
+            )
+            raise MessageFormatError(
+                f"job of type {job.ref.job_type!r} reached the {self.job_type!r} handler", field="ref.job_type"
+            )
+
+        keys = {
+            "job_id": job.ref.job_id,
+            "job_type": job.ref.job_type,
+            "engine": job.ref.engine,
+            "instance_id": job.instance_id,
+            "traceparent": job.traceparent,
+        }
+        logger.thread_safe_append_keys(**keys)
+        try:
+            self._process(
+                job,
+                message_id=message_id,
+                receive_count=receive_count,
+                context=context,
+                engine=get_engine(),
+                store=get_store(),
+            )
+        finally:
+            logger.thread_safe_remove_keys(list(keys))
+
+    def _process(
+        self, job: ActivatedJob, *, message_id: str, receive_count: int, context: Any, engine: Any, store: Any
+    ) -> None:
+        remaining = _remaining_seconds(context)
+        deadline = time.monotonic() + max(1.0, remaining - REPORT_MARGIN_SECONDS)
+        request_id = getattr(context, "aws_request_id", None) or "local"
+        owner = f"{request_id}:{message_id}"
+
+        claimed, found = store.claim(
+            job.key, owner=owner, claim_seconds=remaining + CLAIM_MARGIN_SECONDS, job_type=job.ref.job_type
+        )
+        if not claimed:
+            decision = decide(found, time.time())
+            if decision is Decision.REREPORT and found is not None and found.outcome is not None:
+                logger.info("result already stored: re-reporting it, not running the handler again")
+                observability.record(job.ref.job_type, "rereported", job_id=job.ref.job_id)
+                self._report(job, found.outcome, engine=engine, store=store, deadline=deadline)
+                return
+            if decision is Decision.DONE:
+                logger.info("job already reported: acknowledging the redelivery")
+                return
+            if decision is Decision.SKIP:
+                logger.info("job no longer ours (%s): not running it", found.status.value if found else "?")
+                engine.skip(job.ref)
+                observability.record(job.ref.job_type, "skipped", job_id=job.ref.job_id)
+                return
+            raise ClaimHeldError(f"job {job.ref.job_id} is being handled by another delivery")
+
+        if engine.lease_from == "begin" and not CALLS.call(lambda: engine.begin(job), deadline=deadline):
+            # Another delivery holds the engine's lease (a redelivery of a job already running).
+            store.mark(job.key, Status.SKIPPED, reason="engine refused the lease", job_type=job.ref.job_type)
+            engine.skip(job.ref)
+            observability.record(job.ref.job_type, "skipped", job_id=job.ref.job_id)
+            return
+
+        observability.record(job.ref.job_type, "started", job_id=job.ref.job_id, receive_count=receive_count)
+        outcome = self._run(job, context=context, engine=engine, store=store)
+        stored = self._store(job, outcome, owner=owner, store=store)
+        if stored is None:
+            logger.warning("lease lost while the handler ran: its result is discarded")
+            engine.skip(job.ref)
+            observability.record(job.ref.job_type, "lease_lost", job_id=job.ref.job_id)
+            return
+        self._report(job, stored, engine=engine, store=store, deadline=deadline)
+
+    def _run(self, activated: ActivatedJob, *, context: Any, engine: Any, store: Any) -> Outcome:
+        def lease_check() -> bool:
+            record = store.get(activated.key)
+            return record is not None and record.status is Status.LOST
+
+        job = Job(
+            activated,
+            lambda_context=context,
+            lease_check=lease_check,
+            log_sink=functools.partial(engine.send_logs, activated.ref),
+            logger=logger,
+        )
+        retries_after_failure = None if activated.retries is None else max(0, activated.retries - 1)
+        try:
+            result = self.fn(job)
+        except TerminalError as exc:
+            outcome = Outcome.fail(str(exc) or "terminal error", retries=0, terminal=True)
+        except ThrowError as exc:
+            outcome = Outcome.throw(exc.error_code, exc.error_message, exc.variables)
+        except Exception as exc:  # noqa: BLE001 - any other exception fails the job, with the stack
+            stack = traceback.format_exc()
+            job.log(stack, "error")
+            outcome = Outcome.fail(
+                f"{type(exc).__name__}: {exc}",
+                retries=retries_after_failure,
+                backoff_seconds=self._backoff(),
+                stack=stack,
+            )
+        else:
+            outcome = self._completion(result, retries_after_failure)
+        finally:
+            job.flush_logs()
+        return outcome
+
+    def _completion(self, result: Any, retries_after_failure: int | None) -> Outcome:
+        if result is None:
+            return Outcome.complete({})
+        if not isinstance(result, dict):
+            return Outcome.fail(
+                f"handler returned {type(result).__name__}, not a JSON object (dict) of variables",
+                retries=retries_after_failure,
+                backoff_seconds=self._backoff(),
+            )
+        try:
+            json.dumps(result, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            return Outcome.fail(
+                f"handler returned variables that are not JSON-serialisable: {exc}",
+                retries=retries_after_failure,
+                backoff_seconds=self._backoff(),
+            )
+        return Outcome.complete(result)
+
+    def _backoff(self) -> int:
+        if self.backoff_seconds is not None:
+            return self.backoff_seconds
+        from workerless.settings import get_settings
+
+        return get_settings().fail_backoff_seconds
+
+    def _store(self, job: ActivatedJob, outcome: Outcome, *, owner: str, store: Any) -> Outcome | None:
+        """Store before reporting, so a lost report is re-sent, never re-computed. None: lost."""
+        from workerless.aws.dynamo import OutcomeTooLargeError
+
+        try:
+            found = store.store_outcome(job.key, owner=owner, outcome=outcome)
+        except OutcomeTooLargeError as exc:
+            outcome = Outcome.fail(f"result too large: {exc}", retries=0, terminal=True)
+            found = store.store_outcome(job.key, owner=owner, outcome=outcome)
+        if found is None:
+            return outcome
+        if found.status is Status.STORED and found.outcome is not None:
+            earlier: Outcome = found.outcome
+            return earlier  # an earlier delivery of ours stored first: report that one
+        return None
+
+    def _report(self, job: ActivatedJob, outcome: Outcome, *, engine: Any, store: Any, deadline: float) -> None:
+        ref = job.ref
+        try:
+            CALLS.call(lambda: engine.report(ref, outcome), deadline=deadline)
+        except LeaseLostError:
+            # 409: the lease lapsed and someone else has (or finished) the job. Not a failure.
+            logger.info("engine says someone else finished this job: result not applied")
+            store.mark_reported(job.key, note="lease lost at report")
+            observability.record(ref.job_type, "lease_lost", job_id=ref.job_id)
+            return
+        except PayloadTooLargeError as exc:
+            replacement = Outcome.fail(
+                f"result is over the engine's cap of {exc.cap} bytes; job failed instead", retries=0, terminal=True
+            )
+            logger.error("result over the engine's cap: failing the job", extra={"cap": exc.cap})
+            store.replace_outcome(job.key, replacement)
+            self._report(job, replacement, engine=engine, store=store, deadline=deadline)
+            return
+        except RetryableEngineError as exc:
+            logger.warning("report not accepted yet; SQS will redeliver to re-report", extra={"error": str(exc)})
+            raise ReportOwedError(f"report of job {ref.job_id} still owed: {exc}") from exc
+        store.mark_reported(job.key)
+        event = {"complete": "completed", "fail": "failed", "throw": "thrown"}[outcome.kind]
+        observability.record(ref.job_type, event, job_id=ref.job_id)
+        logger.info("job reported", extra={"outcome": outcome.kind})
+
+
+def job_handler(job_type: str, *, backoff_seconds: int | None = None) -> Callable[[HandlerFunction], LambdaHandler]:
+    """Turn ``fn(job) -> dict`` into the Lambda entry point for one job type.
+
+    Returning a dict completes the job with those variables; raising :class:`TerminalError` fails
+    it with no retries left; raising :class:`ThrowError` throws a business error; any other
+    exception fails it with ``retries - 1`` and a backoff (``backoff_seconds``, default
+    WORKERLESS_FAIL_BACKOFF_SECONDS).
+
+    Example:
+        >>> from workerless import Job, TerminalError, job_handler
+        >>> @job_handler("charge-payment")
+        ... def handler(job: Job) -> dict:
+        ...     return {"paymentOk": True}
+    """
+
+    def decorate(fn: HandlerFunction) -> LambdaHandler:
+        processor = JobProcessor(job_type, fn, backoff_seconds=backoff_seconds)
+
+        @functools.wraps(fn)
+        def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+            return processor.handle_batch(event, context)
+
+        lambda_handler.processor = processor  # type: ignore[attr-defined]
+        lambda_handler.job_type = job_type  # type: ignore[attr-defined]
+        return lambda_handler
+
+    return decorate

@@ -1,0 +1,246 @@
+"""The poller: short-poll the engine for as many jobs as the routes can start, fan them out.
+
+One invocation (a schedule tick or a ticker message)::
+
+    capacity per route = max in flight - what its queue already holds
+        ▼
+    activate (waitSeconds 0: a Lambda must not pay to sit in a long poll)
+        ▼
+    SendMessageBatch per route ──refused──► hand the job straight back to the engine (release),
+        │                                   or fail it outright when it can never fit SQS
+        ▼
+    one delayed heartbeat ticket for the dispatched batch
+        ▼
+    again while work keeps arriving and the poll budget lasts; then stop
+
+Why dispatch before the ticket: if the poller dies between the two, the jobs still run and a short
+job finishes inside its lease; the other order would have the heartbeat keep alive jobs no handler
+will ever see, for up to the maximum hold time.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from workerless import observability
+from workerless.errors import (
+    ConfigurationError,
+    EngineError,
+    FinalEngineError,
+    RetryableEngineError,
+)
+from workerless.model import ActivatedJob, Demand, Outcome
+from workerless.observability import logger
+from workerless.retry import CALLS, POLL_BACKOFF_FINAL, POLL_BACKOFF_RETRYABLE
+from workerless.settings import Settings
+from workerless.ticket import Ticket, TicketEntry
+
+#: Upper bound on cycles in one invocation, whatever the budget (every loop is bounded).
+MAX_CYCLES = 1000
+#: Time kept back from the Lambda's remaining time when deciding whether to poll again.
+SAFETY_MARGIN_SECONDS = 3.0
+TICKER_STATE_KEY = "ticker"
+
+
+@dataclass
+class PollReport:
+    cycles: int = 0
+    polls: int = 0
+    empty_polls: int = 0
+    activated: int = 0
+    dispatched: int = 0
+    released: int = 0
+    errors: int = 0
+    per_type: dict[str, int] = field(default_factory=dict)
+
+
+class Poller:
+    """One poller invocation's work. Engine, queues and settings are injected (fakes in tests).
+
+    Example:
+        >>> report = Poller(settings, engine, queues).run(deadline=time.monotonic() + 20)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        engine: Any,
+        queues: Any,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.queues = queues
+        self.clock = clock
+        self.sleep = sleep
+        # Jobs this invocation dispatched in its last cycle, per type: SQS's approximate counts
+        # can lag a send by a moment, so capacity never counts fewer than these as in flight.
+        self._recent: dict[str, int] = {}
+
+    def demands(self) -> list[Demand]:
+        demands = []
+        for route in self.settings.routes:
+            in_flight = max(self.queues.in_flight(route.queue_url), self._recent.get(route.type, 0))
+            capacity = max(0, route.max_in_flight - in_flight)
+            demands.append(Demand(route.type, capacity, route.engine_queue))
+        return demands
+
+    def run(self, *, deadline: float) -> PollReport:
+        """Poll until a cycle finds no work, there is no room, or time runs out."""
+        report = PollReport()
+        budget_end = min(deadline, self.clock() + self.settings.poll_budget_seconds)
+        while report.cycles < MAX_CYCLES:
+            report.cycles += 1
+            dispatched, wait = self.cycle(report, deadline=deadline)
+            if wait is not None:
+                # A failed poll: back off (1 s retryable / Retry-After, 5 s final) if time allows.
+                if self.clock() + wait + SAFETY_MARGIN_SECONDS >= budget_end:
+                    break
+                self.sleep(wait)
+                continue
+            # Nothing dispatched: no work waiting, or every job had to be handed back (polling again
+            # at once would only take the same jobs back); the next tick tries again.
+            if dispatched == 0 or self.clock() + SAFETY_MARGIN_SECONDS >= budget_end:
+                break
+        counters = {k: v for k, v in vars(report).items() if isinstance(v, int)}
+        try:
+            self.engine.after_cycle(counters)
+        except Exception:  # noqa: BLE001 - liveness reporting must never fail the poller
+            logger.warning("engine after_cycle hook failed", exc_info=True)
+        return report
+
+    def cycle(self, report: PollReport, *, deadline: float) -> tuple[int, float | None]:
+        """One poll: returns (jobs dispatched, backoff to wait before the next poll or None)."""
+        demands = [d for d in self.demands() if d.capacity > 0]
+        if not demands:
+            return 0, None
+        report.polls += 1
+        try:
+            jobs = self.engine.activate(demands, self.settings.lease_seconds)
+        except ConfigurationError:
+            raise
+        except RetryableEngineError as exc:
+            report.errors += 1
+            logger.warning("poll failed; backing off", extra={"error": str(exc), "status": exc.status})
+            return 0, max(POLL_BACKOFF_RETRYABLE, exc.retry_after or 0.0)
+        except EngineError as exc:
+            report.errors += 1
+            logger.error("poll rejected; backing off", extra={"error": str(exc), "status": exc.status})
+            return 0, POLL_BACKOFF_FINAL
+        if not jobs:
+            report.empty_polls += 1
+            self._recent = {}
+            return 0, None
+        report.activated += len(jobs)
+        return self._dispatch(jobs, report, deadline=deadline), None
+
+    def _dispatch(self, jobs: list[ActivatedJob], report: PollReport, *, deadline: float) -> int:
+        by_type: dict[str, list[ActivatedJob]] = {}
+        for job in jobs:
+            by_type.setdefault(job.ref.job_type, []).append(job)
+            observability.record(job.ref.job_type, "activated", job_id=job.ref.job_id)
+        sent: list[ActivatedJob] = []
+        self._recent = {}
+        for job_type, batch in by_type.items():
+            route = self.settings.route(job_type)
+            if route is None:
+                # The engine handed us a type we did not ask for: never hold it.
+                for job in batch:
+                    self._hand_back(job, f"no route handles job type {job_type!r}", report, deadline=deadline)
+                continue
+            failures = {f.index: f for f in self.queues.send_batch(route.queue_url, [j.to_message() for j in batch])}
+            sent_here = 0
+            for index, job in enumerate(batch):
+                failure = failures.get(index)
+                if failure is None:
+                    sent.append(job)
+                    sent_here += 1
+                    observability.record(job_type, "dispatched", job_id=job.ref.job_id)
+                elif failure.oversized:
+                    # It can never fit an SQS message: fail it for good, with the cap in the reason.
+                    self._fail_for_good(job, failure.reason, report, deadline=deadline)
+                else:
+                    self._hand_back(job, f"could not queue the job: {failure.reason}", report, deadline=deadline)
+            self._recent[job_type] = sent_here
+            report.per_type[job_type] = report.per_type.get(job_type, 0) + sent_here
+        report.dispatched += len(sent)
+        if sent:
+            self._send_ticket(sent)
+        return len(sent)
+
+    def _send_ticket(self, jobs: list[ActivatedJob]) -> None:
+        if not self.settings.heartbeat_queue_url:
+            logger.warning("no WORKERLESS_HEARTBEAT_QUEUE_URL: leases of long jobs will not be extended")
+            return
+        ticket = Ticket(
+            engine=jobs[0].ref.engine,
+            entries=tuple(TicketEntry(j.ref, j.lease_expires_at) for j in jobs),
+            first_seen=time.time(),
+        )
+        try:
+            self.queues.send(self.settings.heartbeat_queue_url, ticket.to_json(), delay_seconds=ticket.delay_seconds())
+        except Exception:
+            # The jobs are queued and will run; only jobs longer than their lease are at risk.
+            logger.exception("could not send the heartbeat ticket", extra={"jobs": len(jobs)})
+            raise
+
+    def _hand_back(self, job: ActivatedJob, reason: str, report: PollReport, *, deadline: float) -> None:
+        report.released += 1
+        observability.record(job.ref.job_type, "released", job_id=job.ref.job_id)
+        logger.warning("handing the job back to the engine", extra={"job_id": job.ref.job_id, "reason": reason})
+        try:
+            CALLS.call(lambda: self.engine.release(job, reason), deadline=deadline)
+        except EngineError as exc:
+            logger.error(
+                "could not hand the job back; it returns when its lease lapses",
+                extra={"job_id": job.ref.job_id, "error": str(exc)},
+            )
+
+    def _fail_for_good(self, job: ActivatedJob, reason: str, report: PollReport, *, deadline: float) -> None:
+        report.released += 1
+        observability.record(job.ref.job_type, "failed", job_id=job.ref.job_id, reason=reason)
+        logger.error("failing a job that cannot be queued", extra={"job_id": job.ref.job_id, "reason": reason})
+        try:
+            CALLS.call(
+                lambda: self.engine.report(job.ref, Outcome.fail(reason, retries=0, terminal=True)),
+                deadline=deadline,
+            )
+        except (FinalEngineError, RetryableEngineError) as exc:
+            logger.error("could not fail the job; it returns when its lease lapses", extra={"error": str(exc)})
+
+
+def continue_ticker(settings: Settings, state: Any, queues: Any, *, tick: dict[str, Any] | None, now: float) -> bool:
+    """Keep the self-rescheduling tick alive: a delayed message to the ticker queue every
+    WORKERLESS_TICK_SECONDS, for sub-minute pickup without a long poll.
+
+    ``tick`` is the message that invoked us (``{"chain": id, "seq": n}``), None for the schedule.
+    Exactly one chain lives, and each tick is continued once: the state record holds the chain id
+    and the last sequence number, written with compare-and-set. A redelivered or forked tick (an
+    old ``seq``, another ``chain``) is not continued. The schedule (the watchdog) starts a new
+    chain only when the last tick is overdue. Returns whether a tick was sent.
+    """
+    if not settings.tick_seconds or not settings.ticker_queue_url:
+        return False
+    current = state.get(TICKER_STATE_KEY)
+    overdue = current is None or now - float(current.get("last_tick", 0)) > 2 * settings.tick_seconds + 10
+    if tick is None:
+        if not overdue:
+            return False
+        chain, seq = uuid.uuid4().hex, 0
+    else:
+        chain, seq = str(tick.get("chain")), int(tick.get("seq", 0))
+        in_step = current is not None and current.get("chain") == chain and int(current.get("seq", -1)) == seq
+        if not in_step and not (current is None or overdue):
+            logger.info("stale or duplicate tick not continued", extra={"chain": chain, "seq": seq})
+            return False
+    version = None if current is None else int(current["version"])
+    if not state.put(TICKER_STATE_KEY, {"chain": chain, "seq": seq + 1, "last_tick": now}, expected_version=version):
+        return False  # another invocation moved the chain first
+    queues.send(settings.ticker_queue_url, {"chain": chain, "seq": seq + 1}, delay_seconds=settings.tick_seconds)
+    return True

@@ -1,0 +1,89 @@
+"""The job record: one DynamoDB item per engine attempt of a job, read by three parties.
+
+- The handler wrapper asks "may this delivery run the handler?" (claim), "what result do I
+  re-report?" (stored outcome) and records that the report landed.
+- The heartbeat asks "is this job still in the pipeline?" and marks it lost when the engine says
+  the lease is gone, so the running handler can stop cooperatively.
+- The dead-letter function asks "did the handler ever store a result?" before failing the job.
+
+States and who moves them (every write is conditional, so racing deliveries cannot both win)::
+
+    (none) ──claim──► CLAIMED ──store──► STORED ──report ok / 409──► REPORTED
+      │                 │  ▲ claim again once claim_expires_at has passed (that container died)
+      │                 └──┘
+      ├──heartbeat 409──► LOST ◄──heartbeat 409── CLAIMED     (STORED/REPORTED are never made LOST:
+      │                                                        the result is owed or delivered)
+      └──begin refused──► SKIPPED  (StageNext: another delivery holds the lease)
+
+A delivery that finds STORED re-reports the stored outcome and never runs the handler again. One
+that finds CLAIMED with a live claim leaves the message for a later redelivery. Every item has a
+TTL (``expires_at``) well past the longest a job can be in flight.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from workerless.model import Outcome
+
+
+class Status(StrEnum):
+    CLAIMED = "claimed"
+    STORED = "stored"
+    REPORTED = "reported"
+    LOST = "lost"
+    SKIPPED = "skipped"
+
+
+#: States after which nothing more is owed to the engine for this attempt.
+DONE = frozenset({Status.REPORTED, Status.LOST, Status.SKIPPED})
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    key: str
+    status: Status
+    owner: str | None = None
+    claim_expires_at: float | None = None
+    outcome: Outcome | None = None
+    lost_reason: str | None = None
+    deliveries: int = 0
+
+    @property
+    def in_pipeline(self) -> bool:
+        """Whether the heartbeat should still keep this job's lease alive."""
+        return self.status not in DONE
+
+    def claim_live(self, now: float) -> bool:
+        return self.status is Status.CLAIMED and (self.claim_expires_at or 0.0) > now
+
+
+class Decision(StrEnum):
+    """What a delivery should do, given the record it found when its claim was refused."""
+
+    RUN = "run"  # claimed: run the handler
+    REREPORT = "rereport"  # a result is stored: report it again, do not run
+    DONE = "done"  # reported already: acknowledge the delivery
+    SKIP = "skip"  # lost or skipped: do not run; acknowledge (StageNext: ack without executing)
+    RETRY_LATER = "retry_later"  # another delivery holds a live claim: leave for redelivery
+
+
+def decide(found: JobRecord | None, now: float) -> Decision:
+    """The move for a delivery whose conditional claim failed because ``found`` exists.
+
+    Example:
+        >>> decide(JobRecord("k", Status.STORED, outcome=Outcome.complete({})), now=0.0)
+        <Decision.REREPORT: 'rereport'>
+    """
+    if found is None:
+        return Decision.RUN
+    if found.status is Status.STORED:
+        return Decision.REREPORT
+    if found.status is Status.REPORTED:
+        return Decision.DONE
+    if found.status in (Status.LOST, Status.SKIPPED):
+        return Decision.SKIP
+    if found.claim_live(now):
+        return Decision.RETRY_LATER
+    return Decision.RUN

@@ -1,0 +1,246 @@
+"""The pipeline's own logic — poller, handler wrapper, heartbeat, dead-letter — on moto's SQS and
+DynamoDB with an in-memory engine, one hop at a time. (The same pipeline against each engine's
+emulator over loopback, driven by `workerless local`, is in test_local_pipeline_*.py.)"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from workerless import entrypoints, runtime
+from workerless.model import ActivatedJob
+from workerless.record import Status
+from workerless.testing import FakeEngine
+
+from tests.functional.aws import Aws, FakeContext, moto_aws
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_handler(job_type: str) -> Any:
+    path = ROOT / "functions" / job_type / "app.py"
+    spec = importlib.util.spec_from_file_location(f"fn_{job_type.replace('-', '_')}", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.handler
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Any:
+    # A 5 s lease puts each heartbeat ticket ~1 s out: tests read it without long waits.
+    monkeypatch.setenv("WORKERLESS_LEASE_SECONDS", "5")
+    with moto_aws(monkeypatch, max_in_flight=4) as env:
+        yield env
+
+
+@pytest.fixture
+def engine(aws: Aws) -> FakeEngine:
+    fake = FakeEngine()
+    runtime.set_engine(fake)
+    return fake
+
+
+def run_handler(aws: Aws, job_type: str, **context: Any) -> dict[str, Any]:
+    event = aws.receive_event(aws.queues[job_type])
+    response = load_handler(job_type)(event, FakeContext(**context))
+    aws.settle(aws.queues[job_type], event, response)
+    return response
+
+
+def test_poller_never_leases_more_than_the_route_can_start(aws: Aws, engine: FakeEngine) -> None:
+    """GIVEN 10 queued charge jobs and a route that allows 4 in flight
+    WHEN the poller runs
+    THEN exactly 4 are activated and queued, one message each, and one ticket covers the batch."""
+    for i in range(10):
+        engine.add_job("charge-payment", {"orderId": str(i), "amount": 10})
+
+    report = entrypoints.poller({}, FakeContext())
+
+    assert report["activated"] == 4
+    assert aws.depth(aws.queues["charge-payment"]) == 4
+    assert sum(1 for j in engine.jobs.values() if j.state == "leased") == 4
+    tickets = aws.sqs.get_queue_attributes(QueueUrl=aws.heartbeat_queue, AttributeNames=["All"])["Attributes"]
+    assert int(tickets["ApproximateNumberOfMessagesDelayed"]) + int(tickets["ApproximateNumberOfMessages"]) == 1
+
+
+def test_handler_completes_and_records_the_report(aws: Aws, engine: FakeEngine) -> None:
+    job_id = engine.add_job("charge-payment", {"orderId": "7", "amount": 12.5})
+    entrypoints.poller({}, FakeContext())
+
+    response = run_handler(aws, "charge-payment")
+
+    assert response == {"batchItemFailures": []}
+    assert engine.jobs[job_id].state == "completed"
+    assert engine.reports[job_id][-1].variables == {"paymentOk": True, "chargeId": "ch_7"}
+    record = runtime.get_store().get(f"fake#{job_id}#r3")
+    assert record is not None and record.status is Status.REPORTED
+    assert aws.depth(aws.queues["charge-payment"]) == 0
+
+
+def test_terminal_error_fails_with_no_retries(aws: Aws, engine: FakeEngine) -> None:
+    job_id = engine.add_job("charge-payment", {"orderId": "8", "amount": -1})
+    entrypoints.poller({}, FakeContext())
+
+    run_handler(aws, "charge-payment")
+
+    outcome = engine.reports[job_id][-1]
+    assert outcome.kind == "fail" and outcome.retries == 0 and outcome.terminal
+    assert "positive number" in (outcome.message or "")
+    assert engine.jobs[job_id].state == "failed"
+
+
+def test_redelivered_job_with_stored_result_is_rereported_not_rerun(aws: Aws, engine: FakeEngine) -> None:
+    """GIVEN a handler whose first report fails (engine unavailable)
+    WHEN SQS redelivers the message
+    THEN the stored result is reported and the handler is not run again."""
+    from workerless.errors import EngineUnavailableError
+
+    job_id = engine.add_job("send-receipt", {"orderId": "9"})
+    entrypoints.poller({}, FakeContext())
+    handler = load_handler("send-receipt")
+    runs = []
+    original_fn = handler.processor.fn
+
+    def counting(job: Any) -> Any:
+        runs.append(job.id)
+        return original_fn(job)
+
+    handler.processor.fn = counting
+    real_report = engine.report
+    calls = {"n": 0}
+
+    def flaky_report(ref: Any, outcome: Any) -> None:
+        calls["n"] += 1
+        if calls["n"] <= 4:  # every try of the first delivery fails
+            raise EngineUnavailableError("down", engine="fake", job_id=ref.job_id, status=503)
+        real_report(ref, outcome)
+
+    engine.report = flaky_report  # type: ignore[method-assign]
+
+    event = aws.receive_event(aws.queues["send-receipt"], visibility=0)
+    first = handler(event, FakeContext())
+    assert len(first["batchItemFailures"]) == 1
+    assert runtime.get_store().get(f"fake#{job_id}#r3").status is Status.STORED
+
+    event = aws.receive_event(aws.queues["send-receipt"])
+    assert event["Records"][0]["attributes"]["ApproximateReceiveCount"] == "2"
+    second = handler(event, FakeContext())
+
+    assert second == {"batchItemFailures": []}
+    assert runs == [job_id]
+    assert engine.jobs[job_id].state == "completed"
+    assert runtime.get_store().get(f"fake#{job_id}#r3").status is Status.REPORTED
+
+
+def test_handler_returning_a_non_object_fails_the_job_with_the_reason(
+    aws: Aws, engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workerless import job_handler
+
+    job_id = engine.add_job("send-receipt", {})
+    entrypoints.poller({}, FakeContext())
+    handler = job_handler("send-receipt")(lambda job: ["not", "an", "object"])
+
+    event = aws.receive_event(aws.queues["send-receipt"])
+    handler(event, FakeContext())
+
+    outcome = engine.reports[job_id][-1]
+    assert outcome.kind == "fail" and "not a JSON object" in (outcome.message or "")
+    assert outcome.retries == 2
+
+
+def test_heartbeat_extends_live_jobs_and_stops_after_the_report(aws: Aws, engine: FakeEngine) -> None:
+    job_id = engine.add_job("generate-report", {"seconds": 0})
+    entrypoints.poller({}, FakeContext())
+    ticket_event = _ticket_event(aws)
+
+    entrypoints.heartbeat(ticket_event, FakeContext())
+    assert engine.extensions[job_id] == 1
+    resent = _ticket_event(aws)
+    assert len(json.loads(resent["Records"][0]["body"])["jobs"]) == 1
+
+    run_handler(aws, "generate-report")
+    entrypoints.heartbeat(resent, FakeContext())
+    assert engine.extensions[job_id] == 1, "a reported job is not extended again"
+    assert aws.depth(aws.heartbeat_queue) == 0, "no ticket is re-sent once nothing is live"
+
+
+def test_heartbeat_marks_a_lost_lease_and_the_handler_does_not_run(aws: Aws, engine: FakeEngine) -> None:
+    job_id = engine.add_job("charge-payment", {"orderId": "1", "amount": 1})
+    entrypoints.poller({}, FakeContext())
+    engine.lost.add(job_id)
+
+    entrypoints.heartbeat(_ticket_event(aws), FakeContext())
+    record = runtime.get_store().get(f"fake#{job_id}#r3")
+    assert record is not None and record.status is Status.LOST
+
+    response = run_handler(aws, "charge-payment")
+    assert response == {"batchItemFailures": []}
+    assert job_id not in engine.reports
+
+
+def test_dispatch_failure_hands_the_job_back_at_once(aws: Aws, engine: FakeEngine) -> None:
+    """An SQS send that fails must not leave the job to wait out its lease."""
+    job_id = engine.add_job("charge-payment", {"orderId": "1", "amount": 1})
+    queues = runtime.get_queues()
+
+    def refuse(queue_url: str, bodies: list[str]) -> list[Any]:
+        from workerless.aws.sqs import SendFailure
+
+        return [SendFailure(i, "throttled") for i in range(len(bodies))]
+
+    queues.send_batch = refuse  # type: ignore[method-assign]
+    report = entrypoints.poller({}, FakeContext())
+
+    assert report["released"] == 1 and report["dispatched"] == 0
+    assert engine.releases[job_id] and engine.jobs[job_id].state == "ready"
+
+
+def test_dead_letter_fails_the_job_with_the_reason(aws: Aws, engine: FakeEngine) -> None:
+    job_id = engine.add_job("charge-payment", {"orderId": "1", "amount": 1})
+    [job] = engine.activate([__import__("workerless.model").model.Demand("charge-payment", 1)], 60)
+    event = {
+        "Records": [
+            {
+                "messageId": "m-1",
+                "receiptHandle": "r",
+                "body": job.to_message(),
+                "attributes": {"ApproximateReceiveCount": "1"},
+                "messageAttributes": {},
+                "md5OfBody": "x",
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:charge-payment-dlq",
+                "awsRegion": "us-east-1",
+            }
+        ]
+    }
+    response = entrypoints.deadletter(event, FakeContext())
+
+    assert response == {"batchItemFailures": []}
+    outcome = engine.reports[job_id][-1]
+    assert outcome.kind == "fail" and "did not finish" in (outcome.message or "")
+    assert outcome.retries == 2
+
+
+def test_message_round_trip() -> None:
+    engine = FakeEngine()
+    engine.add_job("send-receipt", {"orderId": "x", "nested": {"a": [1, 2]}})
+    [job] = engine.activate([__import__("workerless.model").model.Demand("send-receipt", 1)], 60)
+    assert ActivatedJob.from_message(job.to_message()) == job
+
+
+def _ticket_event(aws: Aws) -> dict[str, Any]:
+    """Take the delayed ticket off the heartbeat queue (the tests' 5 s lease makes it ~1 s)."""
+    deadline = time.monotonic() + 6
+    while time.monotonic() < deadline:
+        event = aws.receive_event(aws.heartbeat_queue)
+        if event["Records"]:
+            aws.settle(aws.heartbeat_queue, event, {"batchItemFailures": []})
+            return event
+        time.sleep(0.2)
+    raise AssertionError("no ticket on the heartbeat queue")
