@@ -213,6 +213,9 @@ def _make_handler(router: Router) -> type[BaseHTTPRequestHandler]:
     class _Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         server_version = "workerless-emulator"
+        # Headers and body go out in two writes; with Nagle on, the body waits for the client's
+        # delayed ACK (~40 ms a request on loopback).
+        disable_nagle_algorithm = True
 
         def log_message(self, format: str, *args: Any) -> None:  # quiet: tests read their own output
             return
@@ -297,12 +300,16 @@ class EmulatorServer:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> EmulatorServer:
-        self._thread = threading.Thread(target=self._server.serve_forever, name="emulator", daemon=True)
-        self._thread.start()
+        """Serve in a background thread (idempotent)."""
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="emulator", daemon=True
+            )
+            self._thread.start()
         return self
 
     def serve_forever(self) -> None:
-        self._server.serve_forever()
+        self._server.serve_forever(poll_interval=0.2)
 
     def stop(self) -> None:
         self._server.shutdown()
