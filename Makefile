@@ -46,8 +46,10 @@ validate: sam-venv
 	$(SAM) validate --lint
 	$(SAM) validate --region us-east-1
 
+# The layer's Makefile runs pip for the Lambda platform (arm64, CPython 3.12) under .venv-sam's
+# python: no Docker and no python3.12 needed on this machine.
 build: sam-venv
-	$(SAM) build
+	PYTHON=$(abspath $(SAM_VENV))/bin/python $(SAM) build
 
 clean:
 	rm -rf $(VENV) $(SAM_VENV) .aws-sam .pytest_cache .mypy_cache .ruff_cache

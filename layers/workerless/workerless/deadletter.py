@@ -7,14 +7,19 @@ handler did finish and only the report kept failing.
 from __future__ import annotations
 
 import hashlib
+import time
 from typing import Any
 
 from workerless import observability
-from workerless.errors import LeaseLostError, MessageFormatError
+from workerless.errors import LeaseLostError, MessageFormatError, PipelineError
 from workerless.model import ActivatedJob, Outcome
 from workerless.observability import logger
 from workerless.record import DONE, Status
 from workerless.retry import CALLS
+
+
+class ClaimStillLiveError(PipelineError):
+    """The dead-lettered job's handler still holds a live claim: try again later."""
 
 
 def process_dead_letter(
@@ -40,6 +45,10 @@ def process_dead_letter(
         return
     ref = job.ref
     record = store.get(job.key)
+    if record is not None and record.claim_live(time.time()):
+        # A delivery is still running the handler (its redeliveries piled up while it ran): do
+        # not fail a job that may yet finish. The DLQ redelivers this message later.
+        raise ClaimStillLiveError(f"job {ref.job_id} is still being handled; settling it later")
     if record is not None and record.status in DONE:
         logger.info(
             "dead-lettered job was already settled", extra={"job_id": ref.job_id, "status": record.status.value}

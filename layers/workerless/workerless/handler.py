@@ -200,7 +200,9 @@ class JobProcessor:
             outcome = Outcome.throw(exc.error_code, exc.error_message, exc.variables)
         except Exception as exc:  # noqa: BLE001 - any other exception fails the job, with the stack
             stack = traceback.format_exc()
-            job.log(stack, "error")
+            # The function's log gets it here; engines that keep task logs get it with the report
+            # (the adapter writes outcome.stack before reporting, re-reports included).
+            logger.exception("handler raised", extra={"error": f"{type(exc).__name__}: {exc}"})
             outcome = Outcome.fail(
                 f"{type(exc).__name__}: {exc}",
                 retries=retries_after_failure,

@@ -37,7 +37,9 @@ class JobRef:
     job_id: str
     job_type: str
     attempt: str = ""
-    handle: Mapping[str, Any] = field(default_factory=dict)
+    #: Engine-specific data for later calls; may hold credentials (ack and lease tokens), so it is
+    #: kept out of repr() and therefore out of any log line that prints a JobRef.
+    handle: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def key(self) -> str:
@@ -81,7 +83,7 @@ class ActivatedJob:
     """
 
     ref: JobRef
-    variables: dict[str, Any]
+    variables: dict[str, Any] = field(repr=False)
     lease_expires_at: float
     activated_at: float
     retries: int | None = None

@@ -66,10 +66,12 @@ def get_engine() -> Engine:
         settings = get_settings()
         values = engine_values()
         name = settings.engine or infer_engine(values)
+        client = new_http_client(settings.http_timeout_seconds)
+        _built["http"] = client  # owned here: closed by reset(), whatever the adapter does
         return build_engine(
             name,
             values,
-            new_http_client(settings.http_timeout_seconds),
+            client,
             worker_id=settings.worker_id,
             state=DynamoState(get_store()),
         )
@@ -90,6 +92,7 @@ def reset() -> None:
 
     with _lock:
         engine = _built.pop("engine", None)
+        client = _built.pop("http", None)
         _built.clear()
     if engine is not None:
         try:
@@ -98,5 +101,7 @@ def reset() -> None:
             from workerless.observability import logger
 
             logger.warning("engine close failed", exc_info=True)
+    if client is not None:
+        client.close()
     clear_settings()
     clear_clients()

@@ -322,3 +322,65 @@ class EmulatorServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def mock_transport(router: Router) -> Any:
+    """An ``httpx.MockTransport`` that answers from ``router`` in-process, without sockets.
+
+    Same dispatch as :class:`EmulatorServer` (404/405, request stats, injected faults, problem+json
+    for a handler error), so benchmarks and tests can count engine requests and inject faults
+    with no loopback server; a ``drop`` fault raises ``httpx.RemoteProtocolError``. Any host in the
+    URL reaches the router: only the path and query matter.
+
+    Example:
+        >>> client = httpx.Client(transport=mock_transport(router))          # doctest: +SKIP
+        >>> client.get("http://emulator.invalid/_admin/stats").json()        # doctest: +SKIP
+    """
+    import httpx  # lazily: the emulator server itself is standard library only
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        method = request.method
+        path = request.url.path
+        body = request.read()
+        response = _dispatch_in_process(router, method, path, request.url.query.decode(), request.headers, body)
+        if response is None:
+            raise httpx.RemoteProtocolError("connection dropped (injected fault)", request=request)
+        headers = dict(response.headers)
+        headers["Content-Length"] = str(len(response.body))
+        content = b"" if method == "HEAD" else response.body
+        return httpx.Response(response.status, headers=headers, content=content)
+
+    return httpx.MockTransport(handle)
+
+
+def _dispatch_in_process(
+    router: Router, method: str, path: str, query_text: str, headers: Any, body: bytes
+) -> Response | None:
+    """The server's dispatch for one in-process request; None: the connection is dropped."""
+    if len(body) > MAX_BODY:
+        return problem(413, "Content Too Large", f"body over {MAX_BODY} bytes")
+    found = router.match(method, path)
+    if found is None:
+        status = 405 if router.allowed(path) else 404
+        return problem(status, "Method Not Allowed" if status == 405 else "Not Found", path)
+    pattern, params, fn = found
+    if not path.startswith("/_admin/"):
+        router.count(method, pattern)
+        fault = router.take_fault(method, path, pattern)
+        if fault is not None:
+            if fault.delay:
+                time.sleep(fault.delay)
+            if fault.drop:
+                return None
+            if fault.status is not None:
+                if fault.body is not None:
+                    return json_response(fault.body, fault.status, fault.headers)
+                return problem(fault.status, "Injected fault", None, headers=fault.headers)
+    query = {k: v[-1] for k, v in parse_qs(query_text).items()}
+    request = Request(method, path, pattern, params, query, dict(headers.items()), body)
+    try:
+        return fn(request)
+    except HTTPProblem as exc:
+        return exc.response
+    except Exception as exc:  # noqa: BLE001 - an emulator bug must answer 500, as the server does
+        return problem(500, "Internal Server Error", f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,462 @@
+"""The ``workerless`` command: run the template locally, serve an engine emulator, or run the demo.
+
+::
+
+    workerless local    [--template template.yaml] [--env-file .env] [--until-idle S] ...
+    workerless emulate  ENGINE [--port N] [--auth on|off] [--jobs FILE]
+    workerless demo     [--engine sheptra] [--jobs N] [--template template.yaml]
+
+A configuration mistake (a bad template, env file or option) prints one line to stderr and exits 2;
+exit 1 means the run itself did not succeed (not idle in time, a demo job not completed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import inspect
+import logging
+import re
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from workerless.errors import ConfigurationError, WorkerlessError
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+ENGINES = ("sheptra", "nodeflow", "stagenext")
+DEMO_JOB_TYPES = ("charge-payment", "send-receipt", "generate-report")
+TERMINAL_STATES = ("completed", "failed", "thrown")
+
+
+class UsageError(Exception):
+    """A user mistake on the command line: printed as one line, exit 2."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Entry point
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``workerless`` console script. Returns the exit code (and exits with it when run as a script)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    restore_logging = _configure_logging(args.log_level)
+    try:
+        code: int = args.run(args)
+    except (ConfigurationError, UsageError) as exc:
+        print(f"workerless: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except WorkerlessError as exc:
+        print(f"workerless: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("workerless: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        restore_logging()
+    return code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="workerless",
+        description="Run workflow-engine workers as AWS Lambda functions — locally, against an emulator, or in a demo.",
+    )
+    parser.add_argument(
+        "--log-level", default=None, help="log level of workerless.local (default: INFO; demo: WARNING)"
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    local = commands.add_parser(
+        "local",
+        help="run every function of template.yaml in one process (embedded SQS and DynamoDB)",
+        description="Run the template's functions in one process, on moto's SQS and DynamoDB, against the "
+        "engine named by the env file (a real engine or `workerless emulate`).",
+    )
+    local.add_argument("--template", default="template.yaml", help="SAM template (default: template.yaml)")
+    local.add_argument("--env-file", default=None, help="engine connection values, dotenv (default: .env if present)")
+    local.add_argument(
+        "--parameter-overrides",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="template parameter values, as for sam deploy",
+    )
+    local.add_argument("--until-idle", type=float, default=None, metavar="SECONDS", help="exit 0 once idle this long")
+    local.add_argument("--max-seconds", type=float, default=None, help="safety cap on the whole run (exit 1 past it)")
+    _add_timing_options(local)
+    local.set_defaults(run=cmd_local)
+
+    emulate = commands.add_parser(
+        "emulate",
+        help="serve an engine emulator on 127.0.0.1",
+        description="Serve a faithful emulator of an engine's worker API on loopback and print the env-file lines "
+        "that reach it.",
+    )
+    emulate.add_argument("engine", choices=ENGINES)
+    emulate.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
+    emulate.add_argument("--auth", choices=("on", "off"), default=None, help="require credentials (emulators that can)")
+    emulate.add_argument(
+        "--jobs", default=None, metavar="FILE", help='JSON list of jobs: [{"type": ..., "variables": {}}]'
+    )
+    emulate.add_argument("--env-out", default=None, metavar="FILE", help="also write the env-file lines to FILE")
+    emulate.set_defaults(run=cmd_emulate)
+
+    demo = commands.add_parser(
+        "demo",
+        help="emulator + local topology + example jobs, end to end",
+        description="Start an engine emulator, create example jobs, run the template locally until every job is "
+        "done at the emulator, and print the summary. No AWS account and no engine needed.",
+    )
+    demo.add_argument("--engine", choices=ENGINES, default="sheptra")
+    demo.add_argument("--jobs", type=int, default=9, help="jobs to create, spread over the example types (default 9)")
+    demo.add_argument("--template", default="template.yaml")
+    demo.add_argument("--max-seconds", type=float, default=50.0, help="give up after this long (default 50)")
+    _add_timing_options(demo, schedule=2.0, visibility=10, tick=1)
+    demo.set_defaults(run=cmd_demo)
+    return parser
+
+
+def _add_timing_options(
+    parser: argparse.ArgumentParser,
+    *,
+    schedule: float | None = None,
+    visibility: int | None = None,
+    tick: int | None = None,
+) -> None:
+    parser.add_argument(
+        "--schedule-seconds",
+        type=float,
+        default=schedule,
+        help="fire Schedule events this often (default: the template's rate, capped at 5 s locally)"
+        if schedule is None
+        else f"fire Schedule events this often (default {schedule:g})",
+    )
+    parser.add_argument(
+        "--visibility-seconds",
+        type=int,
+        default=visibility,
+        help="cap every queue's VisibilityTimeout (default: the template's)"
+        if visibility is None
+        else f"cap every queue's VisibilityTimeout (default {visibility})",
+    )
+    if tick is not None:
+        parser.add_argument(
+            "--tick-seconds", type=int, default=tick, help=f"TickSeconds parameter for the demo (default {tick})"
+        )
+
+
+def _configure_logging(level: str | None) -> Callable[[], None]:
+    """Send workerless.local's lines to stderr; returns what undoes it (main() runs in tests too)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+    local = logging.getLogger("workerless.local")
+    library = logging.getLogger("workerless")
+    saved = (local.handlers[:], local.propagate, local.level, library.level)
+    local.handlers[:] = [handler]
+    local.propagate = False
+    try:
+        local.setLevel(level.upper() if level is not None else logging.INFO)
+    except ValueError:
+        raise SystemExit(f"workerless: error: unknown log level {level!r}") from None
+
+    def restore() -> None:
+        local.handlers[:], local.propagate = saved[0], saved[1]
+        local.setLevel(saved[2])
+        library.setLevel(saved[3])
+
+    return restore
+
+
+# ------------------------------------------------------------------------------------------------
+# workerless local
+
+
+def cmd_local(args: argparse.Namespace) -> int:
+    from workerless.local.runtime import IdleTimeout, LocalTopology
+
+    env_file = args.env_file
+    if env_file is None and Path(".env").is_file():
+        env_file = ".env"
+    topology = LocalTopology(
+        args.template,
+        env_file,
+        parameters=parse_overrides(args.parameter_overrides),
+        visibility_seconds=args.visibility_seconds,
+        schedule_seconds=args.schedule_seconds,
+    )
+    print(_describe(topology), file=sys.stderr)
+    code = EXIT_OK
+    with _stop_on_signals() as stop, topology:
+        try:
+            if args.until_idle is not None:
+                cap = args.max_seconds if args.max_seconds is not None else 3600.0
+                topology.run_until_idle(args.until_idle, cap)
+            elif not topology.wait(stop, args.max_seconds):
+                print(f"workerless: --max-seconds {args.max_seconds:g} reached", file=sys.stderr)
+        except IdleTimeout as exc:
+            print(f"workerless: {exc}", file=sys.stderr)
+            code = EXIT_FAILED
+        print("draining...", file=sys.stderr)
+    _print_report(topology)
+    return code
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, str]:
+    """``KEY=VALUE`` words (also ``ParameterKey=K,ParameterValue=V``) → a dict."""
+    overrides: dict[str, str] = {}
+    for item in items:
+        found = re.fullmatch(r"ParameterKey=([^,]+),ParameterValue=(.*)", item)
+        key, sep, value = (found.group(1), "=", found.group(2)) if found else item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"parameter override {item!r} is not KEY=VALUE")
+        overrides[key] = value
+    return overrides
+
+
+def _describe(topology: Any) -> str:
+    template = topology.template
+    lines = [f"workerless local: {template.path}"]
+    for spec in template.functions:
+        sources = [f"SQS {e.queue_id} (batch {e.batch_size})" for e in spec.sqs_events if e.enabled]
+        sources += [f"schedule {s.expression}" for s in spec.schedule_events if s.enabled]
+        loop = ", RecursiveLoop Allow" if spec.allows_recursion else ""
+        lines.append(
+            f"  {spec.logical_id}: {spec.handler} in {spec.code_dir.name}/ <- {', '.join(sources) or '-'}{loop}"
+        )
+    return "\n".join(lines)
+
+
+def _print_report(topology: Any) -> None:
+    print(topology.summary.table())
+    invocations = topology.invocations
+    errors = topology.errors
+    if invocations:
+        print()
+        print(
+            "invocations: "
+            + ", ".join(
+                f"{name} {count}" + (f" ({errors[name]} failed)" if errors.get(name) else "")
+                for name, count in sorted(invocations.items())
+            )
+        )
+    for stopped in topology.stopped_loops:
+        print(f"recursive loop stopped: {stopped.function} (queue {stopped.queue}, depth {stopped.depth})")
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[threading.Event]:
+    """An event set by SIGINT / SIGTERM (the first one; a second SIGINT interrupts the drain)."""
+    stop = threading.Event()
+    previous: dict[signal.Signals, Any] = {}
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, handle)
+    try:
+        yield stop
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+# ------------------------------------------------------------------------------------------------
+# workerless emulate
+
+
+def load_emulator_module(engine: str) -> Any:
+    if engine not in ENGINES:
+        raise UsageError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+    try:
+        return importlib.import_module(f"workerless.emulators.{engine}")
+    except ImportError as exc:
+        raise UsageError(f"the {engine} emulator cannot be loaded: {exc}") from None
+
+
+def create_emulator(module: Any, *, auth: bool | None) -> Any:
+    """``module.create()``, passing ``auth`` only where create() takes it as an on/off switch."""
+    create: Callable[..., Any] = module.create
+    if auth is None:
+        return create()
+    parameter = inspect.signature(create).parameters.get("auth")
+    if parameter is None or not isinstance(parameter.default, bool):
+        raise UsageError(f"the {module.__name__.rsplit('.', 1)[-1]} emulator has no --auth switch")
+    return create(auth=auth)
+
+
+def env_lines(values: dict[str, str]) -> str:
+    """dotenv lines; values with spaces, quotes or ``#`` are single-quoted."""
+    lines = []
+    for key, value in values.items():
+        if re.fullmatch(r"[^\s'\"#\\]*", value):
+            lines.append(f"{key}={value}")
+        else:
+            lines.append(f"{key}='{value}'" if "'" not in value else f'{key}="{value}"')
+    return "\n".join(lines) + "\n"
+
+
+def cmd_emulate(args: argparse.Namespace) -> int:
+    module = load_emulator_module(args.engine)
+    auth = None if args.auth is None else args.auth == "on"
+    emulator = create_emulator(module, auth=auth)
+    if args.jobs:
+        created = _load_jobs(emulator, args.jobs)
+        print(f"created {len(created)} job(s) from {args.jobs}", file=sys.stderr)
+    try:
+        server = emulator.serve(port=args.port)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on 127.0.0.1:{args.port}: {exc.strerror}") from None
+    # This prints the emulator's demo credentials on purpose: it is the developer's own loopback
+    # emulator, and these lines are what they paste into their .env to reach it.
+    block = env_lines(emulator.engine_values(server.url))
+    print(f"{args.engine} emulator on {server.url} (Ctrl-C to stop); env-file lines on stdout", file=sys.stderr)
+    print(f"# {args.engine} emulator on {server.url}")
+    print(f"WORKERLESS_ENGINE={args.engine}")
+    print(block, end="", flush=True)
+    if args.env_out:
+        Path(args.env_out).write_text(f"WORKERLESS_ENGINE={args.engine}\n{block}", encoding="utf-8")
+        print(f"wrote {args.env_out}", file=sys.stderr)
+    with _stop_on_signals() as stop:
+        while not stop.wait(0.5):
+            pass
+    server.stop()
+    return EXIT_OK
+
+
+def _load_jobs(emulator: Any, path: str) -> list[str]:
+    try:
+        return list(emulator.load_jobs(path))
+    except FileNotFoundError:
+        raise UsageError(f"jobs file {path!r} not found") from None
+    except (ValueError, TypeError, KeyError) as exc:
+        raise UsageError(f"jobs file {path!r}: {exc}") from None
+
+
+# ------------------------------------------------------------------------------------------------
+# workerless demo
+
+
+def demo_variables(job_type: str, index: int) -> dict[str, Any]:
+    """Valid input for the example handlers."""
+    order = f"order-{index + 1:04d}"
+    if job_type == "charge-payment":
+        return {"orderId": order, "amount": round(10 + index * 2.5, 2)}
+    if job_type == "send-receipt":
+        return {"orderId": order}
+    return {"seconds": 1}
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from workerless.local.runtime import LocalTopology
+
+    if args.jobs < 1:
+        raise UsageError("--jobs must be at least 1")
+    if args.log_level is None:
+        # The demo's output is the progress lines and the summary: the library's Powertools logger
+        # (named after the service, "workerless") was built at import with the default level.
+        logging.getLogger("workerless.local").setLevel(logging.WARNING)
+        logging.getLogger("workerless").setLevel(logging.WARNING)
+    template = Path(args.template)
+    if not template.is_file():
+        raise UsageError(f"template {str(template)!r} not found (run the demo from the project directory)")
+    module = load_emulator_module(args.engine)
+    emulator = create_emulator(module, auth=None)
+    server = emulator.serve(port=0)
+    started = time.monotonic()
+    try:
+        with tempfile.TemporaryDirectory(prefix="workerless-demo-") as tmp:
+            env_file = Path(tmp) / "demo.env"
+            env_file.write_text(
+                f"WORKERLESS_ENGINE={args.engine}\n" + env_lines(emulator.engine_values(server.url)), encoding="utf-8"
+            )
+            parameters = _demo_parameters(template, args)
+            topology = LocalTopology(
+                template,
+                env_file,
+                parameters=parameters,
+                visibility_seconds=args.visibility_seconds,
+                schedule_seconds=args.schedule_seconds,
+            )
+            print(f"{args.engine} emulator on {server.url}; {args.jobs} job(s) of {', '.join(DEMO_JOB_TYPES)}")
+            ids = [
+                emulator.create_job(DEMO_JOB_TYPES[i % len(DEMO_JOB_TYPES)], demo_variables(DEMO_JOB_TYPES[i % 3], i))
+                for i in range(args.jobs)
+            ]
+            progress = _Progress(emulator, ids, started)
+            with _stop_on_signals() as stop, topology:
+                finished = topology.run_until(lambda: progress.update() or stop.is_set(), args.max_seconds)
+                finished = finished and not stop.is_set()
+            states = progress.states()
+    finally:
+        server.stop()
+    print()
+    print(topology.summary.table())
+    print()
+    completed = sum(1 for state in states.values() if state == "completed")
+    elapsed = time.monotonic() - started
+    if completed == len(ids):
+        print(f"demo: all {len(ids)} jobs completed in {elapsed:.1f} s")
+        return EXIT_OK
+    unfinished = {job_id: state for job_id, state in states.items() if state != "completed"}
+    detail = ", ".join(f"{job_id[:8]}: {state}" for job_id, state in list(unfinished.items())[:10])
+    why = "gave up" if not finished else "finished"
+    print(f"demo: {why} after {elapsed:.1f} s with {completed}/{len(ids)} completed ({detail})", file=sys.stderr)
+    return EXIT_FAILED
+
+
+def _demo_parameters(template: Path, args: argparse.Namespace) -> dict[str, str]:
+    """Demo-friendly parameter values, for the parameters this template declares."""
+    from workerless.local.template import parse_template_text
+
+    declared = parse_template_text(template.read_text(encoding="utf-8"), source=str(template)).get("Parameters") or {}
+    wanted = {"EngineName": args.engine, "TickSeconds": str(args.tick_seconds), "LogLevel": "WARNING"}
+    return {key: value for key, value in wanted.items() if key in declared}
+
+
+class _Progress:
+    """Polls the emulator's job states and prints a line whenever the counts change."""
+
+    def __init__(self, emulator: Any, ids: list[str], started: float) -> None:
+        self._emulator = emulator
+        self._ids = ids
+        self._started = started
+        self._last: tuple[tuple[str, int], ...] = ()
+        self._states: dict[str, str] = {}
+
+    def states(self) -> dict[str, str]:
+        return dict(self._states)
+
+    def update(self) -> bool:
+        """True once every job is in a terminal state."""
+        for job_id in self._ids:
+            self._states[job_id] = str(self._emulator.job_state(job_id).get("state", "unknown"))
+        counts: dict[str, int] = {}
+        for state in self._states.values():
+            counts[state] = counts.get(state, 0) + 1
+        key = tuple(sorted(counts.items()))
+        if key != self._last:
+            self._last = key
+            shown = ", ".join(f"{state} {n}" for state, n in sorted(counts.items()))
+            done = sum(n for state, n in counts.items() if state in TERMINAL_STATES)
+            print(f"[{time.monotonic() - self._started:5.1f}s] {done}/{len(self._ids)} done  ({shown})", flush=True)
+        return all(state in TERMINAL_STATES for state in self._states.values())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

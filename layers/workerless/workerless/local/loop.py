@@ -1,0 +1,118 @@
+"""Recursive-loop tracking for local mode, the way AWS Lambda's recursive loop detection sees it.
+
+Lambda follows a chain Lambda → SQS → Lambda by tracing metadata the SDK adds to each message, and
+stops a function that keeps being invoked by its own messages (about 16 rounds) unless the function
+sets ``RecursiveLoop: Allow``. Local mode reproduces that without touching any message: botocore
+event hooks, registered on every session (like moto's own stubber), see each SendMessage /
+SendMessageBatch made while a local invocation is running, and record for each sent MessageId how
+deep in its own chain the receiving function would be. The library's code knows nothing of this.
+
+- A send to a queue that triggers the function making it: depth = depth of the triggering message
+  + 1, counted for that function.
+- Any other send (another function's queue, or outside an invocation): depth 0.
+
+The runtime checks the depth when it delivers a message (see ``runtime.LocalTopology``).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+#: Lambda's documented threshold: the chain is stopped after about 16 invocations.
+LOOP_LIMIT = 16
+
+
+class LoopTracker(Protocol):
+    """What the hooks need from the runtime that is running the current invocation."""
+
+    def triggers(self, queue_name: str, function_id: str) -> bool: ...
+
+    def record_depth(self, message_id: str, function_id: str, depth: int) -> None: ...
+
+    def note_send(self, queue_name: str, function_id: str, self_send: bool) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class InvocationScope:
+    """Set while a local invocation runs: who runs, and how deep in its own chain it is."""
+
+    tracker: LoopTracker
+    function_id: str
+    depth: int
+
+
+_CURRENT: contextvars.ContextVar[InvocationScope | None] = contextvars.ContextVar(
+    "workerless_local_invocation", default=None
+)
+_CONTEXT_KEY = "workerless_local_loop"
+_installed = False
+_install_lock = threading.Lock()
+
+
+def current_scope() -> InvocationScope | None:
+    return _CURRENT.get()
+
+
+def enter_scope(scope: InvocationScope) -> contextvars.Token[InvocationScope | None]:
+    return _CURRENT.set(scope)
+
+
+def exit_scope(token: contextvars.Token[InvocationScope | None]) -> None:
+    _CURRENT.reset(token)
+
+
+def queue_name_of(url: str) -> str:
+    """The queue name from a queue URL (hosts differ between endpoints; the name does not)."""
+    return url.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _before_send(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+    scope = _CURRENT.get()
+    if scope is None or not isinstance(params, dict):
+        return
+    name = queue_name_of(str(params.get("QueueUrl", "")))
+    self_send = scope.tracker.triggers(name, scope.function_id)
+    scope.tracker.note_send(name, scope.function_id, self_send)
+    if self_send:
+        context[_CONTEXT_KEY] = (scope.tracker, scope.function_id, scope.depth + 1)
+
+
+def _after_send(parsed: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+    stash = context.get(_CONTEXT_KEY)
+    if stash is None or not isinstance(parsed, dict):
+        return
+    tracker, function_id, depth = stash
+    message_ids = [parsed.get("MessageId")]
+    message_ids += [entry.get("MessageId") for entry in parsed.get("Successful") or [] if isinstance(entry, dict)]
+    for message_id in message_ids:
+        if isinstance(message_id, str) and message_id:
+            tracker.record_depth(message_id, function_id, depth)
+
+
+HOOKS: tuple[tuple[str, Callable[..., None]], ...] = (
+    ("before-parameter-build.sqs.SendMessage", _before_send),
+    ("before-parameter-build.sqs.SendMessageBatch", _before_send),
+    ("after-call.sqs.SendMessage", _after_send),
+    ("after-call.sqs.SendMessageBatch", _after_send),
+)
+
+
+def install_hooks() -> None:
+    """Register the hooks for every botocore session created from now on (idempotent).
+
+    They stay registered for the life of the process and do nothing outside a local invocation, so a
+    client cached by the library across two local runs keeps being tracked. Clients built before
+    this call lack them: the runtime clears the library's client cache after installing.
+    """
+    global _installed
+    with _install_lock:
+        if _installed:
+            return
+        from botocore.handlers import BUILTIN_HANDLERS
+
+        BUILTIN_HANDLERS.extend(HOOKS)
+        _installed = True

@@ -1,0 +1,138 @@
+"""The whole pipeline on Sheptra, end to end: template.yaml's topology run by local mode (poller,
+heartbeat, dead-letter and the three example handlers on moto's SQS and DynamoDB) against the
+Sheptra emulator over loopback."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from workerless import observability
+from workerless.emulators import sheptra
+from workerless.local import LocalTopology
+
+ROOT = Path(__file__).resolve().parents[2]
+FINAL = {"completed", "failed", "thrown"}
+
+
+@pytest.fixture
+def emulator() -> Iterator[Any]:
+    emu = sheptra.create(auth=True)
+    server = emu.serve(port=0)
+    try:
+        yield emu
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def env_file(tmp_path: Path, emulator: Any) -> Path:
+    path = tmp_path / "sheptra.env"
+    path.write_text(emulator.env_block(emulator.base_url) + "\nWORKERLESS_ENGINE=sheptra\n")
+    return path
+
+
+@pytest.fixture
+def events() -> Iterator[list[tuple[str, str, dict[str, Any]]]]:
+    seen: list[tuple[str, str, dict[str, Any]]] = []
+
+    def listener(job_type: str, event: str, fields: dict[str, Any]) -> None:
+        seen.append((job_type, event, fields))
+
+    observability.add_listener(listener)
+    yield seen
+    observability.remove_listener(listener)
+
+
+def topology(env_file: Path, *, visibility_seconds: int = 3) -> LocalTopology:
+    """The real template with test-sized timings: a 5 s lease makes "several lease lengths" a
+    matter of seconds, a short visibility timeout brings a redelivery back quickly (keep it longer
+    than the longest handler run, as the template's 6x rule does), and a 1 s tick keeps pickup fast."""
+    return LocalTopology(
+        ROOT / "template.yaml",
+        env_file,
+        parameters={"LeaseSeconds": "5", "TickSeconds": "1"},
+        visibility_seconds=visibility_seconds,
+        schedule_seconds=1,
+    )
+
+
+def wait_final(topo: LocalTopology, emulator: Any, ids: list[str], seconds: float) -> None:
+    done = topo.run_until(lambda: all(emulator.job_state(i)["state"] in FINAL for i in ids), max_seconds=seconds)
+    states = {i: emulator.job_state(i)["state"] for i in ids}
+    assert done, f"jobs not final after {seconds} s: {states}"
+
+
+def test_example_handlers_complete_fail_terminally_and_are_summarised(
+    emulator: Any, env_file: Path, events: list[tuple[str, str, dict[str, Any]]]
+) -> None:
+    charged = [emulator.create_job("charge-payment", {"orderId": f"o{i}", "amount": 10 + i}) for i in range(4)]
+    receipts = [emulator.create_job("send-receipt", {"orderId": f"o{i}"}) for i in range(3)]
+    report = emulator.create_job("generate-report", {"seconds": 1})
+    declined = emulator.create_job("charge-payment", {"orderId": "bad", "amount": 0})
+
+    with topology(env_file) as topo:
+        wait_final(topo, emulator, [*charged, *receipts, report, declined], 40)
+        summary = topo.summary.as_dict()
+
+    for job_id in charged:
+        state = emulator.job_state(job_id)
+        assert state["state"] == "completed"
+        assert state["output"]["paymentOk"] is True
+        assert state["output"]["chargeId"] == f"ch_{state['variables']['orderId']}"
+    assert all(emulator.job_state(j)["output"] == {"receiptSent": True} for j in receipts)
+    assert emulator.job_state(report)["output"] == {"reportReady": True}
+    failed = emulator.job_state(declined)
+    assert failed["state"] == "failed"
+    assert failed["retries"] == 0
+    assert "positive number" in failed["error_message"]
+    assert summary["charge-payment"]["completed"] == 4
+    assert summary["charge-payment"]["failed"] == 1
+    assert summary["send-receipt"]["completed"] == 3
+    assert all(emulator.job_state(j)["attempts"] == 1 for j in [*charged, *receipts, report])
+
+
+def test_long_job_is_kept_alive_by_the_heartbeat_past_several_leases(
+    emulator: Any, env_file: Path, events: list[tuple[str, str, dict[str, Any]]]
+) -> None:
+    """GIVEN a 5 s lease and a report that takes 17 s (more than three lease lengths)
+    THEN the heartbeat extends the lease as it goes, the job completes on its first attempt with
+    its retries untouched, and nobody else is handed it."""
+    job_id = emulator.create_job("generate-report", {"seconds": 17}, retries=3)
+
+    with topology(env_file, visibility_seconds=60) as topo:
+        wait_final(topo, emulator, [job_id], 45)
+
+    state = emulator.job_state(job_id)
+    assert state["state"] == "completed"
+    assert state["attempts"] == 1
+    assert state["retries"] == 3
+    extends = [e for t, e, f in events if e == "extended" and f.get("job_id") == job_id]
+    assert len(extends) >= 3, f"expected an extension per third of a lease, saw {len(extends)}"
+
+
+def test_redelivered_job_is_rereported_not_rerun(
+    emulator: Any, env_file: Path, events: list[tuple[str, str, dict[str, Any]]]
+) -> None:
+    """GIVEN the engine refuses the first delivery's report (503, every try)
+    WHEN SQS redelivers the message after its visibility timeout
+    THEN the stored result is reported, and the handler has run exactly once."""
+    job_id = emulator.create_job("send-receipt", {"orderId": "r1"})
+    # Four 503s: every try of the first delivery's report (the retry policy makes four).
+    httpx.post(
+        f"{emulator.base_url}/_admin/faults",
+        json={"method": "POST", "path": f"/cells/{emulator.cell}/v1/jobs/{job_id}/complete", "status": 503, "times": 4},
+    ).raise_for_status()
+
+    with topology(env_file) as topo:
+        wait_final(topo, emulator, [job_id], 40)
+
+    assert emulator.job_state(job_id)["state"] == "completed"
+    started = [e for t, e, f in events if e == "started" and f.get("job_id") == job_id]
+    rereported = [e for t, e, f in events if e == "rereported" and f.get("job_id") == job_id]
+    assert len(started) == 1, "the handler ran once"
+    assert len(rereported) >= 1, "the stored result was re-reported on redelivery"
+    assert emulator.job_state(job_id)["attempts"] == 1

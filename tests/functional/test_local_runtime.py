@@ -1,0 +1,310 @@
+"""The local runtime emulates Lambda around ordinary functions: SQS event sources (BatchSize,
+MaximumConcurrency, partial batch responses, redelivery, DLQ), schedules, recursive-loop detection,
+idle detection and the environment union — on a small fixture template written into tmp_path."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from workerless.local.runtime import IdleTimeout, LocalTopology
+from workerless.local.template import TemplateError
+
+TEMPLATE = """\
+AWSTemplateFormatVersion: "2010-09-09"
+Transform: AWS::Serverless-2016-10-31
+Parameters:
+  RecordDir:
+    Type: String
+  SecretArn:
+    Type: String
+  LoopSetting:
+    Type: String
+    Default: Terminate
+    AllowedValues: [Allow, Terminate]
+  BatchSize:
+    Type: Number
+    Default: 3
+Globals:
+  Function:
+    Runtime: python3.12
+    Timeout: 5
+    Environment:
+      Variables:
+        RECORD_DIR: !Ref RecordDir
+        WORKERLESS_ENGINE: nodeflow
+        WORKERLESS_SECRET_ARN: !Ref SecretArn
+        ECHO_QUEUE_URL: !Ref EchoQueue
+Resources:
+  EchoQueue:
+    Type: AWS::SQS::Queue
+    Properties:
+      VisibilityTimeout: 360
+      SqsManagedSseEnabled: true
+      RedrivePolicy:
+        deadLetterTargetArn: !GetAtt EchoDeadLetterQueue.Arn
+        maxReceiveCount: 2
+  EchoDeadLetterQueue:
+    Type: AWS::SQS::Queue
+  EchoFunction:
+    Type: AWS::Serverless::Function
+    Properties:
+      CodeUri: functions/echo/
+      Handler: app.handler
+      Environment:
+        Variables:
+          ECHO_ONLY: "yes"
+      Events:
+        Jobs:
+          Type: SQS
+          Properties:
+            Queue: !GetAtt EchoQueue.Arn
+            BatchSize: !Ref BatchSize
+            ScalingConfig:
+              MaximumConcurrency: 2
+            FunctionResponseTypes: [ReportBatchItemFailures]
+  LoopQueue:
+    Type: AWS::SQS::Queue
+    Properties:
+      VisibilityTimeout: 30
+  LoopFunction:
+    Type: AWS::Serverless::Function
+    Properties:
+      CodeUri: functions/loop-back/
+      Handler: app.handler
+      RecursiveLoop: !Ref LoopSetting
+      Environment:
+        Variables:
+          LOOP_QUEUE_URL: !Sub "${LoopQueue}"
+      Events:
+        Again:
+          Type: SQS
+          Properties:
+            Queue: !GetAtt LoopQueue.Arn
+            BatchSize: 1
+  TickFunction:
+    Type: AWS::Serverless::Function
+    Properties:
+      CodeUri: functions/tick/
+      Handler: app.handler
+      Events:
+        Watchdog:
+          Type: Schedule
+          Properties:
+            Schedule: rate(1 minute)
+"""
+
+# Records what it saw, one JSON line per invocation; fails or sleeps as the message body asks.
+ECHO = """\
+import json, os, threading, time
+
+_lock = threading.Lock()
+_active = 0
+
+def _write(entry):
+    with _lock, open(os.path.join(os.environ["RECORD_DIR"], "echo.jsonl"), "a") as fh:
+        fh.write(json.dumps(entry) + "\\n")
+
+def handler(event, context):
+    global _active
+    with _lock:
+        _active += 1
+        active = _active
+    try:
+        records = event["Records"]
+        _write({
+            "active": active,
+            "remaining_ms": context.get_remaining_time_in_millis(),
+            "function_name": context.function_name,
+            "records": [
+                {"id": json.loads(r["body"])["id"], "count": int(r["attributes"]["ApproximateReceiveCount"]),
+                 "source": r["eventSourceARN"], "md5": r["md5OfBody"], "attrs": r["messageAttributes"]}
+                for r in records
+            ],
+            "env": {k: os.environ.get(k) for k in ("ECHO_ONLY", "LOOP_QUEUE_URL", "WORKERLESS_ENGINE",
+                                                    "WORKERLESS_ENV_FILE", "WORKERLESS_SECRET_ARN")},
+        })
+        failures = []
+        for r in records:
+            body = json.loads(r["body"])
+            time.sleep(body.get("sleep", 0))
+            if body.get("raise"):
+                raise RuntimeError("asked to raise")
+            if int(r["attributes"]["ApproximateReceiveCount"]) <= body.get("fail_times", 0):
+                failures.append({"itemIdentifier": r["messageId"]})
+        return {"batchItemFailures": failures}
+    finally:
+        with _lock:
+            _active -= 1
+"""
+
+# Sends the next hop of a chain to its own queue until hop == stop.
+LOOP = """\
+import json, os
+import boto3
+
+_sqs = None
+
+def handler(event, context):
+    global _sqs
+    if _sqs is None:
+        _sqs = boto3.client("sqs")
+    for record in event["Records"]:
+        body = json.loads(record["body"])
+        with open(os.path.join(os.environ["RECORD_DIR"], "loop.jsonl"), "a") as fh:
+            fh.write(json.dumps(body) + "\\n")
+        if body["hop"] < body["stop"]:
+            _sqs.send_message(QueueUrl=os.environ["LOOP_QUEUE_URL"],
+                              MessageBody=json.dumps({"hop": body["hop"] + 1, "stop": body["stop"]}))
+"""
+
+TICK = """\
+import json, os
+
+def handler(event, context):
+    with open(os.path.join(os.environ["RECORD_DIR"], "tick.jsonl"), "a") as fh:
+        fh.write(json.dumps({"source": event.get("source"), "detail-type": event.get("detail-type")}) + "\\n")
+"""
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Path:
+    """A template and its function directories (hyphenated, like the real ones) in tmp_path."""
+    (tmp_path / "template.yaml").write_text(TEMPLATE)
+    for directory, code in (("echo", ECHO), ("loop-back", LOOP), ("tick", TICK)):
+        (tmp_path / "functions" / directory).mkdir(parents=True)
+        (tmp_path / "functions" / directory / "app.py").write_text(code)
+    (tmp_path / "records").mkdir()
+    (tmp_path / ".env").write_text("# engine values\nSHEPTRA_API_URL=http://127.0.0.1:1\nSHEPTRA_AUTH=off\n")
+    return tmp_path
+
+
+def topology(app: Path, **options: Any) -> LocalTopology:
+    parameters = {"RecordDir": str(app / "records"), "SecretArn": "arn:aws:secretsmanager:us-east-1:1:secret:x"}
+    parameters.update(options.pop("parameters", {}))
+    options.setdefault("visibility_seconds", 1)
+    options.setdefault("schedule_seconds", 60)
+    return LocalTopology(app / "template.yaml", app / ".env", parameters=parameters, **options)
+
+
+def lines(app: Path, name: str) -> list[dict[str, Any]]:
+    path = app / "records" / name
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def send(top: LocalTopology, queue: str, *bodies: dict[str, Any]) -> None:
+    sqs = top.client("sqs")
+    for body in bodies:
+        sqs.send_message(QueueUrl=top.queue_url(queue), MessageBody=json.dumps(body))
+
+
+def test_batches_honour_batch_size_and_maximum_concurrency(app: Path) -> None:
+    """GIVEN BatchSize 3 and MaximumConcurrency 2 WHEN 12 slow messages arrive THEN no batch holds more
+    than 3 records, at most (and at some point exactly) 2 batches run at once, every message is
+    processed once and deleted."""
+    with topology(app) as top:
+        send(top, "EchoQueue", *({"id": i, "sleep": 0.15} for i in range(12)))
+        top.run_until_idle(idle_seconds=0.5, max_seconds=15)
+        depths = top.queue_depths()
+    seen = lines(app, "echo.jsonl")
+    assert max(len(entry["records"]) for entry in seen) <= 3
+    assert max(entry["active"] for entry in seen) == 2
+    assert sorted(r["id"] for entry in seen for r in entry["records"]) == list(range(12))
+    assert depths["EchoQueue"].visible == depths["EchoQueue"].in_flight == 0
+    first = seen[0]
+    assert first["function_name"] == "workerless-local-EchoFunction"
+    assert 0 < first["remaining_ms"] <= 5000
+    assert first["records"][0]["source"] == "arn:aws:sqs:us-east-1:123456789012:workerless-local-EchoQueue"
+    assert len(first["records"][0]["md5"]) == 32
+
+
+def test_partial_batch_response_redelivers_only_failed_items(app: Path) -> None:
+    """GIVEN one record of a batch reported in batchItemFailures WHEN the visibility timeout passes THEN
+    only that record comes back, with ApproximateReceiveCount 2; the others were deleted."""
+    with topology(app) as top:
+        send(top, "EchoQueue", {"id": 1}, {"id": 2, "fail_times": 1}, {"id": 3})
+        top.run_until_idle(idle_seconds=0.5, max_seconds=15)
+        assert top.invocations["EchoFunction"] >= 2
+    deliveries = [(r["id"], r["count"]) for entry in lines(app, "echo.jsonl") for r in entry["records"]]
+    assert sorted(deliveries) == [(1, 1), (2, 1), (2, 2), (3, 1)]
+
+
+def test_a_raised_exception_returns_the_batch_and_redrive_moves_it_to_the_dlq(app: Path) -> None:
+    """GIVEN a function that raises WHEN the message has been received maxReceiveCount (2) times THEN
+    SQS moves it to the dead-letter queue; the function saw it exactly twice."""
+    with topology(app) as top:
+        send(top, "EchoQueue", {"id": 7, "raise": True})
+        top.run_until_idle(idle_seconds=1.5, max_seconds=15)
+        dlq = top.client("sqs").receive_message(
+            QueueUrl=top.queue_url("EchoDeadLetterQueue"), MaxNumberOfMessages=10, WaitTimeSeconds=0
+        )
+        assert top.errors["EchoFunction"] == 2
+    assert [json.loads(m["Body"])["id"] for m in dlq.get("Messages", [])] == [7]
+    counts = [r["count"] for entry in lines(app, "echo.jsonl") for r in entry["records"]]
+    assert counts == [1, 2]
+
+
+@pytest.mark.parametrize(("setting", "expected_hops"), [("Allow", 20), ("Terminate", 16)])
+def test_recursive_loop_is_stopped_after_16_rounds_unless_allowed(app: Path, setting: str, expected_hops: int) -> None:
+    """GIVEN a function that re-sends to its own queue for 20 rounds WHEN RecursiveLoop is Allow THEN all
+    20 rounds run; WHEN it is not THEN the 17th delivery is stopped (16 invocations) and recorded."""
+    with topology(app, parameters={"LoopSetting": setting}) as top:
+        send(top, "LoopQueue", {"hop": 1, "stop": 20})
+        top.run_until_idle(idle_seconds=0.5, max_seconds=20)
+        stopped = top.stopped_loops
+        assert top.invocations["LoopFunction"] == expected_hops
+        assert top.queue_depths()["LoopQueue"].visible == 0
+    assert [body["hop"] for body in lines(app, "loop.jsonl")] == list(range(1, expected_hops + 1))
+    if setting == "Allow":
+        assert stopped == []
+    else:
+        assert [(s.function, s.depth, s.moved_to) for s in stopped] == [("LoopFunction", 16, None)]
+
+
+def test_run_until_idle_times_out_while_work_is_running(app: Path) -> None:
+    """GIVEN an invocation that runs longer than max_seconds WHEN run_until_idle is asked to finish THEN
+    it raises IdleTimeout instead of declaring the topology idle."""
+    with topology(app) as top:
+        send(top, "EchoQueue", {"id": 1, "sleep": 1.5})
+        started = time.monotonic()
+        with pytest.raises(IdleTimeout):
+            top.run_until_idle(idle_seconds=0.3, max_seconds=0.8)
+        assert time.monotonic() - started < 1.5
+
+
+def test_environment_is_the_union_with_the_env_file_and_is_restored(app: Path) -> None:
+    """GIVEN Globals and per-function variables and an env file with Sheptra keys WHEN functions run THEN
+    they see every function's variables, WORKERLESS_ENV_FILE, the engine inferred from the file and no
+    secret ARN; after stop the process environment is as before."""
+    before = dict(os.environ)
+    with topology(app, schedule_seconds=0.2) as top:
+        send(top, "EchoQueue", {"id": 1})
+        top.run_until_idle(idle_seconds=0.5, max_seconds=10)
+        assert top.invocations.get("TickFunction", 0) >= 1
+    env = lines(app, "echo.jsonl")[0]["env"]
+    assert env == {
+        "ECHO_ONLY": "yes",
+        "LOOP_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/workerless-local-LoopQueue",
+        "WORKERLESS_ENGINE": "sheptra",
+        "WORKERLESS_ENV_FILE": str((app / ".env").resolve()),
+        "WORKERLESS_SECRET_ARN": None,
+    }
+    assert lines(app, "tick.jsonl")[0] == {"source": "aws.events", "detail-type": "Scheduled Event"}
+    assert dict(os.environ) == before
+
+
+def test_conflicting_environment_and_missing_handler_fail_before_start(app: Path) -> None:
+    """GIVEN two functions that set one key differently, or a handler file that does not exist THEN the
+    topology refuses to start with an error naming the key / the function."""
+    template = app / "template.yaml"
+    template.write_text(TEMPLATE.replace('ECHO_ONLY: "yes"', 'ECHO_ONLY: "yes"\n          RECORD_DIR: elsewhere'))
+    with pytest.raises(TemplateError, match=r"RECORD_DIR is set differently by EchoFunction and LoopFunction"):
+        topology(app)
+    template.write_text(TEMPLATE.replace("CodeUri: functions/tick/", "CodeUri: functions/missing/"))
+    with pytest.raises(Exception, match=r"TickFunction: handler file .* not found"):
+        topology(app).start()
+    assert "WORKERLESS_ENV_FILE" not in os.environ

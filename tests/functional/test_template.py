@@ -1,0 +1,622 @@
+"""template.yaml: cfn-lint, both `sam validate` passes, and the invariants of the translated template.
+
+The SAM translator is what CloudFormation runs on deploy, so the assertions read its output (the
+template as CloudFormation will see it) rather than the source: a property the translator drops or
+rewrites is caught here. The translator and `sam` live in .venv-sam (their pins clash with the
+application's), so they run in subprocesses. Nothing here touches the network: the subprocesses get
+a proxy on a closed loopback port, SAM CLI telemetry off and a fresh SAM CLI config directory whose
+version check is not due, so an accidental call fails fast instead of leaving the machine.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import pytest
+from workerless.model import ActivatedJob
+from workerless.ticket import Ticket
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATE = ROOT / "template.yaml"
+SUBPROCESS_TIMEOUT = 120
+
+#: Job type (directory under functions/) -> logical-ID stem, as the contract spells them.
+JOB_TYPES = {"charge-payment": "ChargePayment", "send-receipt": "SendReceipt", "generate-report": "GenerateReport"}
+LIBRARY_FUNCTIONS = {"PollerFunction": "poller", "HeartbeatFunction": "heartbeat", "DeadLetterFunction": "deadletter"}
+ALL_FUNCTIONS = {**LIBRARY_FUNCTIONS, **{f"{c}Function": t for t, c in JOB_TYPES.items()}}
+
+# Run by .venv-sam's python: the same translator `sam validate` and CloudFormation use, fed the
+# template with local code paths replaced by S3 locations (the translator accepts only those).
+TRANSLATE = r"""
+import json, sys
+from boto3.session import Session
+from samcli.yamlhelper import yaml_parse
+from samtranslator.parser.parser import Parser
+from samtranslator.translator.translator import Translator
+
+with open(sys.argv[1], encoding="utf-8") as fh:
+    source = yaml_parse(fh.read())
+template = json.loads(json.dumps(source))
+for resource in template.get("Resources", {}).values():
+    props = resource.setdefault("Properties", {})
+    if resource.get("Type") == "AWS::Serverless::Function":
+        props["CodeUri"] = "s3://workerless-test/function.zip"
+    elif resource.get("Type") == "AWS::Serverless::LayerVersion":
+        props["ContentUri"] = "s3://workerless-test/layer.zip"
+
+def managed_policy_map():
+    raise RuntimeError("translation asked for the IAM managed-policy map (a network call)")
+
+translated = Translator(
+    managed_policy_map=None, sam_parser=Parser(), plugins=[], boto_session=Session(region_name="us-east-1")
+).translate(sam_template=template, parameter_values={}, get_managed_policy_map=managed_policy_map)
+json.dump({"source": source, "translated": translated}, sys.stdout)
+"""
+
+
+# ----------------------------------------------------------------------------- tools
+
+
+def _sam_path() -> Path:
+    explicit = os.environ.get("WORKERLESS_SAM")
+    if explicit:
+        path = Path(explicit)
+        assert path.is_file(), f"WORKERLESS_SAM={explicit} does not exist"
+        return path
+    path = ROOT / ".venv-sam" / "bin" / "sam"
+    if not path.is_file():
+        pytest.skip(f"no SAM CLI at {path} (run `make sam-venv`, or set WORKERLESS_SAM)")
+    return path
+
+
+def _sam_python(sam: Path) -> Path:
+    """The interpreter the sam script runs under (its shebang), where samtranslator is importable."""
+    first = sam.read_text(encoding="utf-8", errors="replace").splitlines()[0]
+    if first.startswith("#!") and Path(first[2:].strip()).is_file():
+        return Path(first[2:].strip())
+    sibling = sam.parent / "python"
+    if not sibling.is_file():
+        pytest.skip(f"cannot find the Python that runs {sam}")
+    return sibling
+
+
+@pytest.fixture(scope="module")
+def offline_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Environment for the sam subprocesses: no telemetry, no version check, no way out."""
+    app_dir = tmp_path_factory.mktemp("sam-cli-config")
+    # SAM CLI checks PyPI for a newer version once a week; a check made "now" is not due.
+    (app_dir / "metadata.json").write_text(json.dumps({"lastVersionCheck": time.time(), "telemetryEnabled": False}))
+    env = dict(os.environ)
+    env.update(
+        {
+            "SAM_CLI_TELEMETRY": "0",
+            "__SAM_CLI_APP_DIR": str(app_dir),
+            "AWS_EC2_METADATA_DISABLED": "true",
+            # Nothing listens on port 9: a request that slipped through fails at once, locally.
+            "HTTP_PROXY": "http://127.0.0.1:9",
+            "HTTPS_PROXY": "http://127.0.0.1:9",
+            "ALL_PROXY": "http://127.0.0.1:9",
+            "NO_PROXY": "",
+        }
+    )
+    for key in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
+        env.pop(key, None)
+    return env
+
+
+def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT, check=False
+    )
+
+
+@pytest.fixture(scope="module")
+def rendered(offline_env: dict[str, str]) -> dict[str, Any]:
+    sam = _sam_path()
+    result = _run([str(_sam_python(sam)), "-c", TRANSLATE, str(TEMPLATE)], offline_env)
+    assert result.returncode == 0, f"SAM translation failed:\n{result.stderr}"
+    data: dict[str, Any] = json.loads(result.stdout)
+    return data
+
+
+@pytest.fixture(scope="module")
+def source(rendered: dict[str, Any]) -> dict[str, Any]:
+    value: dict[str, Any] = rendered["source"]
+    return value
+
+
+@pytest.fixture(scope="module")
+def cfn(rendered: dict[str, Any]) -> dict[str, Any]:
+    """The translated template: what CloudFormation deploys."""
+    value: dict[str, Any] = rendered["translated"]
+    return value
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _resources(cfn: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    return {name: res for name, res in cfn["Resources"].items() if res["Type"] == kind}
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _logical_id(ref: Any) -> str:
+    """The resource a `Ref` / `Fn::GetAtt [X, Arn]` names."""
+    assert isinstance(ref, dict), f"expected an intrinsic naming a resource, got {ref!r}"
+    if "Ref" in ref:
+        return str(ref["Ref"])
+    target = ref["Fn::GetAtt"]
+    return str(target[0] if isinstance(target, list) else target.split(".")[0])
+
+
+def _role_of(cfn: dict[str, Any], function: str) -> dict[str, Any]:
+    role_ref = cfn["Resources"][function]["Properties"]["Role"]
+    role: dict[str, Any] = cfn["Resources"][_logical_id(role_ref)]
+    assert role["Type"] == "AWS::IAM::Role"
+    return role
+
+
+def _statements(role: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for policy in role["Properties"].get("Policies", []):
+        yield from _as_list(policy["PolicyDocument"]["Statement"])
+
+
+def _queues_allowed(cfn: dict[str, Any], function: str, action: str) -> set[str]:
+    queues: set[str] = set()
+    for statement in _statements(_role_of(cfn, function)):
+        if statement["Effect"] == "Allow" and action in _as_list(statement["Action"]):
+            queues |= {_logical_id(r) for r in _as_list(statement["Resource"])}
+    return {q for q in queues if cfn["Resources"][q]["Type"] == "AWS::SQS::Queue"}
+
+
+def _event_source_queues(cfn: dict[str, Any], function: str) -> dict[str, dict[str, Any]]:
+    """Queue logical ID -> the event source mapping properties, for the function's SQS events."""
+    mappings = _resources(cfn, "AWS::Lambda::EventSourceMapping").values()
+    return {
+        _logical_id(m["Properties"]["EventSourceArn"]): m["Properties"]
+        for m in mappings
+        if _logical_id(m["Properties"]["FunctionName"]) == function
+    }
+
+
+def _resolve_worst(cfn: dict[str, Any], value: Any, *, bound: str) -> int:
+    """A number, or a parameter Ref resolved to its bound (MaxValue/MinValue), else its Default."""
+    if isinstance(value, int):
+        return value
+    param = cfn["Parameters"][value["Ref"]]
+    return int(param.get(bound, param["Default"]))
+
+
+def _sub_routes(cfn: dict[str, Any], value: Any) -> list[dict[str, Any]]:
+    """Evaluate WORKERLESS_ROUTES' Fn::Sub with each resource's Ref shown as `ref:<LogicalId>`."""
+    template = value["Fn::Sub"]
+    assert isinstance(template, str), "WORKERLESS_ROUTES must be a plain Fn::Sub string"
+
+    def substitute(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name in cfn["Parameters"]:
+            return str(cfn["Parameters"][name]["Default"])
+        assert name in cfn["Resources"], f"WORKERLESS_ROUTES names unknown ${{{name}}}"
+        return f"ref:{name}"
+
+    routes: list[dict[str, Any]] = json.loads(re.sub(r"\$\{([A-Za-z0-9]+)\}", substitute, template))
+    return routes
+
+
+# ----------------------------------------------------------------------------- linters
+
+
+def test_cfn_lint_passes() -> None:
+    """GIVEN template.yaml WHEN cfn-lint (CloudFormation properties, ranges, references) checks it THEN no finding."""
+    cfn_lint = Path(sys.executable).parent / "cfn-lint"
+    result = subprocess.run(
+        [str(cfn_lint), "--", str(TEMPLATE)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == ""
+
+
+def test_sam_validate_lint_passes(offline_env: dict[str, str]) -> None:
+    result = _run([str(_sam_path()), "validate", "--lint", "--template-file", str(TEMPLATE)], offline_env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "is a valid SAM Template" in result.stdout
+
+
+def test_sam_validate_translator_passes(offline_env: dict[str, str]) -> None:
+    """The translator pass catches SAM event-property mistakes that cfn-lint does not."""
+    result = _run(
+        [str(_sam_path()), "validate", "--region", "us-east-1", "--template-file", str(TEMPLATE)], offline_env
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "is a valid SAM Template" in result.stdout
+
+
+# ----------------------------------------------------------------------------- functions
+
+
+def test_functions_follow_the_contract(source: dict[str, Any], cfn: dict[str, Any]) -> None:
+    functions = _resources(cfn, "AWS::Lambda::Function")
+    assert set(functions) == set(ALL_FUNCTIONS)
+    layers = _resources(cfn, "AWS::Lambda::LayerVersion")
+    assert len(layers) == 1
+    for name, directory in ALL_FUNCTIONS.items():
+        props = functions[name]["Properties"]
+        assert props["Handler"] == "app.handler", name
+        assert props["Runtime"] == "python3.12", name
+        assert props["Architectures"] == ["arm64"], name
+        assert props["MemorySize"] == 256, name
+        assert [_logical_id(layer) for layer in props["Layers"]] == list(layers), name
+        assert source["Resources"][name]["Properties"]["CodeUri"].rstrip("/") == f"functions/{directory}", name
+    layer = source["Resources"]["WorkerlessLayer"]
+    assert layer["Properties"]["ContentUri"].rstrip("/") == "layers/workerless"
+    assert layer["Metadata"] == {"BuildMethod": "makefile", "BuildArchitecture": "arm64"}
+
+
+def test_every_function_shares_one_environment(cfn: dict[str, Any]) -> None:
+    """Local mode takes the variables as they are: no key may differ between functions."""
+    environments = [
+        f["Properties"]["Environment"]["Variables"] for f in _resources(cfn, "AWS::Lambda::Function").values()
+    ]
+    first = environments[0]
+    assert all(env == first for env in environments)
+    assert {
+        "WORKERLESS_ENGINE",
+        "WORKERLESS_TABLE",
+        "WORKERLESS_SECRET_ARN",
+        "WORKERLESS_HEARTBEAT_QUEUE_URL",
+        "WORKERLESS_TICKER_QUEUE_URL",
+        "WORKERLESS_LEASE_SECONDS",
+        "WORKERLESS_TICK_SECONDS",
+        "WORKERLESS_ROUTES",
+        "POWERTOOLS_SERVICE_NAME",
+        "POWERTOOLS_LOG_LEVEL",
+    } <= set(first)
+    assert first["WORKERLESS_TABLE"] == {"Ref": "JobsTable"}
+    assert first["WORKERLESS_HEARTBEAT_QUEUE_URL"] == {"Ref": "HeartbeatQueue"}
+    assert first["WORKERLESS_TICKER_QUEUE_URL"] == {"Ref": "TickerQueue"}
+    assert first["WORKERLESS_SECRET_ARN"] == {"Ref": "EngineSecretArn"}
+
+
+def test_routes_list_exactly_the_job_type_queues(cfn: dict[str, Any]) -> None:
+    env = cfn["Resources"]["PollerFunction"]["Properties"]["Environment"]["Variables"]
+    routes = _sub_routes(cfn, env["WORKERLESS_ROUTES"])
+    expected = {}
+    for job_type, camel in JOB_TYPES.items():
+        (queue,) = _event_source_queues(cfn, f"{camel}Function")
+        expected[job_type] = f"ref:{queue}"
+    assert {r["type"]: r["queue"] for r in routes} == expected
+    assert len(routes) == len(expected)
+    assert all(r["max"] == cfn["Parameters"]["MaxInFlight"]["Default"] for r in routes)
+
+
+# ----------------------------------------------------------------------------- permissions
+
+
+def test_every_function_has_its_own_role_without_managed_policies(cfn: dict[str, Any]) -> None:
+    """SAM's generated role would attach AWSLambdaBasicExecutionRole and AWSLambdaSQSQueueExecutionRole,
+    both on Resource "*"; the template writes each role out instead."""
+    roles = [_logical_id(f["Properties"]["Role"]) for f in _resources(cfn, "AWS::Lambda::Function").values()]
+    assert len(set(roles)) == len(roles) == len(ALL_FUNCTIONS)
+    for role_name in roles:
+        props = cfn["Resources"][role_name]["Properties"]
+        assert not props.get("ManagedPolicyArns"), role_name
+        principal = props["AssumeRolePolicyDocument"]["Statement"][0]["Principal"]
+        assert principal == {"Service": "lambda.amazonaws.com"}, role_name
+
+
+def test_no_allow_statement_has_a_wildcard(cfn: dict[str, Any]) -> None:
+    """Every Allow (roles and resource policies) names its actions and its resources."""
+    checked = 0
+    for name, resource in cfn["Resources"].items():
+        props = resource.get("Properties", {})
+        documents = [p["PolicyDocument"] for p in props.get("Policies", [])]
+        if "PolicyDocument" in props:
+            documents.append(props["PolicyDocument"])
+        for document in documents:
+            for statement in _as_list(document["Statement"]):
+                if statement["Effect"] != "Allow":
+                    continue
+                checked += 1
+                for action in _as_list(statement["Action"]):
+                    assert isinstance(action, str), f"{name}: action {action!r}"
+                    assert "*" not in action, f"{name} allows {action!r}"
+                for resource_ref in _as_list(statement["Resource"]):
+                    # Intrinsics naming one resource or parameter, never a literal string ("*").
+                    assert isinstance(resource_ref, dict), f"{name} allows Resource {resource_ref!r}"
+                    target = _logical_id(resource_ref)
+                    assert target in cfn["Resources"] or target in cfn["Parameters"], f"{name}: {resource_ref}"
+    assert checked >= 6 * 3
+
+
+@pytest.mark.parametrize("function", sorted(ALL_FUNCTIONS))
+def test_function_reads_only_its_event_queues(cfn: dict[str, Any], function: str) -> None:
+    sources = set(_event_source_queues(cfn, function))
+    assert sources, f"{function} has no SQS event"
+    for action in ("sqs:ReceiveMessage", "sqs:DeleteMessage"):
+        assert _queues_allowed(cfn, function, action) == sources, (function, action)
+
+
+@pytest.mark.parametrize("function", sorted(ALL_FUNCTIONS))
+def test_function_uses_the_table_and_the_secret(cfn: dict[str, Any], function: str) -> None:
+    statements = list(_statements(_role_of(cfn, function)))
+    table = [s for s in statements if any(_logical_id(r) == "JobsTable" for r in _as_list(s["Resource"]))]
+    assert table, f"{function} cannot reach JobsTable"
+    # Exactly what workerless/aws/dynamo.py calls: conditional Put/Update claims, Get/BatchGet reads.
+    table_actions = {a for s in table for a in _as_list(s["Action"])}
+    assert table_actions == {"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}
+    secret = [s for s in statements if {"Ref": "EngineSecretArn"} in _as_list(s["Resource"])]
+    assert [a for s in secret for a in _as_list(s["Action"])] == ["secretsmanager:GetSecretValue"]
+    logs = [s for s in statements if any(str(a).startswith("logs:") for a in _as_list(s["Action"]))]
+    assert [_logical_id(r) for s in logs for r in _as_list(s["Resource"])] == [f"{function}LogGroup"]
+    log_group = cfn["Resources"][function]["Properties"]["LoggingConfig"]["LogGroup"]
+    assert _logical_id(log_group) == f"{function}LogGroup"
+
+
+def test_poller_sends_to_routes_heartbeat_and_ticker(cfn: dict[str, Any]) -> None:
+    route_queues = {f"{c}Queue" for c in JOB_TYPES.values()}
+    assert _queues_allowed(cfn, "PollerFunction", "sqs:SendMessage") == route_queues | {"HeartbeatQueue", "TickerQueue"}
+    assert route_queues <= _queues_allowed(cfn, "PollerFunction", "sqs:GetQueueAttributes")
+    assert _queues_allowed(cfn, "HeartbeatFunction", "sqs:SendMessage") == {"HeartbeatQueue"}
+    for function in ("DeadLetterFunction", *(f"{c}Function" for c in JOB_TYPES.values())):
+        assert _queues_allowed(cfn, function, "sqs:SendMessage") == set(), function
+
+
+# ----------------------------------------------------------------------------- loops and events
+
+
+@pytest.mark.parametrize("function", sorted(ALL_FUNCTIONS))
+def test_recursive_loop_allowed_exactly_where_a_function_feeds_itself(cfn: dict[str, Any], function: str) -> None:
+    """Lambda stops a function→queue→same-function loop after ~16 rounds unless RecursiveLoop is Allow."""
+    loops = _queues_allowed(cfn, function, "sqs:SendMessage") & set(_event_source_queues(cfn, function))
+    setting = cfn["Resources"][function]["Properties"].get("RecursiveLoop", "Terminate")
+    assert (setting == "Allow") == bool(loops), (function, setting, loops)
+    if function in ("PollerFunction", "HeartbeatFunction"):
+        assert setting == "Allow"
+
+
+def test_poller_runs_on_a_watchdog_schedule_and_on_ticks(cfn: dict[str, Any]) -> None:
+    rules = [
+        r["Properties"]
+        for r in _resources(cfn, "AWS::Events::Rule").values()
+        if any(_logical_id(t["Arn"]) == "PollerFunction" for t in r["Properties"]["Targets"])
+    ]
+    assert [r["ScheduleExpression"] for r in rules] == ["rate(1 minute)"]
+    assert set(_event_source_queues(cfn, "PollerFunction")) == {"TickerQueue"}
+
+
+@pytest.mark.parametrize("camel", sorted(JOB_TYPES.values()))
+def test_handler_event_source(cfn: dict[str, Any], camel: str) -> None:
+    mappings = _event_source_queues(cfn, f"{camel}Function")
+    assert list(mappings) == [f"{camel}Queue"]
+    props = mappings[f"{camel}Queue"]
+    assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    # generate-report runs up to 900 s per job: one job per invocation, from its own parameter.
+    batch_param = "GenerateReportBatchSize" if camel == "GenerateReport" else "HandlerBatchSize"
+    assert props["BatchSize"] == {"Ref": batch_param}
+    assert props["ScalingConfig"] == {"MaximumConcurrency": {"Ref": "HandlerMaximumConcurrency"}}
+    assert cfn["Parameters"]["HandlerMaximumConcurrency"]["MinValue"] == 2
+
+
+def test_dead_letter_function_reads_every_job_dead_letter_queue(cfn: dict[str, Any]) -> None:
+    mappings = _event_source_queues(cfn, "DeadLetterFunction")
+    assert set(mappings) == {f"{c}DeadLetterQueue" for c in JOB_TYPES.values()}
+    assert all(m["FunctionResponseTypes"] == ["ReportBatchItemFailures"] for m in mappings.values())
+
+
+# ----------------------------------------------------------------------------- queues and table
+
+
+def test_visibility_timeout_is_at_least_six_times_the_consumer_timeout(cfn: dict[str, Any]) -> None:
+    """Checked at the worst case: a Ref'd Timeout counts at its parameter's MaxValue."""
+    pairs = 0
+    for function in ALL_FUNCTIONS:
+        timeout = _resolve_worst(cfn, cfn["Resources"][function]["Properties"]["Timeout"], bound="MaxValue")
+        for queue in _event_source_queues(cfn, function):
+            visibility = cfn["Resources"][queue]["Properties"]["VisibilityTimeout"]
+            assert isinstance(visibility, int), queue
+            assert visibility >= 6 * timeout, (queue, visibility, function, timeout)
+            pairs += 1
+    assert pairs == len(ALL_FUNCTIONS) + 2  # DeadLetterFunction reads three queues
+    assert cfn["Resources"]["GenerateReportFunction"]["Properties"]["Timeout"] == 900
+    assert cfn["Resources"]["GenerateReportQueue"]["Properties"]["VisibilityTimeout"] == 5400
+
+
+def test_every_queue_has_a_dead_letter_queue(cfn: dict[str, Any]) -> None:
+    queues = _resources(cfn, "AWS::SQS::Queue")
+    dead_letter = {
+        _logical_id(q["Properties"]["RedrivePolicy"]["deadLetterTargetArn"])
+        for q in queues.values()
+        if "RedrivePolicy" in q["Properties"]
+    }
+    assert dead_letter == {f"{c}DeadLetterQueue" for c in JOB_TYPES.values()} | {
+        "HeartbeatDeadLetterQueue",
+        "TickerDeadLetterQueue",
+    }
+    for name, queue in queues.items():
+        if name in dead_letter:
+            continue
+        redrive = queue["Properties"]["RedrivePolicy"]
+        assert redrive["maxReceiveCount"] == {"Ref": "MaxReceiveCount"}, name
+    assert cfn["Parameters"]["MaxReceiveCount"]["Default"] == 5
+    for camel in JOB_TYPES.values():
+        # A message keeps its original enqueue time in the DLQ: the DLQ must keep it longer.
+        assert cfn["Resources"][f"{camel}DeadLetterQueue"]["Properties"]["MessageRetentionPeriod"] == 1_209_600
+
+
+def test_queues_are_encrypted_and_refuse_plain_http(cfn: dict[str, Any]) -> None:
+    queues = _resources(cfn, "AWS::SQS::Queue")
+    policies = _resources(cfn, "AWS::SQS::QueuePolicy").values()
+    by_queue = {_logical_id(q): p["Properties"]["PolicyDocument"] for p in policies for q in p["Properties"]["Queues"]}
+    assert set(by_queue) == set(queues)
+    for name, queue in queues.items():
+        assert queue["Properties"]["SqsManagedSseEnabled"] is True, name
+        deny = [s for s in _as_list(by_queue[name]["Statement"]) if s["Effect"] == "Deny"]
+        assert len(deny) == 1, name
+        assert deny[0]["Principal"] == "*"
+        assert deny[0]["Action"] in ("sqs:*", ["sqs:*"])
+        assert deny[0]["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+        assert _logical_id(deny[0]["Resource"]) == name
+
+
+def test_jobs_table(cfn: dict[str, Any]) -> None:
+    props = cfn["Resources"]["JobsTable"]["Properties"]
+    assert cfn["Resources"]["JobsTable"]["Type"] == "AWS::DynamoDB::Table"
+    assert props["BillingMode"] == "PAY_PER_REQUEST"
+    assert props["KeySchema"] == [{"AttributeName": "pk", "KeyType": "HASH"}]
+    assert props["AttributeDefinitions"] == [{"AttributeName": "pk", "AttributeType": "S"}]
+    assert props["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
+    assert props["SSESpecification"]["SSEEnabled"] is True
+
+
+# ----------------------------------------------------------------------------- parameters and outputs
+
+
+def test_parameters_match_the_contract(cfn: dict[str, Any]) -> None:
+    params = cfn["Parameters"]
+    defaults = {
+        "EngineName": "sheptra",
+        "LeaseSeconds": 60,
+        "MaxInFlight": 10,
+        "HandlerBatchSize": 5,
+        "GenerateReportBatchSize": 1,
+        "HandlerMaximumConcurrency": 10,
+        "HandlerTimeout": 120,
+        "MaxReceiveCount": 5,
+        "TickSeconds": 20,
+        "LogLevel": "INFO",
+        "AlarmTopicArn": "",
+    }
+    assert {name: params[name]["Default"] for name in defaults} == defaults
+    assert params["EngineName"]["AllowedValues"] == ["sheptra", "nodeflow", "stagenext"]
+    assert "Default" not in params["EngineSecretArn"]
+    assert re.fullmatch(
+        params["EngineSecretArn"]["AllowedPattern"],
+        "arn:aws:secretsmanager:us-east-1:123456789012:secret:workerless/sheptra-AbCdEf",
+    )
+    # The job queues' visibility (720) is 6 x the largest HandlerTimeout allowed.
+    assert params["HandlerTimeout"]["MaxValue"] * 6 <= 720
+
+
+def test_outputs_name_the_table_queues_and_functions(cfn: dict[str, Any]) -> None:
+    referenced = {_logical_id(o["Value"]) for o in cfn["Outputs"].values() if isinstance(o["Value"], dict)}
+    queues = set(_resources(cfn, "AWS::SQS::Queue"))
+    assert {"JobsTable", *ALL_FUNCTIONS, *queues} <= referenced
+
+
+# ----------------------------------------------------------------------------- code, build and events
+
+
+@pytest.mark.parametrize(("function", "directory"), sorted(LIBRARY_FUNCTIONS.items()))
+def test_library_entry_points_are_one_import(function: str, directory: str) -> None:
+    """functions/<dir>/app.py is a docstring and `from workerless.entrypoints import <dir> as handler`."""
+    path = ROOT / "functions" / directory / "app.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    body = [node for node in tree.body if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))]
+    assert ast.get_docstring(tree), path
+    assert len(body) == 1, path
+    node = body[0]
+    assert isinstance(node, ast.ImportFrom), path
+    assert node.module == "workerless.entrypoints"
+    assert [(a.name, a.asname) for a in node.names] == [(directory, "handler")]
+    # No requirements.txt: `sam build` copies the directory without needing python3.12.
+    requirements = path.parent / "requirements.txt"
+    assert not requirements.exists() or not requirements.read_text(encoding="utf-8").strip()
+
+
+def test_layer_requirements_pin_the_tested_versions_without_boto3() -> None:
+    lines = (ROOT / "layers" / "workerless" / "requirements.txt").read_text(encoding="utf-8").splitlines()
+    pins = dict(line.split("==") for line in lines if line.strip() and not line.startswith("#"))
+    assert set(pins) == {"aws-lambda-powertools", "httpx", "pydantic", "python-dotenv"}
+    assert {name: version(name) for name in pins} == pins
+
+
+def test_layer_build_asks_pip_for_lambda_wheels(tmp_path: Path) -> None:
+    """GIVEN a stand-in for pip WHEN make builds the layer THEN pip is asked for arm64/cp312 binary wheels
+    into python/, and the package is copied beside them without bytecode."""
+    recorder = tmp_path / "fake-python"
+    log = tmp_path / "pip-args.json"
+    recorder.write_text(
+        f'#!{sys.executable}\nimport json, sys\nopen({str(log)!r}, "w").write(json.dumps(sys.argv[1:]))\n'
+    )
+    recorder.chmod(0o755)
+    artifacts = tmp_path / "artifacts"
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    result = subprocess.run(
+        ["make", "--no-print-directory", "build-WorkerlessLayer", f"ARTIFACTS_DIR={artifacts}", f"PYTHON={recorder}"],
+        cwd=ROOT / "layers" / "workerless",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    args = json.loads(log.read_text())
+    assert args[:3] == ["-m", "pip", "install"]
+    joined = " ".join(args)
+    for expected in (
+        "--platform manylinux2014_aarch64",
+        "--implementation cp",
+        "--python-version 3.12",
+        "--only-binary=:all:",
+        f"--target {artifacts / 'python'}",
+        "--requirement requirements.txt",
+    ):
+        assert expected in joined
+    package = artifacts / "python" / "workerless"
+    assert (package / "__init__.py").is_file()
+    assert (package / "model.py").is_file()
+    assert not list(package.rglob("__pycache__"))
+
+
+def _records(name: str) -> list[dict[str, Any]]:
+    data = json.loads((ROOT / "events" / name).read_text(encoding="utf-8"))
+    records: list[dict[str, Any]] = data["Records"]
+    for record in records:
+        assert record["eventSource"] == "aws:sqs"
+        assert record["md5OfBody"] == hashlib.md5(record["body"].encode(), usedforsecurity=False).hexdigest()
+    return records
+
+
+def test_sample_events_carry_workerless_messages() -> None:
+    schedule = json.loads((ROOT / "events" / "schedule.json").read_text(encoding="utf-8"))
+    assert schedule["source"] == "aws.events"
+    assert schedule["detail-type"] == "Scheduled Event"
+
+    jobs = [ActivatedJob.from_message(r["body"]) for r in _records("sqs-charge-payment.json")]
+    assert jobs
+    assert {j.ref.engine for j in jobs} == {"sheptra"}
+    assert {j.ref.job_type for j in jobs} == {"charge-payment"}
+    assert all(j.lease_expires_at > j.activated_at for j in jobs)
+
+    (ticket_record,) = _records("sqs-heartbeat.json")
+    ticket = Ticket.from_json(ticket_record["body"])
+    assert ticket.engine == "sheptra"
+    assert [e.ref for e in ticket.entries] == [j.ref for j in jobs]
+    assert [e.lease_expires_at for e in ticket.entries] == [j.lease_expires_at for j in jobs]
+    assert ticket.first_seen >= max(j.activated_at for j in jobs)
+
+    dead = [ActivatedJob.from_message(r["body"]) for r in _records("sqs-deadletter.json")]
+    assert dead
+    assert all(
+        ":workerless-ChargePaymentDeadLetterQueue-" in r["eventSourceARN"] for r in _records("sqs-deadletter.json")
+    )
