@@ -154,6 +154,34 @@ def test_handler_returning_a_non_object_fails_the_job_with_the_reason(
     assert outcome.retries == 2
 
 
+def test_output_over_the_engine_cap_fails_the_job_with_the_cap(aws: Aws) -> None:
+    from workerless import job_handler
+    from workerless.engines.base import json_size
+    from workerless.errors import PayloadTooLargeError
+    from workerless.model import JobRef, Outcome
+
+    class CappedEngine(FakeEngine):
+        def report(self, ref: JobRef, outcome: Outcome) -> None:
+            if json_size(outcome.variables or {}) > 1000:
+                raise PayloadTooLargeError("over", engine="fake", cap=1000, job_id=ref.job_id, status=413)
+            super().report(ref, outcome)
+
+    engine = CappedEngine()
+    runtime.set_engine(engine)
+    job_id = engine.add_job("send-receipt", {})
+    entrypoints.poller({}, FakeContext())
+    handler = job_handler("send-receipt")(lambda job: {"blob": "x" * 5000})
+
+    event = aws.receive_event(aws.queues["send-receipt"])
+    assert handler(event, FakeContext()) == {"batchItemFailures": []}
+
+    outcome = engine.reports[job_id][-1]
+    assert outcome.kind == "fail"
+    assert outcome.retries == 0
+    assert "cap of 1000 bytes" in (outcome.message or "")
+    assert engine.jobs[job_id].state == "failed"
+
+
 def test_heartbeat_extends_live_jobs_and_stops_after_the_report(aws: Aws, engine: FakeEngine) -> None:
     job_id = engine.add_job("generate-report", {"seconds": 0})
     entrypoints.poller({}, FakeContext())
