@@ -33,6 +33,12 @@ demo: venv
 test: venv sam-venv
 	WORKERLESS_SAM=$(abspath $(SAM)) $(PY) -m pytest -q
 
+# A benchmark, not a test (nothing in `make test` asserts on a time): writes bench/results.json,
+# bench/RESULTS.md and bench/results.png in under 10 minutes. The plot needs matplotlib.
+bench: venv
+	$(PY) -c 'import matplotlib' 2>/dev/null || $(VENV)/bin/pip install -q matplotlib
+	$(PY) -m bench.run
+
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

@@ -144,7 +144,7 @@ def handler(event, context):
 
 # Sends the next hop of a chain to its own queue until hop == stop.
 LOOP = """\
-import json, os
+import json, os, time
 import boto3
 
 _sqs = None
@@ -153,13 +153,20 @@ def handler(event, context):
     global _sqs
     if _sqs is None:
         _sqs = boto3.client("sqs")
+    # Read before any sleep: an invocation outliving its topology no longer has the environment.
+    record_dir, url = os.environ["RECORD_DIR"], os.environ["LOOP_QUEUE_URL"]
     for record in event["Records"]:
         body = json.loads(record["body"])
-        with open(os.path.join(os.environ["RECORD_DIR"], "loop.jsonl"), "a") as fh:
+        with open(os.path.join(record_dir, "loop.jsonl"), "a") as fh:
             fh.write(json.dumps(body) + "\\n")
+        time.sleep(body.get("sleep", 0))
         if body["hop"] < body["stop"]:
-            _sqs.send_message(QueueUrl=os.environ["LOOP_QUEUE_URL"],
-                              MessageBody=json.dumps({"hop": body["hop"] + 1, "stop": body["stop"]}))
+            try:
+                _sqs.send_message(QueueUrl=url,
+                                  MessageBody=json.dumps({"hop": body["hop"] + 1, "stop": body["stop"]}))
+            except Exception as exc:
+                with open(os.path.join(record_dir, "late.txt"), "w") as fh:
+                    fh.write(type(exc).__name__)
 """
 
 TICK = """\
@@ -252,7 +259,8 @@ def test_a_raised_exception_returns_the_batch_and_redrive_moves_it_to_the_dlq(ap
 def test_recursive_loop_is_stopped_after_16_rounds_unless_allowed(app: Path, setting: str, expected_hops: int) -> None:
     """GIVEN a function that re-sends to its own queue for 20 rounds WHEN RecursiveLoop is Allow THEN all
     20 rounds run; WHEN it is not THEN the 17th delivery is stopped (16 invocations) and recorded."""
-    with topology(app, parameters={"LoopSetting": setting}) as top:
+    # The template's 30 s visibility: a slow hop on a loaded machine must not be redelivered.
+    with topology(app, parameters={"LoopSetting": setting}, visibility_seconds=None) as top:
         send(top, "LoopQueue", {"hop": 1, "stop": 20})
         top.run_until_idle(idle_seconds=0.5, max_seconds=20)
         stopped = top.stopped_loops
@@ -308,3 +316,36 @@ def test_conflicting_environment_and_missing_handler_fail_before_start(app: Path
     with pytest.raises(Exception, match=r"TickFunction: handler file .* not found"):
         topology(app).start()
     assert "WORKERLESS_ENV_FILE" not in os.environ
+
+
+def test_a_stopped_loop_message_goes_to_the_source_queues_dlq(app: Path) -> None:
+    """GIVEN the looping function's queue has a redrive policy WHEN the loop limit stops a delivery THEN
+    the message is moved to that DLQ instead of being dropped."""
+    template = app / "template.yaml"
+    template.write_text(
+        TEMPLATE.replace(
+            "      VisibilityTimeout: 30\n",
+            "      VisibilityTimeout: 30\n"
+            "      RedrivePolicy: {deadLetterTargetArn: !GetAtt LoopDeadLetterQueue.Arn, maxReceiveCount: 3}\n"
+            "  LoopDeadLetterQueue:\n    Type: AWS::SQS::Queue\n",
+        )
+    )
+    with topology(app, visibility_seconds=None) as top:
+        send(top, "LoopQueue", {"hop": 1, "stop": 18})
+        top.run_until_idle(idle_seconds=0.5, max_seconds=20)
+        dlq = top.client("sqs").receive_message(QueueUrl=top.queue_url("LoopDeadLetterQueue"), WaitTimeSeconds=0)
+        assert [(s.depth, s.moved_to) for s in top.stopped_loops] == [(16, "LoopDeadLetterQueue")]
+    assert [json.loads(m["Body"])["hop"] for m in dlq["Messages"]] == [17]
+
+
+def test_an_invocation_outliving_the_drain_cannot_reach_aws(app: Path) -> None:
+    """GIVEN an invocation still running when stop() gives up draining WHEN it then calls SQS THEN the
+    call is refused (TopologyStoppedError) instead of going past the torn-down mock."""
+    with topology(app, drain_seconds=0.2) as top:
+        send(top, "LoopQueue", {"hop": 1, "stop": 2, "sleep": 0.8})
+        top.run_until(lambda: bool(lines(app, "loop.jsonl")), max_seconds=5, poll_seconds=0.05)
+    late = app / "records" / "late.txt"
+    deadline = time.monotonic() + 5
+    while not late.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert late.read_text() == "TopologyStoppedError"

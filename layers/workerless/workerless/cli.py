@@ -197,12 +197,16 @@ def cmd_local(args: argparse.Namespace) -> int:
         schedule_seconds=args.schedule_seconds,
     )
     print(_describe(topology), file=sys.stderr)
+    if env_file is None:
+        print(
+            "workerless: no --env-file and no .env here: the functions get no engine connection values", file=sys.stderr
+        )
     code = EXIT_OK
     with _stop_on_signals() as stop, topology:
         try:
             if args.until_idle is not None:
                 cap = args.max_seconds if args.max_seconds is not None else 3600.0
-                topology.run_until_idle(args.until_idle, cap)
+                topology.run_until_idle(args.until_idle, cap, stop=stop)
             elif not topology.wait(stop, args.max_seconds):
                 print(f"workerless: --max-seconds {args.max_seconds:g} reached", file=sys.stderr)
         except IdleTimeout as exc:
@@ -210,7 +214,7 @@ def cmd_local(args: argparse.Namespace) -> int:
             code = EXIT_FAILED
         print("draining...", file=sys.stderr)
     _print_report(topology)
-    return code
+    return 130 if stop.is_set() and args.until_idle is not None else code
 
 
 def parse_overrides(items: Sequence[str]) -> dict[str, str]:

@@ -10,6 +10,7 @@ import json
 import time
 from typing import Any
 
+from workerless import observability
 from workerless.observability import logger
 
 #: Kept back from the Lambda's remaining time so the entry point can finish cleanly.
@@ -25,8 +26,13 @@ def _deadline(context: Any) -> float:
 @logger.inject_lambda_context(clear_state=True)
 def poller(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """Scheduled (EventBridge) or ticked (ticker queue): poll, dispatch, keep the tick alive."""
+    with observability.invocation_metrics():
+        return _poll(event, context)
+
+
+def _poll(event: dict[str, Any], context: Any) -> dict[str, Any]:
     from workerless.aws.dynamo import DynamoState
-    from workerless.poller import Poller, continue_ticker
+    from workerless.poller import continue_ticker
     from workerless.runtime import get_engine, get_queues, get_store
     from workerless.settings import get_settings
 
@@ -52,16 +58,39 @@ def poller(event: dict[str, Any], context: Any) -> dict[str, Any]:
             continue_ticker(settings, state, queues, tick=tick, now=time.time())
         except Exception:  # noqa: BLE001 - the watchdog schedule restarts a broken chain
             logger.exception("could not continue the poller tick; the schedule will restart it")
-    report = Poller(settings, get_engine(), queues).run(deadline=_deadline(context))
+    from workerless.intent import IntentLog
+
+    # A poller that dies mid-cycle must not cost its jobs a lease: the next one finishes its batch.
+    intents = IntentLog(state, lease_seconds=settings.lease_seconds)
+    poller = _observed_poller()(settings, observability.observe_engine(get_engine()), queues, intents=intents)
+    report = poller.run(deadline=_deadline(context))
+    observability.poll_report(report)
     logger.info("poll finished", extra={"report": vars(report)})
     return {k: v for k, v in vars(report).items() if isinstance(v, int)}
+
+
+def _observed_poller() -> Any:
+    """The Poller, noting each route's capacity in use as it computes it (the CapacityUsed metric)."""
+    from workerless.poller import Poller
+
+    class ObservedPoller(Poller):
+        def demands(self) -> Any:
+            demands = super().demands()
+            for demand in demands:
+                route = self.settings.route(demand.job_type)
+                if route is not None:
+                    observability.capacity(demand.job_type, route.max_in_flight, demand.capacity)
+            return demands
+
+    return ObservedPoller
 
 
 def _batch(event: dict[str, Any], context: Any, handle: Any) -> dict[str, Any]:
     from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 
     processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
-    return dict(process_partial_response(event=event, record_handler=handle, processor=processor, context=context))
+    with observability.invocation_metrics():
+        return dict(process_partial_response(event=event, record_handler=handle, processor=processor, context=context))
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -71,7 +100,8 @@ def heartbeat(event: dict[str, Any], context: Any) -> dict[str, Any]:
     from workerless.runtime import get_engine, get_queues, get_store
     from workerless.settings import get_settings
 
-    settings, engine, store, queues = get_settings(), get_engine(), get_store(), get_queues()
+    settings, store, queues = get_settings(), get_store(), get_queues()
+    engine = observability.observe_engine(get_engine())
     deadline = _deadline(context)
 
     def handle(record: Any) -> None:
@@ -87,7 +117,8 @@ def deadletter(event: dict[str, Any], context: Any) -> dict[str, Any]:
     from workerless.runtime import get_engine, get_store
     from workerless.settings import get_settings
 
-    settings, engine, store = get_settings(), get_engine(), get_store()
+    settings, store = get_settings(), get_store()
+    engine = observability.observe_engine(get_engine())
     deadline = _deadline(context)
 
     def handle(record: Any) -> None:

@@ -35,13 +35,14 @@ from workerless.errors import (
     PayloadTooLargeError,
     PipelineError,
     RetryableEngineError,
+    StoreError,
     TerminalError,
     ThrowError,
 )
 from workerless.job import Job
 from workerless.model import ActivatedJob, Outcome
 from workerless.observability import logger
-from workerless.record import Decision, Status, decide
+from workerless.record import Decision, JobRecord, Status, decide, lease_of
 from workerless.retry import CALLS
 
 HandlerFunction = Callable[[Job], Any]
@@ -49,6 +50,10 @@ LambdaHandler = Callable[[dict[str, Any], Any], dict[str, Any]]
 
 #: Time kept back from the Lambda's remaining time for storing and reporting after the run.
 REPORT_MARGIN_SECONDS = 5.0
+#: Tries at storing a finished run's result before giving up (each with botocore's own retries), and
+#: the pause between them (times the attempt number): 1.2 s in all.
+STORE_ATTEMPTS = 4
+STORE_RETRY_SECONDS = 0.2
 #: Added to the claim beyond the Lambda's remaining time: a claim must not expire while the
 #: invocation that holds it can still be running.
 CLAIM_MARGIN_SECONDS = 30.0
@@ -60,6 +65,12 @@ class ReportOwedError(PipelineError):
 
 class ClaimHeldError(PipelineError):
     """Another delivery of the same job holds a live claim: leave this one for redelivery."""
+
+
+def _other_message(found: JobRecord | None, message_id: str) -> bool:
+    """Whether the claim in ``found`` was taken by another SQS message (owner ``request:message``),
+    rather than by an earlier receipt of this same message."""
+    return found is not None and found.owner is not None and not found.owner.endswith(f":{message_id}")
 
 
 def _remaining_seconds(context: Any, default: float = 900.0) -> float:
@@ -88,9 +99,19 @@ class JobProcessor:
             receive_count = int(record.attributes.approximate_receive_count or 1)
             self.process(record.body, message_id=record.message_id, receive_count=receive_count, context=context)
 
-        response: dict[str, Any] = dict(
-            process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
-        )
+        from workerless.settings import get_settings
+
+        try:
+            observability.configure_from_settings(get_settings())  # X-Ray on or off (cached settings)
+        except Exception:  # noqa: BLE001 - a settings error surfaces below, where the store is built
+            logger.debug("settings not readable for observability", exc_info=True)
+        # One invocation's metrics, written as EMF lines when the batch is done.
+        with observability.invocation_metrics():
+            response: dict[str, Any] = dict(
+                process_partial_response(
+                    event=event, record_handler=record_handler, processor=processor, context=context
+                )
+            )
         return response
 
     # -- one record ---------------------------------------------------------------------------------
@@ -120,6 +141,7 @@ class JobProcessor:
             "engine": job.ref.engine,
             "instance_id": job.instance_id,
             "traceparent": job.traceparent,
+            "trace_id": observability.trace_id_of(job.traceparent),
         }
         logger.thread_safe_append_keys(**keys)
         try:
@@ -128,7 +150,7 @@ class JobProcessor:
                 message_id=message_id,
                 receive_count=receive_count,
                 context=context,
-                engine=get_engine(),
+                engine=observability.observe_engine(get_engine()),
                 store=get_store(),
             )
         finally:
@@ -142,11 +164,18 @@ class JobProcessor:
         request_id = getattr(context, "aws_request_id", None) or "local"
         owner = f"{request_id}:{message_id}"
 
+        # Which lease this delivery holds: a later lease of the same job id (node-flow re-leases a
+        # lapsed task under its old id) may claim a record the lost lease left behind.
+        lease = lease_of(job.ref, engine.lease_from)
         claimed, found = store.claim(
-            job.key, owner=owner, claim_seconds=remaining + CLAIM_MARGIN_SECONDS, job_type=job.ref.job_type
+            job.key,
+            owner=owner,
+            claim_seconds=remaining + CLAIM_MARGIN_SECONDS,
+            job_type=job.ref.job_type,
+            lease=lease,
         )
         if not claimed:
-            decision = decide(found, time.time())
+            decision = decide(found, time.time(), lease)
             if decision is Decision.REREPORT and found is not None and found.outcome is not None:
                 logger.info("result already stored: re-reporting it, not running the handler again")
                 observability.record(job.ref.job_type, "rereported", job_id=job.ref.job_id)
@@ -154,12 +183,30 @@ class JobProcessor:
                 return
             if decision is Decision.DONE:
                 logger.info("job already reported: acknowledging the redelivery")
+                # StageNext: this can be another gateway delivery of the finished execution, with its
+                # own ack token; unacknowledged, the gateway would requeue it every visibility timeout.
+                engine.skip(job.ref)
                 return
             if decision is Decision.SKIP:
                 logger.info("job no longer ours (%s): not running it", found.status.value if found else "?")
                 engine.skip(job.ref)
                 observability.record(job.ref.job_type, "skipped", job_id=job.ref.job_id)
                 return
+            if engine.lease_from == "begin" and _other_message(found, message_id):
+                # StageNext: the gateway requeued an unacknowledged delivery (its visibility timeout
+                # passed while the claim holder runs) and the poller pulled it again as a new
+                # message. Lease acquire decides, as the engine intends: refused → acknowledge it
+                # without running, or the gateway keeps requeuing it.
+                if not CALLS.call(lambda: engine.begin(job), deadline=deadline):
+                    logger.info("another delivery of this execution holds the lease: acknowledging this one")
+                    engine.skip(job.ref)
+                    observability.record(job.ref.job_type, "skipped", job_id=job.ref.job_id)
+                    return
+                # The claim holder has not acquired yet (or died before it could): this delivery now
+                # holds the lease but not the claim, so it must not run. The holder's acquire is
+                # refused and it stands down; the unrenewed lease lapses and StageNext dispatches a
+                # new execution.
+                logger.warning("lease acquired by a delivery that does not hold the claim; not running it")
             raise ClaimHeldError(f"job {job.ref.job_id} is being handled by another delivery")
 
         if engine.lease_from == "begin" and not CALLS.call(lambda: engine.begin(job), deadline=deadline):
@@ -170,7 +217,7 @@ class JobProcessor:
             return
 
         observability.record(job.ref.job_type, "started", job_id=job.ref.job_id, receive_count=receive_count)
-        outcome = self._run(job, context=context, engine=engine, store=store)
+        outcome = self._run(job, context=context, engine=engine, store=store, lease=lease)
         stored = self._store(job, outcome, owner=owner, store=store)
         if stored is None:
             logger.warning("lease lost while the handler ran: its result is discarded")
@@ -179,10 +226,11 @@ class JobProcessor:
             return
         self._report(job, stored, engine=engine, store=store, deadline=deadline)
 
-    def _run(self, activated: ActivatedJob, *, context: Any, engine: Any, store: Any) -> Outcome:
+    def _run(self, activated: ActivatedJob, *, context: Any, engine: Any, store: Any, lease: str = "") -> Outcome:
         def lease_check() -> bool:
             record = store.get(activated.key)
-            return record is not None and record.status is Status.LOST
+            # LOST, or already claimed again by a later lease of the same job id: stop either way.
+            return record is not None and (record.status is Status.LOST or record.other_lease(lease))
 
         job = Job(
             activated,
@@ -193,7 +241,9 @@ class JobProcessor:
         )
         retries_after_failure = None if activated.retries is None else max(0, activated.retries - 1)
         try:
-            result = self.fn(job)
+            # A span whose parent is the engine's traceparent; pickup latency and run time metrics.
+            with observability.job_span(activated):
+                result = self.fn(job)
         except TerminalError as exc:
             outcome = Outcome.fail(str(exc) or "terminal error", retries=0, terminal=True)
         except ThrowError as exc:
@@ -242,7 +292,28 @@ class JobProcessor:
         return get_settings().fail_backoff_seconds
 
     def _store(self, job: ActivatedJob, outcome: Outcome, *, owner: str, store: Any) -> Outcome | None:
-        """Store before reporting, so a lost report is re-sent, never re-computed. None: lost."""
+        """Store before reporting, so a lost report is re-sent, never re-computed. None: lost.
+
+        Until it is stored, the result exists only in this process: a store given up on means the
+        attempt runs again once its claim expires (its side effects repeat under the same key). So a
+        failed store is tried again a few times, on top of botocore's own retries. A retry after a
+        write that landed but whose answer was lost finds our own STORED record: the same result.
+        """
+        from workerless.aws.dynamo import OutcomeTooLargeError
+
+        for attempt in range(1, STORE_ATTEMPTS + 1):
+            try:
+                return self._store_once(job, outcome, owner=owner, store=store)
+            except OutcomeTooLargeError:
+                raise
+            except StoreError as exc:
+                if attempt == STORE_ATTEMPTS:
+                    raise
+                logger.warning("storing the result failed; trying again", extra={"error": str(exc)})
+                time.sleep(STORE_RETRY_SECONDS * attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _store_once(self, job: ActivatedJob, outcome: Outcome, *, owner: str, store: Any) -> Outcome | None:
         from workerless.aws.dynamo import OutcomeTooLargeError
 
         try:
@@ -264,7 +335,7 @@ class JobProcessor:
         except LeaseLostError:
             # 409: the lease lapsed and someone else has (or finished) the job. Not a failure.
             logger.info("engine says someone else finished this job: result not applied")
-            store.mark_reported(job.key, note="lease lost at report")
+            store.mark_reported(job.key, note="lease lost at report", lease=lease_of(ref, engine.lease_from))
             observability.record(ref.job_type, "lease_lost", job_id=ref.job_id)
             return
         except PayloadTooLargeError as exc:
@@ -278,7 +349,7 @@ class JobProcessor:
         except RetryableEngineError as exc:
             logger.warning("report not accepted yet; SQS will redeliver to re-report", extra={"error": str(exc)})
             raise ReportOwedError(f"report of job {ref.job_id} still owed: {exc}") from exc
-        store.mark_reported(job.key)
+        store.mark_reported(job.key, lease=lease_of(ref, engine.lease_from))
         event = {"complete": "completed", "fail": "failed", "throw": "thrown"}[outcome.kind]
         observability.record(ref.job_type, event, job_id=ref.job_id)
         logger.info("job reported", extra={"outcome": outcome.kind})

@@ -6,6 +6,7 @@ A ticket (one per dispatched batch) arrives delayed by a third of the shortest r
       reported / lost / skipped ─────────────► drop: nothing left to keep alive
       held past WORKERLESS_MAX_HOLD_SECONDS ──► drop: let the lease lapse, the engine re-hands it
       StageNext, handler not begun yet ──────► keep watching, nothing to renew yet
+                                                (a stored, unreported result still renews: see below)
       otherwise ─► extend the lease (re-anchored to now + lease by the engine)
                     409 / refusal ─► mark LOST: the running handler sees job.lease_lost() and stops
                     retryable ──────► keep it; the next ticket comes sooner (the old expiry is nearer)
@@ -26,7 +27,7 @@ from typing import Any
 from workerless import observability
 from workerless.errors import FinalEngineError, LeaseLostError, RetryableEngineError
 from workerless.observability import logger
-from workerless.record import Status
+from workerless.record import Status, lease_of
 from workerless.retry import CALLS
 from workerless.settings import Settings
 from workerless.ticket import Ticket, TicketEntry
@@ -43,7 +44,10 @@ def process_ticket(
     for entry in ticket.entries:
         ref = entry.ref
         record = records.get(ref.key)
-        if record is not None and not record.in_pipeline:
+        lease = lease_of(ref, engine.lease_from)
+        # A record another lease left done (node-flow: the lost lease before this one, same task
+        # id) says nothing about this lease: keep it alive until its delivery claims the record.
+        if record is not None and not record.in_pipeline and not record.other_lease(lease):
             continue
         if now - ticket.first_seen > settings.max_hold_seconds:
             logger.warning(
@@ -51,13 +55,18 @@ def process_ticket(
                 extra={"job_id": ref.job_id, "job_type": ref.job_type, "max_hold_seconds": settings.max_hold_seconds},
             )
             continue
-        if engine.lease_from == "begin" and (record is None or record.status is not Status.CLAIMED):
+        # StageNext renews from begin on, and also while the result is STORED but not yet accepted:
+        # its re-report (an SQS redelivery, minutes later) is applied only to a still-Running
+        # execution; a lapsed one is discarded as stale and the stage runs again.
+        if engine.lease_from == "begin" and (record is None or record.status not in (Status.CLAIMED, Status.STORED)):
             live.append(entry)
             continue
         try:
             expiry: float = CALLS.call(functools.partial(engine.extend, ref, settings.lease_seconds), deadline=deadline)
         except LeaseLostError:
-            store.mark(ref.key, Status.LOST, reason="engine refused the lease extension", job_type=ref.job_type)
+            store.mark(
+                ref.key, Status.LOST, reason="engine refused the lease extension", job_type=ref.job_type, lease=lease
+            )
             observability.record(ref.job_type, "lease_lost", job_id=ref.job_id)
             logger.info("lease lost: marked so the handler stops", extra={"job_id": ref.job_id})
             continue

@@ -1,21 +1,59 @@
-"""Logging and lifecycle events.
+"""Logs, metrics and traces.
 
-One Powertools Logger for the library (JSON, with job id / type / engine / instance id and the
-engine's traceparent appended as correlation keys while a job is being handled), and one
-:func:`record` call per job lifecycle step. Listeners (local mode's summary, tests, metrics)
-subscribe with :func:`add_listener`; in Lambda with no listener a record costs a loop over an
-empty list.
+**Logs.** One Powertools Logger for the library (JSON). While a job is handled, its lines carry the
+job id, type, engine, instance id, the engine's traceparent and the trace id as correlation keys.
+:func:`record` writes one line per job lifecycle step (``"job completed"``, with ``lifecycle``,
+``job_type`` and ``job_id``), never one per HTTP call.
+
+**Metrics** (CloudWatch EMF, namespace ``workerless``). :func:`record` also counts the step
+(``JobsActivated``, ``JobsCompleted``, ``JobsLeaseLost``, ``HeartbeatExtends``, ... see
+:data:`EVENT_METRICS`) with the dimensions ``service, JobType`` and the roll-up ``service``;
+:func:`add_metric` takes any other value (poll cycles, capacity used, pickup latency, handler
+duration, engine errors by status). Values are kept per invocation, in a buffer opened by
+:func:`invocation_metrics` (the entry points and the handler wrapper open one), and written as one
+EMF line per dimension set when the invocation ends. Lambda sends the lines to CloudWatch Logs,
+which extracts the metrics: no ``cloudwatch:PutMetricData`` call and no permission for it.
+
+Why not one module-level ``Metrics``: Powertools' ``Metrics`` keeps one dimension set per flush and
+shares its metric set between every instance in the process (class attributes), while one poller or
+heartbeat invocation counts several job types, and local mode runs many invocations at once in
+threads of one process. So each invocation gets its own buffer (a context variable: a thread sees
+only its own invocation's buffer, no lock contention between invocations), serialised with
+Powertools' own EMF provider (the same validation and format as ``Metrics``).
+
+Local mode: no metrics are written inside a local-mode invocation (``workerless local`` shows its
+summary table instead, and EMF lines would bury its output); :func:`configure` overrides that.
+``POWERTOOLS_METRICS_DISABLED=true`` turns them off anywhere, as for any Powertools metric.
+
+**Traces.** :func:`job_span` runs the handler function inside a span named after the job type whose
+parent is the engine's W3C traceparent (OpenTelemetry API, when ``opentelemetry-api`` is installed;
+a no-op otherwise), so one trace covers engine → poller → handler → the downstream calls the
+handler makes (with an OpenTelemetry SDK and instrumentations configured by the function). X-Ray
+subsegments through Powertools Tracer are added only when :func:`configure` turns them on.
+
+Listeners (local mode's summary, tests) subscribe to lifecycle steps with :func:`add_listener`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
+import json
+import re
+import sys
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from aws_lambda_powertools import Logger
 
 logger = Logger(service="workerless", child=False)
+
+#: CloudWatch namespace and the ``service`` dimension of every workerless metric.
+NAMESPACE = "workerless"
+SERVICE = "workerless"
 
 #: The lifecycle steps one job can go through.
 EVENTS = (
@@ -32,6 +70,36 @@ EVENTS = (
     "extended",
     "dead_lettered",
 )
+
+#: The metric (Count, per JobType) each lifecycle step is counted under.
+EVENT_METRICS: dict[str, str] = {
+    "activated": "JobsActivated",
+    "dispatched": "JobsDispatched",
+    "released": "JobsReleased",
+    "started": "JobsStarted",
+    "completed": "JobsCompleted",
+    "failed": "JobsFailed",
+    "thrown": "JobsThrown",
+    "rereported": "JobsRereported",
+    "lease_lost": "JobsLeaseLost",
+    "skipped": "JobsSkipped",
+    "extended": "HeartbeatExtends",
+    "dead_lettered": "JobsDeadLettered",
+}
+
+#: Metrics that are not lifecycle steps (unit; dimensions).
+POLL_CYCLES = "PollCycles"  # Count; service. Activation cycles in one poller invocation.
+POLLS = "Polls"  # Count; service. Engine activation calls.
+EMPTY_POLLS = "EmptyPolls"  # Count; service. Activation calls that returned no job.
+POLL_ERRORS = "PollErrors"  # Count; service. Activation calls the engine refused or that failed.
+CAPACITY_USED = "CapacityUsed"  # Percent; service, JobType. In flight / max in flight, per cycle.
+ENGINE_ERRORS = "EngineErrors"  # Count; service, Status. Every engine call that raised an EngineError.
+PICKUP_LATENCY = "PickupLatency"  # Milliseconds; service, JobType. Engine activation → handler start.
+HANDLER_DURATION = "HandlerDuration"  # Milliseconds; service, JobType. The user function's run time.
+
+#: EMF accepts at most 100 values per metric in one document (Powertools prints a document by
+#: itself when a metric reaches 100 values: stay one below).
+_MAX_VALUES = 99
 
 Listener = Callable[[str, str, dict[str, Any]], None]
 _listeners: list[Listener] = []
@@ -51,9 +119,391 @@ def remove_listener(listener: Listener) -> None:
 
 
 def record(job_type: str, event: str, **fields: Any) -> None:
-    """Note one lifecycle step of one job (never raises: observers must not fail a job)."""
+    """Note one lifecycle step of one job: one log line, one count, every listener.
+
+    Never raises: observers must not fail a job.
+    """
+    try:
+        logger.info(f"job {event.replace('_', ' ')}", extra={"lifecycle": event, "job_type": job_type, **fields})
+        metric = EVENT_METRICS.get(event)
+        if metric is not None:
+            add_metric(metric, 1, "Count", job_type=job_type)
+    except Exception:  # an observer must never fail the step it observes
+        logger.debug("lifecycle log or metric failed", exc_info=True)
     for listener in list(_listeners):
         try:
             listener(job_type, event, fields)
         except Exception:
             logger.exception("lifecycle listener failed", extra={"listener": repr(listener)})
+
+
+# ------------------------------------------------------------------------------------------------
+# Configuration
+
+
+class _Config:
+    """Process-wide switches (see :func:`configure`)."""
+
+    metrics: bool | None = None  # None: on, except inside a local-mode invocation
+    sink: Callable[[str], None] | None = None  # None: stdout (where Lambda's log capture reads EMF)
+    xray: bool = False
+
+
+def configure(
+    *,
+    metrics: bool | None = None,
+    sink: Callable[[str], None] | None = None,
+    xray: bool | None = None,
+) -> None:
+    """Set the observability switches for this process.
+
+    Args:
+        metrics: True writes EMF metrics everywhere, False nowhere, None (the default) everywhere
+            but inside a local-mode invocation.
+        sink: where each EMF line goes (default: stdout, which Lambda sends to CloudWatch Logs).
+            Tests pass a list's ``append``.
+        xray: add a Powertools Tracer (X-Ray) subsegment around each handler run. Needs the
+            function's ``Tracing: Active`` and ``aws-xray-sdk`` in the layer; off by default.
+    """
+    _Config.metrics = metrics
+    _Config.sink = sink
+    if xray is not None:
+        _Config.xray = xray
+
+
+def configure_from_settings(settings: Any) -> None:
+    """Apply the deployment's switches: ``xray_tracing`` (``WORKERLESS_XRAY_TRACING``) when the
+    settings model has that field; otherwise leave what :func:`configure` set."""
+    if hasattr(settings, "xray_tracing"):
+        _Config.xray = bool(settings.xray_tracing)
+
+
+def _in_local_invocation() -> bool:
+    # Local mode marks each invocation with a context variable (workerless.local.loop). In Lambda
+    # that module is never imported, and this costs a dict lookup.
+    loop = sys.modules.get("workerless.local.loop")
+    return loop is not None and loop.current_scope() is not None
+
+
+def metrics_enabled() -> bool:
+    """Whether an invocation started now writes metrics (see :func:`configure`)."""
+    if _Config.metrics is not None:
+        return _Config.metrics
+    return not _in_local_invocation()
+
+
+# ------------------------------------------------------------------------------------------------
+# Metrics
+
+
+Dimensions = tuple[tuple[str, str], ...]
+
+
+class MetricsBuffer:
+    """One invocation's metric values, grouped by dimension set, until :meth:`documents`.
+
+    Counts are summed (one value per flush); other units keep every value (CloudWatch computes
+    the statistics). Thread-safe: a handler may record from threads it starts.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: dict[Dimensions, dict[str, tuple[str, list[float]]]] = {}
+
+    def add(self, name: str, value: float, unit: str, dimensions: Dimensions) -> None:
+        with self._lock:
+            metrics = self._values.setdefault(dimensions, {})
+            found = metrics.get(name)
+            if found is None:
+                metrics[name] = (unit, [float(value)])
+            elif unit == "Count":
+                found[1][0] += float(value)
+            else:
+                found[1].append(float(value))
+
+    def values(self, name: str, **dimensions: str) -> list[float]:
+        """The values of ``name`` under exactly these dimensions (tests, the report)."""
+        key = _dimension_key(dimensions)
+        with self._lock:
+            found = self._values.get(key, {}).get(name)
+            return list(found[1]) if found else []
+
+    def total(self, name: str) -> float:
+        """``name`` summed over every dimension set."""
+        with self._lock:
+            return sum(sum(m[name][1]) for m in self._values.values() if name in m)
+
+    def __bool__(self) -> bool:
+        with self._lock:
+            return bool(self._values)
+
+    def documents(self) -> list[dict[str, Any]]:
+        """The EMF documents: one per dimension set (and per 100 values of a metric)."""
+        from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import AmazonCloudWatchEMFProvider
+
+        with self._lock:
+            snapshot = {dims: {n: (u, list(v)) for n, (u, v) in m.items()} for dims, m in self._values.items()}
+        documents: list[dict[str, Any]] = []
+        for dims, metrics in snapshot.items():
+            chunks = max((len(values) + _MAX_VALUES - 1) // _MAX_VALUES for _, values in metrics.values())
+            for chunk in range(chunks):
+                provider = AmazonCloudWatchEMFProvider(namespace=NAMESPACE, service=SERVICE)
+                for name, (unit, values) in metrics.items():
+                    for value in values[chunk * _MAX_VALUES : (chunk + 1) * _MAX_VALUES]:
+                        provider.add_metric(name=name, unit=unit, value=value)
+                if not provider.metric_set:
+                    continue
+                provider.add_dimension(name="service", value=SERVICE)
+                for key, dimension in dims:
+                    provider.add_dimension(name=key, value=dimension)
+                document: dict[str, Any] = dict(provider.serialize_metric_set())
+                if dims:
+                    # The service-wide roll-up of the same values: alarms and the dashboard's totals
+                    # read it without knowing the job types (an alarm cannot use SEARCH).
+                    document["_aws"]["CloudWatchMetrics"][0]["Dimensions"].append(["service"])
+                documents.append(document)
+        return documents
+
+
+def _dimension_key(dimensions: dict[str, str]) -> Dimensions:
+    return tuple(sorted((k, v) for k, v in dimensions.items() if v))
+
+
+_BUFFER: contextvars.ContextVar[MetricsBuffer | None] = contextvars.ContextVar("workerless_metrics", default=None)
+
+
+def add_metric(name: str, value: float, unit: str = "Count", *, job_type: str | None = None, **dimensions: str) -> None:
+    """Add a value to the current invocation's metrics (dropped outside :func:`invocation_metrics`).
+
+    ``job_type`` becomes the ``JobType`` dimension; other keyword arguments are dimensions too.
+    """
+    buffer = _BUFFER.get()
+    if buffer is None:
+        return
+    if job_type is not None:
+        dimensions = {"JobType": job_type, **dimensions}
+    buffer.add(name, value, unit, _dimension_key(dimensions))
+
+
+@contextlib.contextmanager
+def invocation_metrics() -> Iterator[MetricsBuffer | None]:
+    """Collect the metrics of one invocation and write them as EMF lines when it ends.
+
+    Yields the buffer (None when metrics are off: nothing is collected). Never raises from the flush.
+    """
+    buffer = MetricsBuffer() if metrics_enabled() else None
+    token = _BUFFER.set(buffer)
+    try:
+        yield buffer
+    finally:
+        _BUFFER.reset(token)
+        if buffer:
+            flush(buffer)
+
+
+def flush(buffer: MetricsBuffer) -> None:
+    """Write ``buffer`` as EMF lines to the sink (never raises)."""
+    try:
+        from aws_lambda_powertools.metrics.functions import is_metrics_disabled
+
+        if is_metrics_disabled():
+            return
+        sink = _Config.sink or _stdout
+        for document in buffer.documents():
+            sink(json.dumps(document, separators=(",", ":")))
+    except Exception:  # metrics must never fail an invocation
+        logger.warning("could not write metrics", exc_info=True)
+
+
+def _stdout(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def poll_report(report: Any) -> None:
+    """Count one poller invocation's :class:`~workerless.poller.PollReport`."""
+    add_metric(POLL_CYCLES, getattr(report, "cycles", 0))
+    add_metric(POLLS, getattr(report, "polls", 0))
+    add_metric(EMPTY_POLLS, getattr(report, "empty_polls", 0))
+    add_metric(POLL_ERRORS, getattr(report, "errors", 0))
+
+
+def capacity(job_type: str, max_in_flight: int, free: int) -> None:
+    """Note how much of a route's capacity was in use when the poller looked (Percent)."""
+    if max_in_flight > 0:
+        used = max(0, min(max_in_flight, max_in_flight - free))
+        add_metric(CAPACITY_USED, 100.0 * used / max_in_flight, "Percent", job_type=job_type)
+
+
+def engine_error(exc: BaseException, *, operation: str = "") -> None:
+    """Count one engine call that failed, by HTTP status (or the error class without one)."""
+    status = getattr(exc, "status", None)
+    add_metric(ENGINE_ERRORS, 1, "Count", Status=str(status) if status is not None else type(exc).__name__)
+    logger.debug("engine call failed", extra={"operation": operation, "status": status})
+
+
+class ObservedEngine:
+    """An engine adapter whose failing calls are counted in ``EngineErrors`` by status.
+
+    Every attribute is the adapter's own; calls that raise an :class:`~workerless.errors.EngineError`
+    are counted and the error re-raised unchanged.
+    """
+
+    def __init__(self, engine: Any) -> None:
+        self.__dict__["_engine"] = engine
+
+    @property
+    def wrapped(self) -> Any:
+        return self.__dict__["_engine"]
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self.__dict__["_engine"], name)
+        if name.startswith("_") or not callable(value):
+            return value
+        from workerless.errors import EngineError
+
+        @functools.wraps(value)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return value(*args, **kwargs)
+            except EngineError as exc:
+                engine_error(exc, operation=name)
+                raise
+
+        return call
+
+
+def observe_engine(engine: Any) -> Any:
+    """``engine`` wrapped in :class:`ObservedEngine` (once)."""
+    return engine if isinstance(engine, ObservedEngine) else ObservedEngine(engine)
+
+
+# ------------------------------------------------------------------------------------------------
+# Traces
+
+_TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
+
+
+def trace_id_of(traceparent: str | None) -> str | None:
+    """The trace id of a W3C traceparent (``00-<trace id>-<span id>-<flags>``), None if malformed.
+
+    Example:
+        >>> trace_id_of("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+        '4bf92f3577b34da6a3ce929d0e0e4736'
+    """
+    if not traceparent:
+        return None
+    found = _TRACEPARENT.match(traceparent.strip().lower())
+    if found is None or found.group(1) == "ff" or set(found.group(2)) == {"0"} or set(found.group(3)) == {"0"}:
+        return None
+    return found.group(2)
+
+
+@functools.cache
+def _otel() -> Any:
+    """The OpenTelemetry API's trace module and W3C propagator, or None without opentelemetry-api.
+
+    Imported on the first job, not at cold start (about 20 ms)."""
+    try:
+        from opentelemetry import trace
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+    except ImportError:
+        return None
+    return trace, TraceContextTextMapPropagator()
+
+
+@functools.cache
+def _xray_tracer() -> Any:
+    try:
+        from aws_lambda_powertools import Tracer
+
+        return Tracer(service=SERVICE)
+    except Exception:  # noqa: BLE001 - aws-xray-sdk missing: tracing off, the job still runs
+        logger.warning("X-Ray tracing is on but Powertools Tracer cannot start (is aws-xray-sdk installed?)")
+        return None
+
+
+class JobSpan:
+    """What :func:`job_span` yields: the handler span's ids, for log lines and outbound calls."""
+
+    def __init__(self, trace_id: str | None, traceparent: str | None, span: Any = None) -> None:
+        self.trace_id = trace_id
+        #: The traceparent to forward on the handler's outbound calls: the handler span's own when
+        #: an OpenTelemetry SDK records spans, the engine's otherwise.
+        self.traceparent = traceparent
+        self.span = span
+
+
+@contextlib.contextmanager
+def job_span(activated: Any) -> Iterator[JobSpan]:
+    """Run one handler call as a span whose parent is the engine's traceparent; time it.
+
+    Records ``PickupLatency`` (engine activation → now) on entry and ``HandlerDuration`` on exit.
+    With ``opentelemetry-api`` installed the span is started by the global tracer provider (a no-op
+    one unless the function configures an SDK; the trace id is the engine's either way); without it,
+    only the ids are parsed from the traceparent. Exceptions from the handler pass through.
+    """
+    ref = activated.ref
+    started = time.time()
+    activated_at = float(getattr(activated, "activated_at", 0.0) or 0.0)
+    if activated_at > 0:
+        add_metric(PICKUP_LATENCY, max(0.0, (started - activated_at) * 1000.0), "Milliseconds", job_type=ref.job_type)
+    traceparent: str | None = activated.traceparent
+    attributes = {
+        "workerless.job.id": ref.job_id,
+        "workerless.job.type": ref.job_type,
+        "workerless.engine": ref.engine,
+        "workerless.instance.id": activated.instance_id or "",
+    }
+    with contextlib.ExitStack() as stack:
+        span_info = JobSpan(trace_id_of(traceparent), traceparent)
+        otel = _otel()
+        if otel is not None:
+            try:
+                span_info = _start_otel_span(stack, otel, ref.job_type, traceparent, attributes)
+            except Exception:  # tracing must never fail a job
+                logger.debug("could not start the handler span", exc_info=True)
+        if _Config.xray:
+            tracer = _xray_tracer()
+            if tracer is not None:
+                try:
+                    subsegment = stack.enter_context(tracer.provider.in_subsegment(f"## {ref.job_type}"))
+                    subsegment.put_annotation("job_type", ref.job_type)
+                    subsegment.put_annotation("job_id", ref.job_id)
+                except Exception:  # tracing must never fail a job
+                    logger.debug("could not start the X-Ray subsegment", exc_info=True)
+        try:
+            yield span_info
+        finally:
+            elapsed = (time.time() - started) * 1000.0
+            add_metric(HANDLER_DURATION, elapsed, "Milliseconds", job_type=ref.job_type)
+
+
+def _start_otel_span(
+    stack: contextlib.ExitStack, otel: Any, name: str, traceparent: str | None, attributes: dict[str, str]
+) -> JobSpan:
+    trace, propagator = otel
+    parent = propagator.extract({"traceparent": traceparent}) if traceparent else None
+    tracer = trace.get_tracer("workerless")
+    span = stack.enter_context(
+        tracer.start_as_current_span(name, context=parent, kind=trace.SpanKind.CONSUMER, attributes=attributes)
+    )
+    context = span.get_span_context()
+    if not context.is_valid:
+        return JobSpan(trace_id_of(traceparent), traceparent, span)
+    carrier: dict[str, str] = {}
+    propagator.inject(carrier)
+    return JobSpan(format(context.trace_id, "032x"), carrier.get("traceparent", traceparent), span)
+
+
+def current_traceparent() -> str | None:
+    """The traceparent of the running handler span (to forward on an outbound call), or None.
+
+    Needs ``opentelemetry-api``; without an OpenTelemetry SDK it is the engine's traceparent.
+    """
+    otel = _otel()
+    if otel is None:
+        return None
+    carrier: dict[str, str] = {}
+    otel[1].inject(carrier)
+    return carrier.get("traceparent")

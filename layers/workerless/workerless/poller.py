@@ -73,10 +73,13 @@ class Poller:
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        intents: Any = None,
     ) -> None:
         self.settings = settings
         self.engine = engine
         self.queues = queues
+        #: workerless.intent.IntentLog (None: no log; a dead poller's jobs wait out their lease).
+        self.intents = intents
         self.clock = clock
         self.sleep = sleep
         # Jobs this invocation dispatched in its last cycle, per type: SQS's approximate counts
@@ -94,6 +97,7 @@ class Poller:
     def run(self, *, deadline: float) -> PollReport:
         """Poll until a cycle finds no work, there is no room, or time runs out."""
         report = PollReport()
+        self._recover(report, deadline=deadline)
         budget_end = min(deadline, self.clock() + self.settings.poll_budget_seconds)
         while report.cycles < MAX_CYCLES:
             report.cycles += 1
@@ -138,9 +142,40 @@ class Poller:
             self._recent = {}
             return 0, None
         report.activated += len(jobs)
-        return self._dispatch(jobs, report, deadline=deadline), None
+        # Written down before dispatch, so a poller that dies now does not cost the jobs a lease.
+        intent = self._intent(lambda log: log.record(jobs))
+        return self._dispatch(jobs, report, deadline=deadline, intent=intent), None
 
-    def _dispatch(self, jobs: list[ActivatedJob], report: PollReport, *, deadline: float) -> int:
+    def _intent(self, step: Callable[[Any], Any]) -> Any:
+        """One step of the intent log; never fails the cycle (the lease is the backstop)."""
+        if self.intents is None:
+            return None
+        try:
+            return step(self.intents)
+        except Exception:  # noqa: BLE001 - a DynamoDB hiccup must not cost the batch its dispatch
+            logger.warning("poller intent log step failed; a crash now would cost this batch a lease", exc_info=True)
+            return None
+
+    def _recover(self, report: PollReport, *, deadline: float) -> None:
+        """Finish what a dead poller left: hand back jobs it activated but never queued, send the
+        ticket of jobs it queued but never ticketed."""
+        stale = self._intent(lambda log: log.take_stale()) or []
+        for phase, jobs in stale:
+            logger.warning("finishing a batch a poller left unfinished", extra={"phase": phase, "jobs": len(jobs)})
+            if phase == "dispatched":
+                if jobs:
+                    try:
+                        self._send_ticket(jobs)
+                    except Exception:  # noqa: BLE001 - the lease lapses as without the log
+                        logger.warning("could not send the recovered ticket", exc_info=True)
+                continue
+            reason = "the poller that activated it stopped before queuing it"
+            for job in jobs:
+                self._hand_back(job, reason, report, deadline=deadline)
+
+    def _dispatch(
+        self, jobs: list[ActivatedJob], report: PollReport, *, deadline: float, intent: str | None = None
+    ) -> int:
         by_type: dict[str, list[ActivatedJob]] = {}
         for job in jobs:
             by_type.setdefault(job.ref.job_type, []).append(job)
@@ -171,7 +206,9 @@ class Poller:
             report.per_type[job_type] = report.per_type.get(job_type, 0) + sent_here
         report.dispatched += len(sent)
         if sent:
+            self._intent(lambda log: log.dispatched(intent, sent))
             self._send_ticket(sent)
+        self._intent(lambda log: log.clear(intent))
         return len(sent)
 
     def _send_ticket(self, jobs: list[ActivatedJob]) -> None:

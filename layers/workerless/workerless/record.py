@@ -18,14 +18,20 @@ States and who moves them (every write is conditional, so racing deliveries cann
 A delivery that finds STORED re-reports the stored outcome and never runs the handler again. One
 that finds CLAIMED with a live claim leaves the message for a later redelivery. Every item has a
 TTL (``expires_at``) well past the longest a job can be in flight.
+
+Where the engine's lease starts at activation, the record also keeps which lease wrote it
+(:func:`lease_of`): a later lease of the same job id (node-flow, after a lapse) claims a LOST
+record again and re-reports a result whose report the lost lease had refused.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from enum import StrEnum
 
-from workerless.model import Outcome
+from workerless.model import JobRef, Outcome
 
 
 class Status(StrEnum):
@@ -49,6 +55,9 @@ class JobRecord:
     outcome: Outcome | None = None
     lost_reason: str | None = None
     deliveries: int = 0
+    #: The :func:`lease_of` fingerprint of the lease the record was last written under ("" or None:
+    #: not known, as for engines whose lease starts at begin).
+    lease: str | None = None
 
     @property
     def in_pipeline(self) -> bool:
@@ -57,6 +66,28 @@ class JobRecord:
 
     def claim_live(self, now: float) -> bool:
         return self.status is Status.CLAIMED and (self.claim_expires_at or 0.0) > now
+
+    def other_lease(self, lease: str) -> bool:
+        """Whether the record was written under a different lease than ``lease`` (both known)."""
+        return bool(lease) and bool(self.lease) and self.lease != lease
+
+
+def lease_of(ref: JobRef, lease_from: str) -> str:
+    """A fingerprint of the lease a delivery was handed out under, for engines whose lease starts
+    at activation: a hash of ``ref.handle`` (never the handle itself: it holds the lease token).
+
+    Why: node-flow keeps the task id when a lease lapses and the task is leased again, so the new
+    lease has the same job record as the lost one. Without telling the two leases apart, the new
+    lease's delivery would find the record LOST and skip the job, its lease would lapse unheld, the
+    poller would lease it again, and so on for ever. With it, a LOST record of another lease is
+    claimed again, and a result stored under a lease that was refused is re-reported under the new
+    one. Every SQS delivery of one message shares the fingerprint. "" when there is nothing to
+    tell leases apart by (an empty handle, or an engine whose lease starts at begin).
+    """
+    if lease_from != "activation" or not ref.handle:
+        return ""
+    canonical = json.dumps(dict(ref.handle), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
 class Decision(StrEnum):
@@ -69,8 +100,11 @@ class Decision(StrEnum):
     RETRY_LATER = "retry_later"  # another delivery holds a live claim: leave for redelivery
 
 
-def decide(found: JobRecord | None, now: float) -> Decision:
+def decide(found: JobRecord | None, now: float, lease: str = "") -> Decision:
     """The move for a delivery whose conditional claim failed because ``found`` exists.
+
+    ``lease`` is the delivery's :func:`lease_of` fingerprint: a REPORTED record written under
+    another lease (its report was refused: that lease had lapsed) is re-reported under this one.
 
     Example:
         >>> decide(JobRecord("k", Status.STORED, outcome=Outcome.complete({})), now=0.0)
@@ -81,6 +115,8 @@ def decide(found: JobRecord | None, now: float) -> Decision:
     if found.status is Status.STORED:
         return Decision.REREPORT
     if found.status is Status.REPORTED:
+        if found.outcome is not None and found.other_lease(lease):
+            return Decision.REREPORT
         return Decision.DONE
     if found.status in (Status.LOST, Status.SKIPPED):
         return Decision.SKIP

@@ -58,6 +58,7 @@ def _to_record(item: dict[str, Any]) -> JobRecord:
         outcome=_decode_outcome(item["outcome"]) if "outcome" in item else None,
         lost_reason=item.get("lost_reason", {}).get("S"),
         deliveries=int(item.get("deliveries", {}).get("N", "0")),
+        lease=item.get("lease", {}).get("S"),
     )
 
 
@@ -127,28 +128,41 @@ class JobStore:
                 raise StoreError(f"DynamoDB batch_get_item on {self.table} left keys unprocessed")
         return found
 
-    def claim(self, key: str, *, owner: str, claim_seconds: float, job_type: str) -> tuple[bool, JobRecord | None]:
+    def claim(
+        self, key: str, *, owner: str, claim_seconds: float, job_type: str, lease: str = ""
+    ) -> tuple[bool, JobRecord | None]:
         """Try to claim ``key`` for this delivery. Returns (claimed, the record found if not).
 
-        Succeeds when no record exists, or when the existing claim has expired (its container died).
+        Succeeds when no record exists, or when the existing claim has expired (its container died),
+        or when the record is LOST under another lease than ``lease`` (:func:`~workerless.record.lease_of`:
+        the engine leased the same job id again after the lost lease lapsed).
         """
         now = self._clock()
+        item: dict[str, Any] = {
+            "pk": {"S": key},
+            "status": {"S": Status.CLAIMED.value},
+            "owner": {"S": owner},
+            "claim_expires_at": {"N": repr(now + claim_seconds)},
+            "job_type": {"S": job_type},
+            "claimed_at": {"N": repr(now)},
+            "expires_at": self._ttl(now),
+        }
+        condition = "attribute_not_exists(pk) OR (#s = :claimed AND claim_expires_at < :now)"
+        names = {"#s": "status"}
+        values: dict[str, Any] = {":claimed": {"S": Status.CLAIMED.value}, ":now": {"N": repr(now)}}
+        if lease:
+            item["lease"] = {"S": lease}
+            condition += " OR (#s = :lost AND attribute_exists(#lease) AND #lease <> :lease)"
+            names["#lease"] = "lease"
+            values.update({":lost": {"S": Status.LOST.value}, ":lease": {"S": lease}})
         try:
             self._call(
                 "put_item",
                 TableName=self.table,
-                Item={
-                    "pk": {"S": key},
-                    "status": {"S": Status.CLAIMED.value},
-                    "owner": {"S": owner},
-                    "claim_expires_at": {"N": repr(now + claim_seconds)},
-                    "job_type": {"S": job_type},
-                    "claimed_at": {"N": repr(now)},
-                    "expires_at": self._ttl(now),
-                },
-                ConditionExpression="attribute_not_exists(pk) OR (#s = :claimed AND claim_expires_at < :now)",
-                ExpressionAttributeNames={"#s": "status"},
-                ExpressionAttributeValues={":claimed": {"S": Status.CLAIMED.value}, ":now": {"N": repr(now)}},
+                Item=item,
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except _ConditionFailed as refused:
@@ -195,13 +209,19 @@ class JobStore:
             ExpressionAttributeValues={":o": _encode_outcome(outcome), ":stored": {"S": Status.STORED.value}},
         )
 
-    def mark_reported(self, key: str, *, note: str | None = None) -> None:
+    def mark_reported(self, key: str, *, note: str | None = None, lease: str = "") -> None:
+        """Record that the report landed (or was refused with 409: ``note``), under ``lease``."""
         now = self._clock()
         values: dict[str, Any] = {":reported": {"S": Status.REPORTED.value}, ":now": {"N": repr(now)}}
         update = "SET #s = :reported, reported_at = :now"
         if note:
             update += ", report_note = :note"
             values[":note"] = {"S": note}
+        names = {"#s": "status"}
+        if lease:
+            update += ", #lease = :lease"
+            names["#lease"] = "lease"
+            values[":lease"] = {"S": lease}
         try:
             self._call(
                 "update_item",
@@ -209,7 +229,7 @@ class JobStore:
                 Key={"pk": {"S": key}},
                 UpdateExpression=update,
                 ConditionExpression="attribute_exists(pk)",
-                ExpressionAttributeNames={"#s": "status"},
+                ExpressionAttributeNames=names,
                 ExpressionAttributeValues=values,
             )
         except _ConditionFailed:
@@ -224,30 +244,46 @@ class JobStore:
                     "reported_at": {"N": repr(now)},
                     "expires_at": self._ttl(now),
                     **({"report_note": {"S": note}} if note else {}),
+                    **({"lease": {"S": lease}} if lease else {}),
                 },
             )
 
-    def mark(self, key: str, status: Status, *, reason: str, job_type: str) -> bool:
-        """Mark LOST or SKIPPED, unless a result is already stored or reported. True if written."""
+    def mark(self, key: str, status: Status, *, reason: str, job_type: str, lease: str = "") -> bool:
+        """Mark LOST or SKIPPED, unless a result is already stored or reported. True if written.
+
+        With ``lease``, only a claim taken under that lease (or under an unknown one) is marked: the
+        heartbeat of a lapsed lease must not stop the run of the lease that replaced it.
+        """
         now = self._clock()
+        update = (
+            "SET #s = :status, lost_reason = :reason, job_type = if_not_exists(job_type, :type), "
+            "expires_at = if_not_exists(expires_at, :ttl)"
+        )
+        condition = "attribute_not_exists(pk) OR #s = :claimed"
+        names = {"#s": "status"}
+        values: dict[str, Any] = {
+            ":status": {"S": status.value},
+            ":reason": {"S": reason},
+            ":claimed": {"S": Status.CLAIMED.value},
+            ":type": {"S": job_type},
+            ":ttl": self._ttl(now),
+        }
+        if lease:
+            update += ", #lease = if_not_exists(#lease, :lease)"
+            condition = (
+                "attribute_not_exists(pk) OR (#s = :claimed AND (attribute_not_exists(#lease) OR #lease = :lease))"
+            )
+            names["#lease"] = "lease"
+            values[":lease"] = {"S": lease}
         try:
             self._call(
                 "update_item",
                 TableName=self.table,
                 Key={"pk": {"S": key}},
-                UpdateExpression=(
-                    "SET #s = :status, lost_reason = :reason, job_type = if_not_exists(job_type, :type), "
-                    "expires_at = if_not_exists(expires_at, :ttl)"
-                ),
-                ConditionExpression="attribute_not_exists(pk) OR #s = :claimed",
-                ExpressionAttributeNames={"#s": "status"},
-                ExpressionAttributeValues={
-                    ":status": {"S": status.value},
-                    ":reason": {"S": reason},
-                    ":claimed": {"S": Status.CLAIMED.value},
-                    ":type": {"S": job_type},
-                    ":ttl": self._ttl(now),
-                },
+                UpdateExpression=update,
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
             )
         except _ConditionFailed:
             return False

@@ -16,9 +16,10 @@ in docs/assumptions.md, prefixed "Emulator:"):
 - ``POST /jobs/ack`` (no auth header): 404 when the replica does not hold the token; a second ack
   of the same token is 404 (not idempotent).
 - Every dispatch of a stage creates an *execution* (executionId, attempt). Lease acquire turns the
-  dispatched execution Running (60 s lease, owned by the worker record); it is not reentrant. A
-  Running execution whose lease lapses is recovered: it expires and, while retries remain, a new
-  execution is dispatched. Renewal succeeds only for the current Running execution's owner.
+  dispatched execution Running (a ``lease_seconds`` lease, the seed's 60 s by default; tests shorten
+  it), owned by the worker record; it is not reentrant. A Running execution whose lease lapses is
+  recovered: it expires and, while retries remain, a new execution is dispatched. Renewal succeeds
+  only for the current Running execution's owner.
 - ``POST /stages/{id}/result`` answers 202 on acceptance; a consumer then applies it with
   execution-ID/attempt fencing, discarding stale and duplicate results (recorded in ``results``).
 
@@ -50,6 +51,7 @@ __all__ = ["RESULT_BODY_CAP", "RESULT_STRING_CAP", "StageNextEmulator", "create"
 DEFAULT_API_KEY = "sn-local-api-key"
 DEFAULT_APPLICATION = "local-app"
 LEASE_SECONDS = 60
+DEFAULT_VISIBILITY_SECONDS = 60
 RESULT_STRING_CAP = 262_144
 RESULT_BODY_CAP = 327_680
 AFFINITY_COOKIE = "gw_replica"
@@ -199,7 +201,7 @@ class StageNextEmulator:
         handler_patterns: tuple[str, ...] | list[str] = ("*",),
         instance_id: str | None = None,
         session_ttl: float = 24 * 3600,
-        visibility_timeout: float = 60,
+        visibility_timeout: float = DEFAULT_VISIBILITY_SECONDS,
         max_inflight: int = 128,
         replicas: int = 2,
         events_max_batch: int = 100,
@@ -251,10 +253,15 @@ class StageNextEmulator:
         return EmulatorServer(self.router, port=port).start()
 
     def engine_values(self, base_url: str) -> dict[str, str]:
-        """The connection values a worker needs to reach this emulator."""
+        """The connection values a worker needs to reach this emulator (with its lease length and
+        visibility timeout when they are not the seed's 60 s, so the adapter's timings match)."""
         values = {"STAGENEXT_API_URL": base_url, "STAGENEXT_API_KEY": self.api_key}
         if self.instance_id:
             values["STAGENEXT_INSTANCE_ID"] = self.instance_id
+        if self.lease_seconds != LEASE_SECONDS:
+            values["STAGENEXT_LEASE_SECONDS"] = str(self.lease_seconds)
+        if self.visibility_timeout != DEFAULT_VISIBILITY_SECONDS:
+            values["STAGENEXT_VISIBILITY_SECONDS"] = f"{self.visibility_timeout:g}"
         return values
 
     def create_job(
@@ -886,5 +893,6 @@ class StageNextEmulator:
 
 def create(**options: Any) -> StageNextEmulator:
     """Build a StageNext emulator (options: api_key, application, handler_patterns, instance_id,
-    session_ttl, visibility_timeout, max_inflight, replicas, events_max_batch)."""
+    session_ttl, visibility_timeout (GATEWAY_VISIBILITY_TIMEOUT, 60 s), max_inflight, replicas,
+    events_max_batch, lease_seconds (the execution lease, 60 s))."""
     return StageNextEmulator(**options)

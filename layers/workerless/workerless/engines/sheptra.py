@@ -28,6 +28,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import re
+import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -602,8 +603,9 @@ class SheptraEngine:
             "leaseSeconds": lease_seconds,
             "waitSeconds": 0,  # a Lambda must not pay to sit in a long poll
         }
-        if self._worker_id:
-            body["workerId"] = self._worker_id
+        label = self._activation_label()
+        if label:
+            body["workerId"] = label
         if self.config.tenant_ids:
             body["tenantIds"] = list(self.config.tenant_ids)
         response = self._call(self.activate_path, body, what="activate")
@@ -617,9 +619,9 @@ class SheptraEngine:
         jobs: list[ActivatedJob] = []
         for raw in raw_jobs:
             try:
-                job = self._parse_job(raw, now)
+                job = self._parse_job(raw, now, label)
             except _Malformed as bad:
-                self._hand_back_malformed(raw, bad)
+                self._hand_back_malformed(raw, bad, label)
                 continue
             job_type = job.ref.job_type
             if job_type not in capacity:
@@ -632,7 +634,21 @@ class SheptraEngine:
             jobs.append(job)
         return jobs
 
-    def _parse_job(self, raw: object, now: float) -> ActivatedJob:
+    def _activation_label(self) -> str | None:
+        """The workerId this activation's jobs are held under.
+
+        Every Lambda of a deployment mints with the same client, so without a label they are ONE
+        worker to Sheptra: a handler whose lease lapsed and was re-activated by the next poll could
+        still complete the job over the new holder (same identity, so no 409) — a stale write. A
+        fresh label per activation (carried in the job's handle to every later call) makes each
+        activation its own holder, and the engine fences the old one with 409. A fixed
+        WORKERLESS_WORKER_ID keeps its exact label instead (and with it, the shared identity).
+        """
+        if self._worker_id:
+            return self._worker_id
+        return f"wl-{secrets.token_hex(6)}"
+
+    def _parse_job(self, raw: object, now: float, label: str | None = None) -> ActivatedJob:
         if not isinstance(raw, dict):
             raise _Malformed("job", "is not a JSON object")
         job_id = raw.get("id")
@@ -658,7 +674,7 @@ class SheptraEngine:
             optional[name] = value
         return ActivatedJob(
             # Sheptra keeps the job id across retries; the retries count tells the attempts apart.
-            ref=JobRef(ENGINE, job_id, job_type, attempt=f"r{retries}"),
+            ref=JobRef(ENGINE, job_id, job_type, attempt=f"r{retries}", handle=_label_handle(label)),
             variables=variables,
             lease_expires_at=lease_expires_at,
             activated_at=now,
@@ -668,7 +684,7 @@ class SheptraEngine:
             traceparent=optional["traceparent"],
         )
 
-    def _hand_back_malformed(self, raw: object, bad: _Malformed) -> None:
+    def _hand_back_malformed(self, raw: object, bad: _Malformed, label: str | None = None) -> None:
         job_id = raw.get("id") if isinstance(raw, dict) else None
         if not isinstance(job_id, str) or not job_id:
             # Nothing to address it by: the engine's lease returns it to the queue on its own.
@@ -679,7 +695,9 @@ class SheptraEngine:
             retries if isinstance(retries, int) and not isinstance(retries, bool) and retries >= 0 else None
         )
         job_type = raw.get("type") if isinstance(raw, dict) else None
-        ref = JobRef(ENGINE, job_id, job_type if isinstance(job_type, str) and job_type else "?")
+        ref = JobRef(
+            ENGINE, job_id, job_type if isinstance(job_type, str) and job_type else "?", handle=_label_handle(label)
+        )
         log.error("sheptra activate answered malformed job %s (%s); handing it back", job_id, bad)
         self._hand_back(ref, usable_retries, f"workerless could not read this job: {bad}")
 
@@ -700,7 +718,7 @@ class SheptraEngine:
         """Re-anchor the lease to now + ``lease_seconds``; the granted expiry (epoch seconds)."""
         response = self._call(
             _job_path(self.extend_path, ref.job_id),
-            self._labelled({"leaseSeconds": lease_seconds}),
+            self._labelled({"leaseSeconds": lease_seconds}, ref),
             what="extend-lease",
             job_id=ref.job_id,
         )
@@ -722,7 +740,7 @@ class SheptraEngine:
             self._check_cap(ref, variables, "complete")
             self._call(
                 _job_path(self.complete_path, ref.job_id),
-                self._labelled({"variables": variables}),
+                self._labelled({"variables": variables}, ref),
                 what="complete",
                 job_id=ref.job_id,
             )
@@ -742,20 +760,21 @@ class SheptraEngine:
                 "variables": variables,
             }
             self._call(
-                _job_path(self.throw_path, ref.job_id), self._labelled(body), what="throw-error", job_id=ref.job_id
+                _job_path(self.throw_path, ref.job_id), self._labelled(body, ref), what="throw-error", job_id=ref.job_id
             )
 
     def _fail(self, ref: JobRef, message: str, *, retries: int | None, backoff_seconds: int) -> None:
         body: dict[str, Any] = {"errorMessage": message, "retryBackoffSeconds": max(0, backoff_seconds)}
         if retries is not None:
             body["retries"] = max(0, retries)
-        self._call(_job_path(self.fail_path, ref.job_id), self._labelled(body), what="fail", job_id=ref.job_id)
+        self._call(_job_path(self.fail_path, ref.job_id), self._labelled(body, ref), what="fail", job_id=ref.job_id)
 
-    def _labelled(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _labelled(self, body: dict[str, Any], ref: JobRef) -> dict[str, Any]:
         # The engine identifies the holder as {sub}/{workerId} when activation carried the label,
-        # so every call on a job carries the same label or the engine sees another worker (409).
-        if self._worker_id:
-            body["workerId"] = self._worker_id
+        # so every call on a job carries the activation's label or the engine sees another worker (409).
+        label = ref.handle.get("workerId") if isinstance(ref.handle.get("workerId"), str) else self._worker_id
+        if label:
+            body["workerId"] = label
         return body
 
     def _check_cap(self, ref: JobRef, variables: Mapping[str, Any], what: str) -> None:
@@ -783,6 +802,10 @@ class SheptraEngine:
 
     def close(self) -> None:
         """Nothing is held engine-side; the injected client belongs to the caller."""
+
+
+def _label_handle(label: str | None) -> dict[str, Any]:
+    return {"workerId": label} if label else {}
 
 
 def from_values(

@@ -8,8 +8,8 @@ How the pipeline uses it (``lease_from = "begin"``):
   ``JobRef.handle``.
 - The handler calls :meth:`~StageNextEngine.begin` (lease acquire) before user code; False means
   "do not execute" and the handler calls :meth:`~StageNextEngine.skip` (ack requeue:false).
-- The heartbeat Lambda calls :meth:`~StageNextEngine.extend` (lease renew, fixed 60 s) for jobs whose
-  handler has begun. It runs in a different container from the handler that acquired the lease, so
+- The heartbeat Lambda calls :meth:`~StageNextEngine.extend` (lease renew, 60 s per the seed) for jobs
+  whose handler has begun. It runs in a different container from the handler that acquired the lease, so
   both must present the *same* worker record: see "Worker session" below.
 - :meth:`~StageNextEngine.report` posts the result (202 = accepted by the broker), then acks the
   delivery. An unknown outcome raises a retryable error and the pipeline reports the same stored
@@ -69,7 +69,8 @@ DEFAULT_API_URL = "http://localhost:8081"
 #: The seed's caps on POST /stages/{id}/result: the result string, and the whole JSON body.
 RESULT_STRING_CAP = 262_144
 RESULT_BODY_CAP = 327_680
-#: StageNext's execution lease is fixed; renew answers with it (we trust the answer when present).
+#: StageNext's execution lease (the seed's 60 s) unless STAGENEXT_LEASE_SECONDS says otherwise; acquire
+#: and renew answer with it (``leaseSeconds``), and the adapter takes the engine's word when it gives one.
 LEASE_SECONDS = 60
 #: A failure message longer than this is cut (a stack trace must not push the body over its cap).
 ERROR_MESSAGE_CAP = 16_384
@@ -113,6 +114,7 @@ class StageNextConfig:
 
     Keys: STAGENEXT_API_URL (default http://localhost:8081; https required except on loopback),
     STAGENEXT_API_KEY (required), STAGENEXT_INSTANCE_ID, STAGENEXT_VISIBILITY_SECONDS (60),
+    STAGENEXT_LEASE_SECONDS (60: the execution lease until an acquire or renew answer states it),
     STAGENEXT_SESSION_REFRESH_SECONDS (3600: rotate this long before the session expires, at most
     half its TTL), STAGENEXT_EVENTS_MAX_BATCH (100), STAGENEXT_EVENTS_FLUSH_SECONDS (10).
     """
@@ -121,6 +123,7 @@ class StageNextConfig:
     api_key: str = field(repr=False)
     instance_id: str | None = None
     visibility_seconds: float = 60.0
+    lease_seconds: float = float(LEASE_SECONDS)
     session_refresh_seconds: float = 3600.0
     events_max_batch: int = 100
     events_flush_seconds: float = 10.0
@@ -149,6 +152,7 @@ class StageNextConfig:
             api_key=api_key,
             instance_id=instance_id,
             visibility_seconds=_positive(values, "STAGENEXT_VISIBILITY_SECONDS", 60.0),
+            lease_seconds=_positive(values, "STAGENEXT_LEASE_SECONDS", float(LEASE_SECONDS)),
             session_refresh_seconds=_positive(values, "STAGENEXT_SESSION_REFRESH_SECONDS", 3600.0),
             events_max_batch=int(_positive(values, "STAGENEXT_EVENTS_MAX_BATCH", 100, integer=True)),
             events_flush_seconds=_positive(values, "STAGENEXT_EVENTS_FLUSH_SECONDS", 10.0),
@@ -249,6 +253,8 @@ class StageNextEngine:
         self._lock = threading.RLock()
         self._events: list[dict[str, Any]] = []
         self._events_since: float | None = None
+        #: The execution lease length: configured, then what the engine last said (acquire, renew).
+        self.lease_seconds = config.lease_seconds
 
     # ------------------------------------------------------------------------------- HTTP basics
 
@@ -555,8 +561,10 @@ class StageNextEngine:
         return ActivatedJob(
             ref=ref,
             variables=self._variables(data.get("input")),
-            # Until lease acquire, the only clock on a delivery is the gateway's visibility timeout.
-            lease_expires_at=pulled_at + self.config.visibility_seconds,
+            # Until lease acquire, the only clock on a delivery is the gateway's visibility timeout; but
+            # the heartbeat's first look is timed from this (a third of it), and a lease acquired
+            # right after the pull lapses one lease length later: the earlier of the two.
+            lease_expires_at=pulled_at + min(self.config.visibility_seconds, self.lease_seconds),
             activated_at=pulled_at,
             retries=retries,
             custom_headers={"deliveryCount": delivery_count} if isinstance(delivery_count, int) else {},
@@ -596,6 +604,7 @@ class StageNextEngine:
             raise error_for_response(ENGINE, response, job_id=ref.job_id, what="lease acquire")
         data = self._json(response, what="lease acquire", job_id=ref.job_id)
         if data.get("acquired") is True:
+            self._learn_lease(data)
             self._record_event("job.started", ref)
             self._maybe_flush_events()
             return True
@@ -606,8 +615,9 @@ class StageNextEngine:
         return False
 
     def extend(self, ref: JobRef, lease_seconds: int) -> float:
-        """Lease renew (StageNext's lease is fixed at 60 s; ``lease_seconds`` cannot change it).
-        Returns the new expiry on our clock; a definitive refusal raises LeaseLostError."""
+        """Lease renew (StageNext sets the lease length, 60 s per the seed; ``lease_seconds`` cannot
+        change it). Returns our clock at the request plus the answer's ``leaseSeconds`` (else the
+        known length); a definitive refusal raises LeaseLostError."""
         path = f"/stages/{ref.job_id}/lease/renew"
 
         def send(session: WorkerSession) -> httpx.Response:
@@ -641,10 +651,15 @@ class StageNextEngine:
                 job_id=ref.job_id,
                 status=status,
             )
+        return asked_at + self._learn_lease(data)
+
+    def _learn_lease(self, data: Mapping[str, Any]) -> float:
+        """The lease length an acquire or renew answer states (``leaseSeconds``), remembered for the
+        next pulls' first heartbeat; the known length when the answer has none."""
         seconds = data.get("leaseSeconds")
-        if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds <= 0:
-            seconds = LEASE_SECONDS
-        return asked_at + float(seconds)
+        if isinstance(seconds, int | float) and not isinstance(seconds, bool) and seconds > 0:
+            self.lease_seconds = float(seconds)
+        return self.lease_seconds
 
     def result_body(self, ref: JobRef, outcome: Outcome, worker_id: str) -> tuple[dict[str, Any], str]:
         """The StageResultSubmit body for ``outcome`` and its result string. Built only from the

@@ -33,7 +33,14 @@ class LoopTracker(Protocol):
 
     def record_depth(self, message_id: str, function_id: str, depth: int) -> None: ...
 
-    def note_send(self, queue_name: str, function_id: str, self_send: bool) -> None: ...
+    def note_send(self, queue_name: str, function_id: str, self_send: bool, delay_seconds: int | None) -> None: ...
+
+    def accepts_calls(self) -> bool: ...
+
+
+class TopologyStoppedError(RuntimeError):
+    """An invocation outlived its topology's drain and tried an AWS call after the embedded AWS was torn
+    down: refused, so it cannot reach a real endpoint with whatever credentials the process has."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,9 +83,22 @@ def _before_send(params: dict[str, Any], context: dict[str, Any], **_: Any) -> N
         return
     name = queue_name_of(str(params.get("QueueUrl", "")))
     self_send = scope.tracker.triggers(name, scope.function_id)
-    scope.tracker.note_send(name, scope.function_id, self_send)
+    scope.tracker.note_send(name, scope.function_id, self_send, _delay_of(params))
     if self_send:
         context[_CONTEXT_KEY] = (scope.tracker, scope.function_id, scope.depth + 1)
+
+
+def _delay_of(params: dict[str, Any]) -> int | None:
+    """The smallest DelaySeconds of a SendMessage(/Batch) request; None where one relies on the queue's."""
+    entries = params.get("Entries")
+    requests = [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else [params]
+    delays: list[int] = []
+    for request in requests:
+        delay = request.get("DelaySeconds")
+        if delay is None:
+            return None
+        delays.append(int(delay))
+    return min(delays) if delays else None
 
 
 def _after_send(parsed: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
@@ -93,7 +113,16 @@ def _after_send(parsed: dict[str, Any], context: dict[str, Any], **_: Any) -> No
             tracker.record_depth(message_id, function_id, depth)
 
 
+def _guard(**_: Any) -> None:
+    scope = _CURRENT.get()
+    if scope is not None and not scope.tracker.accepts_calls():
+        raise TopologyStoppedError(
+            f"{scope.function_id}: the local topology has stopped; AWS calls from this invocation are refused"
+        )
+
+
 HOOKS: tuple[tuple[str, Callable[..., None]], ...] = (
+    ("before-call", _guard),
     ("before-parameter-build.sqs.SendMessage", _before_send),
     ("before-parameter-build.sqs.SendMessageBatch", _before_send),
     ("after-call.sqs.SendMessage", _after_send),

@@ -186,6 +186,7 @@ class LocalTopology:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._started = False
+        self._accepting = True
         self._mock: Any = None
         self._saved_env: dict[str, str | None] = {}
         self._sqs: Any = None
@@ -195,7 +196,9 @@ class LocalTopology:
         self._consumers: dict[str, set[str]] = {}  # queue name -> functions it triggers
         self._queue_by_name: dict[str, QueueSpec] = {}
         self._depths: dict[str, tuple[str, int]] = {}  # message id -> (function, depth in its chain)
-        self._self_loop_queues: set[str] = set()
+        # Queues a function feeds itself with a delay: a timer (poller tick, heartbeat ticket), not work.
+        self._timer_queues: set[str] = set()
+        self._chain_queues: set[str] = set()  # ... and without one: a chain doing work
         self._threads: list[threading.Thread] = []
         self._batches: set[threading.Thread] = set()
         self._work_running = 0
@@ -280,6 +283,8 @@ class LocalTopology:
         """Create the embedded AWS resources, load the functions, start the event sources."""
         if self._started:
             return self
+        if self._stopping.is_set():
+            raise RuntimeError("a LocalTopology runs once: create a new one")
         from moto import mock_aws
 
         loop.install_hooks()
@@ -303,6 +308,7 @@ class LocalTopology:
     def stop(self) -> None:
         """Stop the event sources, wait (bounded) for running invocations, tear the embedded AWS down."""
         if not self._started:
+            self._stopping.set()
             return
         self._stopping.set()
         deadline = time.monotonic() + self.drain_seconds
@@ -313,6 +319,9 @@ class LocalTopology:
         still = [t.name for t in self._batches if t.is_alive()]
         if still:
             log.warning("stopped with %d invocation(s) still running: %s", len(still), ", ".join(sorted(still)))
+        # From here on, an invocation that is still running gets an error from any AWS call instead of
+        # reaching past the torn-down mock.
+        self._accepting = False
         self._listen(False)
         self._reset_library()
         self._restore_environment()
@@ -321,14 +330,22 @@ class LocalTopology:
             self._mock.stop()
         self._started = False
 
-    def run_until_idle(self, idle_seconds: float, max_seconds: float, *, poll_seconds: float = 0.1) -> Summary:
+    def run_until_idle(
+        self,
+        idle_seconds: float,
+        max_seconds: float,
+        *,
+        poll_seconds: float = 0.1,
+        stop: threading.Event | None = None,
+    ) -> Summary:
         """Run until nothing has happened for ``idle_seconds`` in a row; return the summary.
 
         Idle means: no message visible or in flight in any consumed queue (ignoring the queues a
-        function feeds itself, like a poller's tick or a heartbeat's ticket), no invocation running
-        that was triggered by another queue, and no summary event recorded. Invocations of scheduled
-        or self-feeding functions that do nothing else (an idle poller tick) do not count as work.
-        Raises :class:`IdleTimeout` after ``max_seconds``.
+        function feeds itself with a delay, like a poller's tick or a heartbeat's ticket), no
+        invocation running that was triggered by another queue, and no summary event recorded.
+        Invocations of scheduled or self-timed functions that do nothing else (an idle poller tick)
+        do not count as work.
+        Raises :class:`IdleTimeout` after ``max_seconds``; returns early when ``stop`` is set.
         """
         if not self._started:
             self.start()
@@ -337,6 +354,8 @@ class LocalTopology:
         idle_since = time.monotonic()
         while True:
             now = time.monotonic()
+            if stop is not None and stop.is_set():
+                return self.summary
             if now - start > max_seconds:
                 raise IdleTimeout(f"not idle after {max_seconds:g} s", self.summary)
             current = self.summary.version
@@ -381,13 +400,26 @@ class LocalTopology:
         with self._lock:
             self._depths[message_id] = (function_id, depth)
 
-    def note_send(self, queue_name: str, function_id: str, self_send: bool) -> None:
+    def accepts_calls(self) -> bool:
+        return self._accepting
+
+    def note_send(self, queue_name: str, function_id: str, self_send: bool, delay_seconds: int | None) -> None:
+        if delay_seconds is None:
+            queue = self._queue_by_name.get(queue_name)
+            delay_seconds = queue.delay_seconds if queue is not None else 0
         with self._lock:
+            if self_send and delay_seconds >= 1:
+                # A function re-arming itself for later (a tick, a heartbeat ticket): its queue is a
+                # timer, and runs that do nothing else are not work for idle detection.
+                if queue_name not in self._chain_queues:
+                    self._timer_queues.add(queue_name)
+                return
             if self_send:
-                self._self_loop_queues.add(queue_name)
-            else:
-                # A message for someone else is work (a job fanned out, a ticket started).
-                self._last_activity = time.monotonic()
+                # Re-sending to itself for immediate delivery: a chain doing work.
+                self._chain_queues.add(queue_name)
+                self._timer_queues.discard(queue_name)
+            # A message for someone else, or for itself at once, is work (a job fanned out, a ticket started).
+            self._last_activity = time.monotonic()
 
     # ------------------------------------------------------------------------------------------
     # Setup
@@ -566,7 +598,9 @@ class LocalTopology:
             result = handler(event, context)
         except Exception as exc:
             ok, result = False, exc
-            log.warning("%s failed: %s: %s", spec.logical_id, type(exc).__name__, exc, exc_info=log.isEnabledFor(10))
+            log.warning(
+                "%s failed: %s: %s", spec.logical_id, type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG)
+            )
         finally:
             loop.exit_scope(token)
             elapsed = time.monotonic() - started
@@ -589,7 +623,7 @@ class LocalTopology:
         with self._lock:
             if self._work_running:
                 return True
-            background = set(self._self_loop_queues)
+            background = set(self._timer_queues)
         consumed = [name for name in self._consumers if name not in background]
         for name in consumed:
             spec = self._queue_by_name[name]
@@ -671,7 +705,8 @@ class LocalTopology:
         self, source: _Source, url: str, messages: list[dict[str, Any]], slots: threading.BoundedSemaphore
     ) -> None:
         spec = source.function
-        background = source.queue.name in self._self_loop_queues
+        with self._lock:
+            background = source.queue.name in self._timer_queues
         try:
             deliver: list[dict[str, Any]] = []
             depth = 0

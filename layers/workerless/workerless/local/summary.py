@@ -42,6 +42,7 @@ class Summary:
     def record(self, job_type: str, event: str, count: int = 1) -> None:
         """Count ``event`` for ``job_type``. Unknown events are counted under their own name (a typo
         shows up in the table instead of raising inside a Lambda handler)."""
+        job_type, event = str(job_type), str(event)
         with self._lock:
             counter = self._counts.get(job_type)
             if counter is None:

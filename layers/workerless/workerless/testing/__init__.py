@@ -1,5 +1,20 @@
 """Helpers for testing handlers and the pipeline without an engine or AWS.
 
+For handler authors (see docs/handler-api.md, "Testing a handler")::
+
+    from workerless.testing import assert_completed, make_job, run_handler
+    from app import handler
+
+    def test_charges_the_order() -> None:
+        outcome = run_handler(handler, {"orderId": "1", "amount": 5})
+        assert_completed(outcome, paymentOk=True)
+
+:func:`run_handler` runs the decorated function through the same outcome mapping as the Lambda
+wrapper (a dict completes, ``TerminalError`` fails with no retries, ``ThrowError`` throws, any other
+exception fails with retries - 1), without SQS, DynamoDB or an engine. The emulators, a
+:class:`FakeEngine` and local mode are pytest fixtures in :mod:`workerless.testing.pytest_plugin`
+(``pytest_plugins = ["workerless.testing.pytest_plugin"]`` in your conftest.py).
+
 :class:`FakeEngine` is an in-memory :class:`~workerless.engines.base.Engine`: queue jobs with
 :meth:`FakeEngine.add_job`, and read back every report, extension and release it received.
 
@@ -22,6 +37,29 @@ from typing import Any, ClassVar, Literal
 
 from workerless.errors import LeaseLostError
 from workerless.model import ActivatedJob, Demand, JobRef, Outcome
+from workerless.testing.kit import (
+    StubLambdaContext,
+    assert_completed,
+    assert_failed,
+    assert_thrown,
+    load_handler,
+    make_activated_job,
+    make_job,
+    run_handler,
+)
+
+__all__ = [
+    "FakeEngine",
+    "FakeJob",
+    "StubLambdaContext",
+    "assert_completed",
+    "assert_failed",
+    "assert_thrown",
+    "load_handler",
+    "make_activated_job",
+    "make_job",
+    "run_handler",
+]
 
 
 @dataclass

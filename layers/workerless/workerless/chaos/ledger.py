@@ -1,0 +1,71 @@
+"""The side-effect ledger: what the wrapped handlers did, keyed by the job's idempotency key.
+
+A handler's side effect (charging a card, sending a receipt) is recorded under ``job.key`` — stable
+across redeliveries of one engine attempt, distinct per retry — in two steps: ``effect`` when the
+side effect is done, ``completed`` when the run returns its result. A run that dies in between
+leaves an effect without a completion; the next run of the same attempt repeats the effect, which a
+real downstream deduplicates on the key (counted as ``effects_repeated``, the documented window). Two
+*completed* runs for one key are what the promise forbids (``duplicate_completions``).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Entry:
+    key: str
+    job_id: str
+    effects: int = 0
+    completions: int = 0
+    times: list[float] = field(default_factory=list)
+
+
+class Ledger:
+    """Thread-safe; optionally appends every line to a JSONL file (``path``)."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[str, Entry] = {}
+        self._path = Path(path) if path is not None else None
+
+    def _write(self, line: dict[str, Any]) -> None:
+        if self._path is not None:
+            with self._path.open("a", encoding="utf-8") as out:
+                out.write(json.dumps(line) + "\n")
+
+    def effect(self, key: str, job_id: str) -> None:
+        with self._lock:
+            entry = self._entries.setdefault(key, Entry(key, job_id))
+            entry.effects += 1
+            entry.times.append(time.time())
+            self._write({"key": key, "job_id": job_id, "step": "effect", "n": entry.effects})
+
+    def completed(self, key: str, job_id: str) -> None:
+        with self._lock:
+            entry = self._entries.setdefault(key, Entry(key, job_id))
+            entry.completions += 1
+            self._write({"key": key, "job_id": job_id, "step": "completed", "n": entry.completions})
+
+    def entries(self) -> list[Entry]:
+        with self._lock:
+            return list(self._entries.values())
+
+    @property
+    def duplicate_completions(self) -> int:
+        """Completed runs beyond the first, for one engine attempt (must be 0)."""
+        return sum(max(0, e.completions - 1) for e in self.entries())
+
+    @property
+    def effects_repeated(self) -> int:
+        """Side effects repeated for one attempt after a run died before storing its result."""
+        return sum(max(0, e.effects - 1) for e in self.entries())
+
+    def duplicated_keys(self) -> list[str]:
+        return sorted(e.key for e in self.entries() if e.completions > 1)

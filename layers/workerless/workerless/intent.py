@@ -1,0 +1,154 @@
+"""The poller's intent log: no lease is left to lapse because a poller died mid-cycle.
+
+Between activating jobs and handing them to SQS, the jobs exist only in the poller's memory; between
+sending them and sending their heartbeat ticket, nothing keeps their leases alive. A poller that
+dies in either gap (a Lambda crash, a timeout, an out-of-memory kill) would leave the engine waiting
+a whole lease length (Sheptra, node-flow) before it hands the jobs out again, and a long job would
+lose its lease under a handler that is still running it.
+
+So the poller writes down what it is about to do, in one small record of the job table
+(``state#poller-intents``, compare-and-set, no Scan needed to find it)::
+
+    activated  → written before dispatch: the batch's job references (no variables)
+    dispatched → after SendMessageBatch: only the jobs actually queued
+    (removed)  → after the heartbeat ticket is sent
+
+Every poller invocation first looks for batches older than ``stale_seconds`` (a live poller takes
+milliseconds between the steps) and finishes them for the dead one: an ``activated`` batch is handed
+back to the engine at once (``Engine.release``); a ``dispatched`` batch gets its heartbeat ticket.
+Taking a batch out of the record is the compare-and-set, so only one invocation recovers it.
+
+What it cannot cover (docs/guarantees.md): a poller that dies between the engine's answer and the
+intent write (one DynamoDB call), or a record too big for one item (``max_bytes``): those jobs wait
+for their lease to lapse, as without the log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from workerless.model import ActivatedJob
+from workerless.observability import logger
+
+INTENT_KEY = "poller-intents"
+#: A CAS that keeps losing to concurrent pollers gives up after this many tries (the lease is the backstop).
+MAX_CAS_TRIES = 5
+
+
+def stale_after(lease_seconds: float) -> float:
+    """How old an unfinished batch must be before another invocation finishes it: far longer than
+    a live poller takes between two steps (milliseconds), far shorter than a lease."""
+    return max(2.0, min(10.0, lease_seconds / 4.0))
+
+
+class IntentLog:
+    """The intent record on a :class:`~workerless.engines.base.SharedState` (the job table).
+
+    Example:
+        >>> log = IntentLog(MemoryState(), lease_seconds=60)          # doctest: +SKIP
+        >>> intent = log.record(jobs); log.dispatched(intent, jobs); log.clear(intent)
+    """
+
+    def __init__(
+        self,
+        state: Any,
+        *,
+        lease_seconds: float,
+        clock: Callable[[], float] = time.time,
+        max_bytes: int = 300_000,
+    ) -> None:
+        self.state = state
+        self.stale_seconds = stale_after(lease_seconds)
+        self.clock = clock
+        self.max_bytes = max_bytes
+
+    # -- the owner's three steps ----------------------------------------------------------------
+    def record(self, jobs: Sequence[ActivatedJob]) -> str | None:
+        """Write the batch as ``activated``; its id, or None when it could not be written."""
+        intent_id = uuid.uuid4().hex
+        entry = {
+            "id": intent_id,
+            "at": self.clock(),
+            "phase": "activated",
+            # References only: the variables stay out of the record (size, and they are not needed
+            # to release a job or to extend its lease).
+            "jobs": [dataclasses.replace(job, variables={}).to_message() for job in jobs],
+        }
+        ok = self._update(lambda batches: [*batches, entry], what="record")
+        return intent_id if ok else None
+
+    def dispatched(self, intent_id: str | None, jobs: Sequence[ActivatedJob]) -> None:
+        """The batch is queued: keep only the jobs that were sent, now owed a ticket."""
+        if intent_id is None:
+            return
+        sent = [dataclasses.replace(job, variables={}).to_message() for job in jobs]
+
+        def change(batches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            return [{**b, "phase": "dispatched", "jobs": sent} if b.get("id") == intent_id else b for b in batches]
+
+        self._update(change, what="dispatched")
+
+    def clear(self, intent_id: str | None) -> None:
+        """The batch is fully handed over (queued and ticketed, or handed back)."""
+        if intent_id is None:
+            return
+        self._update(lambda batches: [b for b in batches if b.get("id") != intent_id], what="clear")
+
+    # -- recovery -------------------------------------------------------------------------------
+    def take_stale(self) -> list[tuple[str, list[ActivatedJob]]]:
+        """Remove and return the batches a dead poller left: (phase, jobs) each."""
+        taken: list[dict[str, Any]] = []
+
+        def change(batches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            now = self.clock()
+            taken.clear()
+            keep = []
+            for batch in batches:
+                if now - float(batch.get("at", now)) >= self.stale_seconds:
+                    taken.append(batch)
+                else:
+                    keep.append(batch)
+            return keep
+
+        current = self.state.get(INTENT_KEY)
+        if not current or not current.get("batches"):
+            return []  # the common case: one read, nothing to do
+        if not self._update(change, what="recover", current=current):
+            return []
+        found = []
+        for batch in taken:
+            jobs = []
+            for message in batch.get("jobs") or []:
+                try:
+                    jobs.append(ActivatedJob.from_message(message))
+                except Exception:  # noqa: BLE001 - one unreadable entry must not block the others
+                    logger.error("unreadable entry in the poller intent log; left to its lease")
+            found.append((str(batch.get("phase")), jobs))
+        return found
+
+    # -- plumbing -------------------------------------------------------------------------------
+    def _update(
+        self,
+        change: Callable[[list[dict[str, Any]]], list[dict[str, Any]]],
+        *,
+        what: str,
+        current: dict[str, Any] | None = None,
+    ) -> bool:
+        for attempt in range(MAX_CAS_TRIES):
+            if current is None or attempt:
+                current = self.state.get(INTENT_KEY)
+            version = None if current is None else int(current["version"])
+            batches = list(current.get("batches") or []) if current else []
+            new = change(batches)
+            if len(json.dumps(new)) > self.max_bytes:
+                logger.warning("poller intent log is full; this batch falls back to its lease", extra={"step": what})
+                return False
+            if self.state.put(INTENT_KEY, {"batches": new}, expected_version=version):
+                return True
+        logger.warning("poller intent log kept changing under us; giving up this step", extra={"step": what})
+        return False

@@ -1,0 +1,41 @@
+"""The CI-sized mixed chaos pass: every fault on at once, for every engine.
+
+template.yaml's topology runs in local mode against each engine's emulator while every fault kind
+fires at its mixed-run rate (doubled: a CI pass has fewer jobs to spread them over). The figures
+the issue names must come out as promised. The long run (hundreds of jobs) is ``make chaos``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from workerless.chaos.plan import FaultPlan
+from workerless.chaos.run import ENGINES, RunConfig, run
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_mixed_faults_lose_nothing_and_complete_each_attempt_once(engine: str) -> None:
+    config = RunConfig(
+        engine=engine,
+        jobs=30,
+        plan=FaultPlan.mixed(seed=11, scale=2.0),
+        template=ROOT / "template.yaml",
+        # CI-sized timings: 4 s handler Lambdas (claims of 5 s, visibility 6 s), no job longer
+        # than a lease (test_chaos_faults.py keeps long jobs alive through heartbeat faults).
+        handler_timeout=4.0,
+        long_reports=0,
+        max_seconds=45,
+        deadline_seconds=40,
+    )
+    figures = run(config).figures
+
+    assert figures.faults_injected >= 10, f"too few faults to prove anything: {figures.faults_by_kind}"
+    assert figures.problems == [], figures.table()
+    assert figures.lost == 0
+    assert figures.duplicate_completions == 0
+    assert figures.stale_writes_accepted == 0
+    assert figures.stuck_past_deadline == 0
+    assert figures.completed + figures.failed + figures.thrown == figures.jobs

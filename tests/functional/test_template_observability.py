@@ -1,0 +1,255 @@
+# The rendering fixtures are imported from test_template.py and requested by name: F811 is pytest's idiom here.
+# ruff: noqa: F811
+"""template.yaml's dashboard and alarms, read from the SAM translator's output (what CloudFormation
+deploys), checked against what workerless.observability actually writes.
+
+The rendering fixtures are test_template.py's (the translator in .venv-sam, offline)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from workerless import observability
+
+from tests.functional.test_template import (  # noqa: F401 - pytest fixtures used by name
+    JOB_TYPES,
+    cfn,
+    offline_env,
+    rendered,
+    source,
+)
+
+#: Every metric name workerless writes in its namespace.
+EMITTED = {
+    *observability.EVENT_METRICS.values(),
+    observability.POLL_CYCLES,
+    observability.POLLS,
+    observability.EMPTY_POLLS,
+    observability.POLL_ERRORS,
+    observability.CAPACITY_USED,
+    observability.ENGINE_ERRORS,
+    observability.PICKUP_LATENCY,
+    observability.HANDLER_DURATION,
+}
+
+
+def resources(cfn: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    return {name: res for name, res in cfn["Resources"].items() if res["Type"] == kind}
+
+
+def dead_letter_queues(cfn: dict[str, Any]) -> set[str]:
+    targets = set()
+    for queue in resources(cfn, "AWS::SQS::Queue").values():
+        redrive = queue["Properties"].get("RedrivePolicy")
+        if redrive:
+            targets.add(redrive["deadLetterTargetArn"]["Fn::GetAtt"][0])
+    return targets
+
+
+def job_queues() -> set[str]:
+    return {f"{camel}Queue" for camel in JOB_TYPES.values()}
+
+
+@pytest.fixture(scope="module")
+def dashboard(cfn: dict[str, Any]) -> dict[str, Any]:
+    """The dashboard body as JSON, every ${...} replaced by a marker naming what it referenced."""
+    (resource,) = resources(cfn, "AWS::CloudWatch::Dashboard").values()
+    body = resource["Properties"]["DashboardBody"]["Fn::Sub"]
+    assert isinstance(body, str), "DashboardBody must be one Fn::Sub string"
+    for name in re.findall(r"\$\{([^}]+)\}", body):
+        target = name.split(".")[0]
+        assert target.startswith("AWS::") or target in cfn["Resources"], f"dashboard names unknown ${{{name}}}"
+    parsed: dict[str, Any] = json.loads(re.sub(r"\$\{([^}]+)\}", r"ref:\1", body))
+    return parsed
+
+
+def widget_metrics(widget: dict[str, Any]) -> list[list[Any]]:
+    return [m for m in widget["properties"].get("metrics", []) if isinstance(m[0], str)]
+
+
+def widget_expressions(widget: dict[str, Any]) -> list[str]:
+    return [m[0]["expression"] for m in widget["properties"].get("metrics", []) if isinstance(m[0], dict)]
+
+
+def widget(dashboard: dict[str, Any], title_part: str) -> dict[str, Any]:
+    found = [w for w in dashboard["widgets"] if title_part.lower() in w["properties"].get("title", "").lower()]
+    assert len(found) == 1, f"expected one widget titled *{title_part}*, found {len(found)}"
+    return found[0]
+
+
+# ----------------------------------------------------------------------------- dashboard
+
+
+def test_the_dashboard_is_on_by_default_and_linked_from_the_outputs(cfn: dict[str, Any]) -> None:
+    (name, resource) = next(iter(resources(cfn, "AWS::CloudWatch::Dashboard").items()))
+    assert resource["Condition"] == "HasDashboard"
+    assert cfn["Conditions"]["HasDashboard"] == {"Fn::Equals": [{"Ref": "Dashboard"}, "true"]}
+    assert cfn["Parameters"]["Dashboard"]["Default"] == "true"
+    assert resource["Properties"]["DashboardName"] == {"Ref": "AWS::StackName"}
+    output = cfn["Outputs"]["DashboardName"]
+    assert output["Condition"] == "HasDashboard"
+    assert output["Value"] == {"Ref": name}
+
+
+@pytest.mark.parametrize(
+    ("title", "metrics"),
+    [
+        ("throughput", {"JobsActivated", "JobsCompleted", "JobsFailed", "JobsThrown"}),
+        ("pickup latency", {"PickupLatency"}),
+        ("failures", {"JobsFailed", "JobsDeadLettered", "PollErrors"}),
+        ("lease lost", {"JobsLeaseLost", "JobsActivated", "HeartbeatExtends"}),
+        ("poller", {"PollCycles", "EmptyPolls"}),
+        ("handler duration", {"HandlerDuration"}),
+    ],
+)
+def test_dashboard_widgets_show_the_pipelines_metrics(dashboard: dict[str, Any], title: str, metrics: set[str]) -> None:
+    shown = {m[1] for m in widget_metrics(widget(dashboard, title)) if m[0] == "workerless"}
+    assert metrics <= shown
+
+
+def test_dashboard_per_type_and_status_breakdowns_use_the_emitted_dimensions(dashboard: dict[str, Any]) -> None:
+    searches = [e for w in dashboard["widgets"] if w["type"] == "metric" for e in widget_expressions(w)]
+    found = {
+        (m.group(1), m.group(2))
+        for e in searches
+        if (m := re.search(r"SEARCH\('\{workerless,(\w+),service\} MetricName=\"(\w+)\"", e))
+    }
+    assert {
+        ("JobType", "JobsCompleted"),
+        ("JobType", "PickupLatency"),
+        ("JobType", "CapacityUsed"),
+        ("JobType", "HandlerDuration"),
+        ("Status", "EngineErrors"),
+    } <= found
+
+
+def test_dashboard_names_only_metrics_the_library_writes(dashboard: dict[str, Any]) -> None:
+    for w in dashboard["widgets"]:
+        if w["type"] != "metric":
+            continue
+        for metric in widget_metrics(w):
+            if metric[0] == "workerless":
+                assert metric[1] in EMITTED, f"{w['properties']['title']}: {metric[1]} is never written"
+                assert metric[2:4] == ["service", observability.SERVICE]
+        for expression in widget_expressions(w):
+            for name in re.findall(r'MetricName=\\?"(\w+)', expression):
+                assert name in EMITTED
+
+
+def test_dashboard_shows_every_dead_letter_queue_and_job_queue(cfn: dict[str, Any], dashboard: dict[str, Any]) -> None:
+    dlq_widget = widget(dashboard, "dead-letter queue depth")
+    shown = {m[3] for m in widget_metrics(dlq_widget) if m[1] == "ApproximateNumberOfMessagesVisible"}
+    assert shown == {f"ref:{q}.QueueName" for q in dead_letter_queues(cfn)}
+    age = widget(dashboard, "oldest message")
+    aged = {m[3] for m in widget_metrics(age) if m[1] == "ApproximateAgeOfOldestMessage"}
+    assert aged == {f"ref:{q}.QueueName" for q in job_queues()}
+
+
+def test_dashboard_widgets_fit_the_grid(dashboard: dict[str, Any]) -> None:
+    cells: set[tuple[int, int]] = set()
+    for w in dashboard["widgets"]:
+        assert w["x"] >= 0 and w["x"] + w["width"] <= 24
+        area = {(x, y) for x in range(w["x"], w["x"] + w["width"]) for y in range(w["y"], w["y"] + w["height"])}
+        assert not area & cells, f"widget {w['properties'].get('title')} overlaps another"
+        cells |= area
+        if w["type"] == "metric":
+            assert w["properties"]["region"] == "ref:AWS::Region"
+
+
+# ----------------------------------------------------------------------------- alarms
+
+
+def alarms(cfn: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return resources(cfn, "AWS::CloudWatch::Alarm")
+
+
+def alarm_metrics(alarm: dict[str, Any]) -> list[dict[str, Any]]:
+    props = alarm["Properties"]
+    if "MetricName" in props:
+        return [{"Namespace": props["Namespace"], "MetricName": props["MetricName"], "Dimensions": props["Dimensions"]}]
+    return [m["MetricStat"]["Metric"] for m in props["Metrics"] if "MetricStat" in m]
+
+
+def test_every_alarm_exists_only_with_a_topic_and_notifies_it(cfn: dict[str, Any]) -> None:
+    assert cfn["Parameters"]["AlarmTopicArn"]["Default"] == ""
+    assert cfn["Conditions"]["HasAlarmTopic"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "AlarmTopicArn"}, ""]}]}
+    assert len(alarms(cfn)) >= 9
+    for name, alarm in alarms(cfn).items():
+        assert alarm["Condition"] == "HasAlarmTopic", name
+        assert alarm["Properties"]["AlarmActions"] == [{"Ref": "AlarmTopicArn"}], name
+        assert alarm["Properties"]["TreatMissingData"] == "notBreaching", name
+        assert alarm["Properties"]["AlarmDescription"].startswith("workerless - "), name
+
+
+def test_a_dead_letter_queue_that_is_not_empty_alarms(cfn: dict[str, Any]) -> None:
+    watched = set()
+    for alarm in alarms(cfn).values():
+        props = alarm["Properties"]
+        if props.get("MetricName") == "ApproximateNumberOfMessagesVisible":
+            assert (props["Threshold"], props["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+            watched.add(props["Dimensions"][0]["Value"]["Fn::GetAtt"][0])
+    assert watched == dead_letter_queues(cfn)
+
+
+def test_poller_errors_alarm_on_lambda_errors_and_on_failing_polls(cfn: dict[str, Any]) -> None:
+    by_metric = {(m["Namespace"], m["MetricName"]): m for a in alarms(cfn).values() for m in alarm_metrics(a)}
+    assert by_metric[("AWS/Lambda", "Errors")]["Dimensions"] == [
+        {"Name": "FunctionName", "Value": {"Ref": "PollerFunction"}}
+    ]
+    assert by_metric[("workerless", "PollErrors")]["Dimensions"] == [{"Name": "service", "Value": "workerless"}]
+
+
+def test_lease_lost_rate_alarm_divides_lost_by_activated(cfn: dict[str, Any]) -> None:
+    alarm = alarms(cfn)["LeaseLostRateAlarm"]["Properties"]
+    names = {m["Id"]: m["MetricStat"]["Metric"]["MetricName"] for m in alarm["Metrics"] if "MetricStat" in m}
+    assert names == {"lost": "JobsLeaseLost", "activated": "JobsActivated"}
+    (expression,) = [m for m in alarm["Metrics"] if "Expression" in m]
+    assert expression["ReturnData"] is True and "lost" in expression["Expression"]
+    assert all(m["ReturnData"] is False for m in alarm["Metrics"] if "MetricStat" in m)
+    assert alarm["Threshold"] == 5
+
+
+def test_oldest_message_age_alarm_covers_every_job_queue(cfn: dict[str, Any]) -> None:
+    alarm = alarms(cfn)["JobQueueAgeAlarm"]["Properties"]
+    queues = {
+        m["Dimensions"][0]["Value"]["Fn::GetAtt"][0]
+        for m in alarm_metrics(alarms(cfn)["JobQueueAgeAlarm"])
+        if m["MetricName"] == "ApproximateAgeOfOldestMessage"
+    }
+    assert queues == job_queues()
+    (expression,) = [m for m in alarm["Metrics"] if "Expression" in m]
+    assert expression["Expression"].startswith("MAX(")
+
+
+def test_alarms_read_metrics_the_library_writes_with_its_service_rollup(cfn: dict[str, Any]) -> None:
+    """The workerless metrics an alarm reads must be written with exactly the dimensions it names:
+    the service-only roll-up, which observability adds to every per-type document."""
+    read = [m for a in alarms(cfn).values() for m in alarm_metrics(a) if m["Namespace"] == "workerless"]
+    assert read
+    buffer = observability.MetricsBuffer()
+    for name in EMITTED:
+        buffer.add(name, 1, "Count", (("JobType", "t"),) if name.startswith(("Jobs", "Heartbeat")) else ())
+    written = {
+        (metric["Name"], tuple(dims))
+        for doc in buffer.documents()
+        for spec in doc["_aws"]["CloudWatchMetrics"]
+        for metric in spec["Metrics"]
+        for dims in spec["Dimensions"]
+    }
+    for metric in read:
+        dims = tuple(d["Name"] for d in metric["Dimensions"])
+        assert (metric["MetricName"], dims) in written
+        assert {d["Value"] for d in metric["Dimensions"]} == {observability.SERVICE}
+
+
+def test_no_function_needs_put_metric_data(cfn: dict[str, Any]) -> None:
+    """EMF metrics are log lines: no role may carry cloudwatch:* for them (least privilege)."""
+    for name, role in resources(cfn, "AWS::IAM::Role").items():
+        for policy in role["Properties"].get("Policies", []):
+            statements = policy["PolicyDocument"]["Statement"]
+            for statement in statements if isinstance(statements, list) else [statements]:
+                actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+                assert not [a for a in actions if a.lower().startswith("cloudwatch:")], name

@@ -1,0 +1,226 @@
+"""workerless.observability: EMF metrics per invocation, lifecycle counts, engine errors, the handler span."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from workerless import observability
+from workerless.errors import LeaseLostError, RateLimitedError
+from workerless.local import loop
+from workerless.testing import make_activated_job
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+@pytest.fixture
+def emitted() -> Iterator[list[dict[str, Any]]]:
+    documents: list[dict[str, Any]] = []
+    observability.configure(metrics=True, sink=lambda line: documents.append(json.loads(line)))
+    yield documents
+    observability.configure(metrics=None, sink=None)
+
+
+def by_dimensions(documents: list[dict[str, Any]]) -> dict[tuple[str, ...], dict[str, Any]]:
+    out = {}
+    for doc in documents:
+        spec = doc["_aws"]["CloudWatchMetrics"][0]
+        assert spec["Namespace"] == "workerless"
+        out[tuple(spec["Dimensions"][0])] = doc
+    return out
+
+
+def test_lifecycle_steps_are_counted_per_job_type_with_a_service_rollup(emitted: list[dict[str, Any]]) -> None:
+    """GIVEN an invocation that sees three steps of two job types
+    WHEN it ends
+    THEN one EMF document per job type is written, counts summed, each also rolled up by service."""
+    with observability.invocation_metrics():
+        observability.record("charge-payment", "completed", job_id="1")
+        observability.record("charge-payment", "completed", job_id="2")
+        observability.record("send-receipt", "lease_lost", job_id="3")
+        observability.record("send-receipt", "no-such-step", job_id="4")  # logged, not a metric
+
+    assert len(emitted) == 2
+    charge, receipt = sorted(emitted, key=lambda d: d["JobType"])
+    assert charge["JobsCompleted"] == [2.0]  # Powertools writes every value as a list
+    assert charge["service"] == "workerless"
+    assert charge["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["service", "JobType"], ["service"]]
+    assert charge["_aws"]["CloudWatchMetrics"][0]["Metrics"] == [{"Name": "JobsCompleted", "Unit": "Count"}]
+    assert receipt["JobsLeaseLost"] == [1.0]
+    assert "no-such-step" not in json.dumps(emitted)
+
+
+def test_distributions_keep_every_value_and_split_past_the_emf_cap(emitted: list[dict[str, Any]]) -> None:
+    with observability.invocation_metrics():
+        for i in range(150):
+            observability.add_metric("HandlerDuration", i, "Milliseconds", job_type="t")
+    assert len(emitted) == 2
+    values = [v for doc in emitted for v in doc["HandlerDuration"]]
+    assert values == [float(i) for i in range(150)]
+    assert all(len(doc["HandlerDuration"]) <= 100 for doc in emitted)
+
+
+def test_nothing_is_written_outside_an_invocation_or_when_empty(emitted: list[dict[str, Any]]) -> None:
+    observability.record("t", "completed", job_id="1")
+    with observability.invocation_metrics():
+        pass
+    assert emitted == []
+
+
+def test_local_mode_invocations_write_no_metrics_by_default() -> None:
+    """Local mode runs many invocations in threads: they write none (the summary table is the view)."""
+    documents: list[str] = []
+    observability.configure(metrics=None, sink=documents.append)
+    token = loop.enter_scope(loop.InvocationScope(tracker=None, function_id="F", depth=0))  # type: ignore[arg-type]
+    try:
+        assert observability.metrics_enabled() is False
+        with observability.invocation_metrics() as buffer:
+            observability.record("t", "completed", job_id="1")
+        assert buffer is None
+    finally:
+        loop.exit_scope(token)
+        observability.configure(metrics=None, sink=None)
+    assert documents == []
+    assert observability.metrics_enabled() is True
+
+
+def test_powertools_metrics_disabled_is_honoured(
+    emitted: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
+    with observability.invocation_metrics():
+        observability.record("t", "completed", job_id="1")
+    assert emitted == []
+
+
+def test_poll_report_and_capacity(emitted: list[dict[str, Any]]) -> None:
+    class Report:
+        cycles, polls, empty_polls, errors = 3, 2, 1, 0
+
+    with observability.invocation_metrics():
+        observability.poll_report(Report())
+        observability.capacity("charge-payment", 10, 4)  # 6 of 10 in flight
+        observability.capacity("charge-payment", 10, 0)
+    docs = by_dimensions(emitted)
+    service = docs[("service",)]
+    assert (service["PollCycles"], service["Polls"], service["EmptyPolls"], service["PollErrors"]) == (
+        [3.0],
+        [2.0],
+        [1.0],
+        [0.0],
+    )
+    assert docs[("service", "JobType")]["CapacityUsed"] == [60.0, 100.0]
+
+
+def test_engine_errors_are_counted_by_status_and_re_raised(emitted: list[dict[str, Any]]) -> None:
+    class Adapter:
+        lease_from = "activation"
+
+        def extend(self, ref: Any, seconds: int) -> float:
+            raise LeaseLostError("lost", engine="fake", status=409)
+
+        def activate(self, demands: Any, seconds: int) -> list[Any]:
+            raise RateLimitedError("slow down", engine="fake", status=429, retry_after=1.0)
+
+        def report(self, ref: Any, outcome: Any) -> None:
+            return None
+
+    engine = observability.observe_engine(Adapter())
+    assert observability.observe_engine(engine) is engine
+    assert engine.lease_from == "activation"
+    with observability.invocation_metrics():
+        with pytest.raises(LeaseLostError):
+            engine.extend(None, 5)
+        with pytest.raises(LeaseLostError):
+            engine.extend(None, 5)
+        with pytest.raises(RateLimitedError):
+            engine.activate([], 5)
+        engine.report(None, None)
+    statuses = {doc["Status"]: doc["EngineErrors"] for doc in emitted}
+    assert statuses == {"409": [2.0], "429": [1.0]}
+
+
+@pytest.mark.parametrize(
+    ("traceparent", "trace_id"),
+    [
+        (TRACEPARENT, "4bf92f3577b34da6a3ce929d0e0e4736"),
+        ("00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-00", "4bf92f3577b34da6a3ce929d0e0e4736"),
+        ("00-00000000000000000000000000000000-00f067aa0ba902b7-01", None),
+        ("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", None),
+        ("not a traceparent", None),
+        (None, None),
+    ],
+)
+def test_trace_id_of(traceparent: str | None, trace_id: str | None) -> None:
+    assert observability.trace_id_of(traceparent) == trace_id
+
+
+def test_the_handler_span_continues_the_engines_trace(emitted: list[dict[str, Any]]) -> None:
+    """GIVEN a job whose engine span has a traceparent
+    WHEN the handler runs inside job_span
+    THEN the current trace is the engine's (an outbound call forwards it) and latency and duration are recorded."""
+    pytest.importorskip("opentelemetry.trace")
+    from opentelemetry import trace
+
+    job = make_activated_job("charge-payment", {}, traceparent=TRACEPARENT, activated_at=1.0)
+    with observability.invocation_metrics(), observability.job_span(job) as span:
+        current = trace.get_current_span().get_span_context()
+        forwarded = observability.current_traceparent()
+    assert span.trace_id == "4bf92f3577b34da6a3ce929d0e0e4736"
+    assert format(current.trace_id, "032x") == span.trace_id
+    assert forwarded is not None and observability.trace_id_of(forwarded) == span.trace_id
+    (doc,) = emitted
+    assert doc["PickupLatency"][0] > 0
+    assert doc["HandlerDuration"][0] >= 0
+    assert {m["Name"]: m["Unit"] for m in doc["_aws"]["CloudWatchMetrics"][0]["Metrics"]} == {
+        "PickupLatency": "Milliseconds",
+        "HandlerDuration": "Milliseconds",
+    }
+
+
+def test_without_opentelemetry_the_span_is_a_no_op_that_still_names_the_trace(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(observability, "_otel", lambda: None)
+    job = make_activated_job("t", {}, traceparent=TRACEPARENT)
+    with observability.job_span(job) as span:
+        assert observability.current_traceparent() is None
+    assert (span.trace_id, span.traceparent) == ("4bf92f3577b34da6a3ce929d0e0e4736", TRACEPARENT)
+
+
+def test_a_job_without_traceparent_still_runs_in_a_span() -> None:
+    with observability.job_span(make_activated_job("t", {})) as span:
+        pass
+    assert span.trace_id is None or len(span.trace_id) == 32
+
+
+def test_handler_exceptions_pass_through_the_span_and_are_timed(emitted: list[dict[str, Any]]) -> None:
+    with (
+        observability.invocation_metrics(),
+        pytest.raises(KeyError),
+        observability.job_span(make_activated_job("t", {})),
+    ):
+        raise KeyError("x")
+    assert "HandlerDuration" in emitted[0]
+
+
+def test_xray_without_the_sdk_is_reported_once_and_the_job_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    observability._xray_tracer.cache_clear()
+    monkeypatch.setattr(observability._Config, "xray", True)
+    broken = type("Tracer", (), {"provider": None})()  # in_subsegment is missing: must not fail the job
+    monkeypatch.setattr(observability, "_xray_tracer", lambda: broken)
+    with observability.job_span(make_activated_job("t", {})) as span:
+        ran = True
+    assert ran and span is not None
+
+
+def test_a_failing_sink_never_fails_the_invocation() -> None:
+    def sink(line: str) -> None:
+        raise OSError("stdout closed")
+
+    observability.configure(metrics=True, sink=sink)
+    try:
+        with observability.invocation_metrics():
+            observability.record("t", "completed", job_id="1")
+    finally:
+        observability.configure(metrics=None, sink=None)
