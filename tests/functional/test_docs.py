@@ -301,22 +301,7 @@ def page_id(path: Path) -> str:
     return str(path.relative_to(ROOT))
 
 
-def page_params() -> list[Any]:
-    params = []
-    for path in PAGES:
-        marks = []
-        if path.name == "README.md":
-            marks.append(
-                pytest.mark.xfail(
-                    strict=True,
-                    reason="README's emulate → local pair never writes emulator.env (docs/README-suggestions.md #1)",
-                )
-            )
-        params.append(pytest.param(path, id=page_id(path), marks=marks))
-    return params
-
-
-@pytest.mark.parametrize("path", page_params())
+@pytest.mark.parametrize("path", [pytest.param(path, id=page_id(path)) for path in PAGES])
 def test_every_command_on_the_page_works(
     path: Path, project: Path, engine_env: None, botocore_session: Any, sam_help: Any
 ) -> None:
