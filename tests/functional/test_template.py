@@ -545,7 +545,7 @@ def test_library_entry_points_are_one_import(function: str, directory: str) -> N
 def test_layer_requirements_pin_the_tested_versions_without_boto3() -> None:
     lines = (ROOT / "layers" / "workerless" / "requirements.txt").read_text(encoding="utf-8").splitlines()
     pins = dict(line.split("==") for line in lines if line.strip() and not line.startswith("#"))
-    assert set(pins) == {"aws-lambda-powertools", "httpx", "pydantic", "python-dotenv"}
+    assert set(pins) == {"aws-lambda-powertools", "httpx", "pydantic", "python-dotenv", "opentelemetry-api"}
     assert {name: version(name) for name in pins} == pins
 
 

@@ -191,7 +191,8 @@ def test_without_opentelemetry_the_span_is_a_no_op_that_still_names_the_trace(mo
 def test_a_job_without_traceparent_still_runs_in_a_span() -> None:
     with observability.job_span(make_activated_job("t", {})) as span:
         pass
-    assert span.trace_id is None or len(span.trace_id) == 32
+    # No SDK records spans, so without an engine trace there is no trace id to correlate on.
+    assert (span.trace_id, span.traceparent) == (None, None)
 
 
 def test_handler_exceptions_pass_through_the_span_and_are_timed(emitted: list[dict[str, Any]]) -> None:
@@ -204,7 +205,7 @@ def test_handler_exceptions_pass_through_the_span_and_are_timed(emitted: list[di
     assert "HandlerDuration" in emitted[0]
 
 
-def test_xray_without_the_sdk_is_reported_once_and_the_job_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_broken_xray_tracer_never_fails_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
     observability._xray_tracer.cache_clear()
     monkeypatch.setattr(observability._Config, "xray", True)
     broken = type("Tracer", (), {"provider": None})()  # in_subsegment is missing: must not fail the job

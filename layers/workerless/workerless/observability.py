@@ -45,9 +45,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
+
+if TYPE_CHECKING:
+    from workerless.settings import Settings
 
 logger = Logger(service="workerless", child=False)
 
@@ -171,11 +174,9 @@ def configure(
         _Config.xray = xray
 
 
-def configure_from_settings(settings: Any) -> None:
-    """Apply the deployment's switches: ``xray_tracing`` (``WORKERLESS_XRAY_TRACING``) when the
-    settings model has that field; otherwise leave what :func:`configure` set."""
-    if hasattr(settings, "xray_tracing"):
-        _Config.xray = bool(settings.xray_tracing)
+def configure_from_settings(settings: Settings) -> None:
+    """Apply the deployment's switches: ``xray_tracing`` (``WORKERLESS_XRAY_TRACING``)."""
+    _Config.xray = settings.xray_tracing
 
 
 def _in_local_invocation() -> bool:

@@ -74,6 +74,8 @@ class Settings(BaseModel):
     secret_arn: str | None = Field(default=None, alias="WORKERLESS_SECRET_ARN")
     env_file: str | None = Field(default=None, alias="WORKERLESS_ENV_FILE")
     worker_id: str | None = Field(default=None, alias="WORKERLESS_WORKER_ID")
+    #: Trace handlers with X-Ray through Powertools Tracer (the OpenTelemetry span is always made).
+    xray_tracing: bool = Field(default=False, alias="WORKERLESS_XRAY_TRACING")
     #: AWS endpoint override (local mode, tests); None in Lambda.
     aws_endpoint_url: str | None = Field(default=None, alias="WORKERLESS_AWS_ENDPOINT_URL")
 
