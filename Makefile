@@ -36,7 +36,6 @@ test: venv sam-venv
 # A benchmark, not a test (nothing in `make test` asserts on a time): writes bench/results.json,
 # bench/RESULTS.md and bench/results.png in under 10 minutes. The plot needs matplotlib.
 bench: venv
-	$(PY) -c 'import matplotlib' 2>/dev/null || $(VENV)/bin/pip install -q matplotlib
 	$(PY) -m bench.run
 
 lint: venv
@@ -56,6 +55,22 @@ validate: sam-venv
 # python: no Docker and no python3.12 needed on this machine.
 build: sam-venv
 	PYTHON=$(abspath $(SAM_VENV))/bin/python $(SAM) build
+
+# The long mixed chaos run (every fault on at once, hundreds of jobs per engine) and its figures;
+# docs/guarantees.md quotes them. `make test` runs a CI-sized pass (tests/functional/test_chaos_*.py).
+CHAOS_ARGS ?= --engine all --jobs 300 --seed 1
+chaos: venv
+	$(PY) -m workerless.chaos $(CHAOS_ARGS)
+
+# Known vulnerabilities in what the layer ships to Lambda (layers/workerless/requirements.txt and
+# what those pins pull in). pip-audit fetches the PyPI/OSV advisory database, so this needs the
+# network: it is not part of `make test`. Its own environment keeps it out of the application's.
+AUDIT_VENV := .venv-audit
+.PHONY: audit
+audit:
+	$(PYTHON) -m venv $(AUDIT_VENV)
+	$(AUDIT_VENV)/bin/pip install -q --upgrade pip pip-audit
+	$(AUDIT_VENV)/bin/pip-audit --strict --progress-spinner off -r layers/workerless/requirements.txt
 
 clean:
 	rm -rf $(VENV) $(SAM_VENV) .aws-sam .pytest_cache .mypy_cache .ruff_cache

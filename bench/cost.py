@@ -1,0 +1,185 @@
+"""The cost model: us-east-1 list prices (arm64), billed-duration model, per-job and idle cost.
+
+Everything here is arithmetic on counts measured elsewhere (bench.measure, bench.idle); the
+assumptions that are not measured are named constants, each with its source or reason.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+# --- us-east-1 list prices (issue 6; Fargate from the Fargate pricing page, Linux/ARM) ------------
+LAMBDA_PER_REQUEST = 0.20 / 1e6
+LAMBDA_PER_GB_S = 0.0000133334  # arm64
+SQS_PER_REQUEST = 0.40 / 1e6  # standard queue, per 64 KiB chunk
+DDB_PER_WRU = 0.625 / 1e6  # on-demand
+DDB_PER_RRU = 0.125 / 1e6
+SCHEDULER_PER_INVOCATION = 1.00 / 1e6  # EventBridge Scheduler (a SAM Schedule rule is priced alike here)
+SFN_PER_TRANSITION = 25.0 / 1e6  # Step Functions Standard
+#: Not in the issue's list, shown beside it: CloudWatch Logs ingestion, standard log class, per GB.
+LOGS_PER_GB = 0.50
+FARGATE_VCPU_HOUR = 0.03238  # Linux/ARM, us-east-1
+FARGATE_GB_HOUR = 0.00356
+HOURS_PER_MONTH = 730.0
+SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600
+
+# --- modelling assumptions ------------------------------------------------------------------------
+#: Lambda gives a function CPU in proportion to memory: one full vCPU at 1,769 MB. CPU time measured
+#: here on a full core takes 1769/256 as long at the template's 256 MB.
+LAMBDA_FULL_VCPU_MB = 1769
+MEMORY_MB = 256
+#: Published/typical in-region latencies (ms) added to the measured CPU for billed duration:
+#: SQS API calls "tens of ms" at most, typically ~10 ms; DynamoDB "single-digit ms" (5 ms); the engine
+#: is a SaaS endpoint across the internet: 20 ms per request is assumed.
+LATENCY_MS = {"sqs": 10.0, "dynamodb": 5.0, "engine": 20.0}
+#: Lambda's SQS event source keeps long-polling every mapped queue even when it is empty: five
+#: concurrent pollers with 20 s long polls (AWS: "Lambda ... polls the queue using up to five
+#: parallel long-polling connections" at idle) = 15 billed ReceiveMessage requests a minute per queue.
+ESM_IDLE_POLLERS = 5
+ESM_LONG_POLL_SECONDS = 20
+#: Step Functions Standard, one Task state backed by an activity: the Task state's transition and the
+#: terminal state's — 2 billed transitions per job at the least.
+SFN_TRANSITIONS_PER_JOB = 2
+#: An always-on Fargate worker: the smallest task (0.25 vCPU, 0.5 GB), arm64.
+FARGATE_VCPU, FARGATE_GB = 0.25, 0.5
+
+
+def fargate_monthly() -> float:
+    return (FARGATE_VCPU * FARGATE_VCPU_HOUR + FARGATE_GB * FARGATE_GB_HOUR) * HOURS_PER_MONTH
+
+
+def billed_seconds(cpu_s: float, calls: dict[str, float]) -> float:
+    """Billed duration of work: CPU stretched to 256 MB's share of a vCPU, plus call latencies."""
+    stretched = cpu_s * LAMBDA_FULL_VCPU_MB / MEMORY_MB
+    waits = sum(LATENCY_MS[kind] * n for kind, n in calls.items()) / 1000
+    return stretched + waits
+
+
+def gb_s(seconds: float) -> float:
+    return seconds * MEMORY_MB / 1024
+
+
+def per_million_jobs(run: dict[str, Any]) -> dict[str, Any]:
+    """Adapter overhead per million jobs from a metered run (bench.measure.billable_run)."""
+    jobs = run["jobs"]
+    per_job = dict(run["per_job"])
+    # The event source's empty receives are its long polls, counted once in the idle cost.
+    empty = sum(v for k, v in run["sqs_requests_by_call"].items() if k.endswith("ReceiveMessageEmpty"))
+    per_job["sqs_requests"] -= empty / jobs
+    calls = run["calls"]
+    engine_calls = sum(run["engine_requests"].values())
+    sqs_calls = sum(v for k, v in calls.items() if k.startswith("sqs."))
+    ddb_calls = sum(v for k, v in calls.items() if k.startswith("dynamodb."))
+    invocations = sum(run["invocations"].values())
+    cpu = sum(run["cpu_s"].values())
+    seconds = billed_seconds(cpu, {"sqs": sqs_calls, "dynamodb": ddb_calls, "engine": engine_calls})
+    # The event source's own receive/delete calls are SQS requests we pay for, but not Lambda duration.
+    esm_calls = sum(v for k, v in run["sqs_requests_by_call"].items() if k.startswith("esm:"))
+    seconds -= LATENCY_MS["sqs"] * esm_calls / 1000
+    # Lambda rounds each invocation up to the next millisecond.
+    seconds += 0.0005 * invocations
+    parts = {
+        "sqs": per_job["sqs_requests"] * SQS_PER_REQUEST * 1e6,
+        "dynamodb_write": per_job["ddb_write_units"] * DDB_PER_WRU * 1e6,
+        "dynamodb_read": per_job["ddb_read_units"] * DDB_PER_RRU * 1e6,
+        "lambda_requests": invocations / jobs * LAMBDA_PER_REQUEST * 1e6,
+        "lambda_duration": gb_s(seconds) / jobs * LAMBDA_PER_GB_S * 1e6,
+    }
+    logs = run.get("log_bytes_per_job", 0.0) / 1e9 * LOGS_PER_GB * 1e6
+    by_caller = run.get("calls_by_caller", {})
+    per_function: dict[str, Any] = {}
+    for function, count in run["invocations"].items():
+        calls = {kind: float(by_caller.get(f"{function}:{kind}", 0)) for kind in LATENCY_MS}
+        billed = billed_seconds(run["cpu_s"].get(function, 0.0), calls) + 0.0005 * count
+        per_function[function] = {
+            "invocations_per_job": round(count / jobs, 4),
+            "billed_ms_per_invocation": round(1000 * billed / count, 2),
+            "billed_ms_per_job": round(1000 * billed / jobs, 3),
+        }
+    return {
+        "value": round(sum(parts.values()), 3),
+        "parts": {k: round(v, 4) for k, v in parts.items()},
+        "cloudwatch_logs": round(logs, 3),
+        "per_function": per_function,
+        "billed_ms_per_job": round(1000 * seconds / jobs, 3),
+        "invocations_per_job": round(invocations / jobs, 4),
+    }
+
+
+def floor_per_million() -> float:
+    """The issue's floor for this design: 2 write units (claim, result), one batched send, receive and
+    delete per job at batch 10, and one handler invocation per 10 jobs."""
+    return round(
+        (2 * DDB_PER_WRU + 3 * SQS_PER_REQUEST / 10 + LAMBDA_PER_REQUEST / 10) * 1e6,
+        3,
+    )
+
+
+def step_functions_per_million() -> float:
+    return round(SFN_TRANSITIONS_PER_JOB * SFN_PER_TRANSITION * 1e6, 2)
+
+
+def break_even_jobs_per_month(per_million: float, idle_monthly: float) -> float | None:
+    """Monthly volume above which an always-on Fargate worker costs less than workerless' overhead."""
+    per_job = per_million / 1e6
+    if per_job <= 0:
+        return None
+    return max(0.0, (fargate_monthly() - idle_monthly) / per_job)
+
+
+# --------------------------------------------------------------------------------- idle, per month
+
+
+def template_shape(template: Path) -> dict[str, Any]:
+    """Counts from template.yaml: SQS event sources, schedules, routes, default tick."""
+    from workerless.local.template import load_template, parse_template_text
+
+    loaded = load_template(template)
+    data = parse_template_text(template.read_text(encoding="utf-8"), source=str(template))
+    params = data.get("Parameters") or {}
+    schedules = [s for f in loaded.functions for s in f.schedule_events if s.enabled]
+    return {
+        "sqs_event_sources": sum(1 for f in loaded.functions for e in f.sqs_events if e.enabled),
+        "event_sources_by_function": {f.logical_id: len(f.sqs_events) for f in loaded.functions if f.sqs_events},
+        "schedule_seconds": [s.seconds for s in schedules],
+        "tick_seconds": int((params.get("TickSeconds") or {}).get("Default", 0)),
+        "memory_mb": MEMORY_MB,
+    }
+
+
+def idle_monthly(shape: dict[str, Any], per_tick: dict[str, Any], per_watchdog: dict[str, Any]) -> dict[str, Any]:
+    """Idle cost per month from the template's shape and the measured calls of one idle poller
+    invocation of each kind (a tick from the ticker queue; the watchdog schedule)."""
+    ticks = SECONDS_PER_MONTH / shape["tick_seconds"] if shape["tick_seconds"] else 0.0
+    watchdogs = sum(SECONDS_PER_MONTH / s for s in shape["schedule_seconds"] if s)
+    esm_requests = shape["sqs_event_sources"] * ESM_IDLE_POLLERS * SECONDS_PER_MONTH / ESM_LONG_POLL_SECONDS
+
+    def invocation_cost(m: dict[str, Any]) -> float:
+        seconds = billed_seconds(
+            m["cpu_s"], {"sqs": m["sqs_calls"], "dynamodb": m["ddb_calls"], "engine": m["engine_calls"]}
+        )
+        seconds = math.ceil(seconds * 1000) / 1000
+        return (
+            LAMBDA_PER_REQUEST
+            + gb_s(seconds) * LAMBDA_PER_GB_S
+            + m["sqs_requests"] * SQS_PER_REQUEST
+            + m["wru"] * DDB_PER_WRU
+            + m["rru"] * DDB_PER_RRU
+        )
+
+    parts = {
+        "event_source_long_polls": esm_requests * SQS_PER_REQUEST,
+        "tick_chain": ticks * invocation_cost(per_tick),
+        "watchdog_schedule": watchdogs * (invocation_cost(per_watchdog) + SCHEDULER_PER_INVOCATION),
+    }
+    return {
+        "value": round(sum(parts.values()), 3),
+        "parts": {k: round(v, 3) for k, v in parts.items()},
+        "ticks_per_month": round(ticks),
+        "watchdog_invocations_per_month": round(watchdogs),
+        "event_source_requests_per_month": round(esm_requests),
+        "per_tick": per_tick,
+        "per_watchdog": per_watchdog,
+    }

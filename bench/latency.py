@@ -1,0 +1,238 @@
+"""Pickup latency in the local topology: from a job becoming activatable at the emulator (created)
+to its handler starting (the wrapper's ``started`` lifecycle event), under a steady arrival rate
+and when idle. The template as written (default parameters; TickSeconds from the template unless
+overridden), on moto, against the Sheptra emulator over loopback HTTP. The watchdog schedule fires
+at its template rate (1 minute), not local mode's faster default, so the tick is what is measured.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+#: The what-if poller (see :func:`lingering_entrypoint`): how long after the last dispatch an
+#: invocation keeps polling, and the pause between polls while it does.
+LINGER_SECONDS = 5.0
+LINGER_PAUSE_SECONDS = 0.25
+
+
+def lingering_poller_class() -> type:
+    """The design change measured beside the shipped poller: an invocation that, while work keeps
+    arriving, does not stop at its first empty (or capacity-bound) poll but pauses and polls again,
+    until nothing has been dispatched for LINGER_SECONDS or the poll budget ends. Idle, the first
+    empty poll still ends the invocation, exactly as now (no extra idle cost). ``busy_at_end`` says
+    the budget ran out while work was still arriving: the entry point then relays."""
+    from workerless.observability import logger
+    from workerless.poller import MAX_CYCLES, SAFETY_MARGIN_SECONDS, Poller, PollReport
+
+    class LingeringPoller(Poller):
+        last_dispatch: float | None = None  # epoch seconds (it crosses invocations in a relay)
+        busy_at_end = False
+
+        def run(self, *, deadline: float) -> PollReport:
+            report = PollReport()
+            budget_end = min(deadline, self.clock() + self.settings.poll_budget_seconds)
+            while report.cycles < MAX_CYCLES:
+                report.cycles += 1
+                dispatched, wait = self.cycle(report, deadline=deadline)
+                now = self.clock()
+                if wait is not None:
+                    if now + wait + SAFETY_MARGIN_SECONDS >= budget_end:
+                        break
+                    self.sleep(wait)
+                    continue
+                if dispatched:
+                    self.last_dispatch = time.time()
+                lingering = self.last_dispatch is not None and time.time() - self.last_dispatch < LINGER_SECONDS
+                if not dispatched and not lingering:
+                    break
+                if now + LINGER_PAUSE_SECONDS + SAFETY_MARGIN_SECONDS >= budget_end:
+                    self.busy_at_end = True
+                    break
+                if not dispatched:
+                    self.sleep(LINGER_PAUSE_SECONDS)
+                    self._recent = {}  # after the pause, the queues' own counts are trusted again
+            try:
+                self.engine.after_cycle({k: v for k, v in vars(report).items() if isinstance(v, int)})
+            except Exception:  # noqa: BLE001 - as Poller.run
+                logger.warning("engine after_cycle hook failed", exc_info=True)
+            return report
+
+    return LingeringPoller
+
+
+def lingering_entrypoint() -> Any:
+    """``workerless.entrypoints.poller`` with the lingering poller, plus the relay: an invocation whose
+    budget runs out while work is still arriving sends an immediate ``{"relay": last_dispatch}``
+    message to the ticker queue, so a fresh invocation carries on (and lingers from that time)
+    instead of leaving the work to the next tick. Ticks and the watchdog are handled as shipped."""
+    import json
+
+    from workerless import entrypoints
+    from workerless.aws.dynamo import DynamoState
+    from workerless.observability import logger
+    from workerless.poller import continue_ticker
+    from workerless.runtime import get_engine, get_queues, get_store
+    from workerless.settings import get_settings
+
+    poller_class = lingering_poller_class()
+
+    @logger.inject_lambda_context(clear_state=True)
+    def poller(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        settings, queues = get_settings(), get_queues()
+        records = event.get("Records") or []
+        ticks: list[dict[str, Any] | None] = []
+        relayed: float | None = None
+        for record in records:
+            try:
+                body = json.loads(record.get("body") or "{}")
+            except ValueError:
+                body = {}
+            if isinstance(body, dict) and "chain" in body:
+                ticks.append(body)
+            elif isinstance(body, dict) and "relay" in body:
+                relayed = max(relayed or 0.0, float(body["relay"]))
+        if not records:
+            ticks.append(None)
+        state = DynamoState(get_store())
+        for tick in ticks:
+            try:
+                continue_ticker(settings, state, queues, tick=tick, now=time.time())
+            except Exception:  # noqa: BLE001 - as shipped
+                logger.exception("could not continue the poller tick")
+        poller = poller_class(settings, get_engine(), queues)
+        poller.last_dispatch = relayed
+        report = poller.run(deadline=entrypoints._deadline(context))
+        if poller.busy_at_end and settings.ticker_queue_url:
+            queues.send(settings.ticker_queue_url, {"relay": poller.last_dispatch}, delay_seconds=0)
+        return {k: v for k, v in vars(report).items() if isinstance(v, int)}
+
+    return poller
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def pickup_latency(
+    *,
+    rate_per_second: float = 2.0,
+    load_seconds: float = 30.0,
+    idle_samples: int = 4,
+    tick_seconds: int | None = None,
+    seed: int = 6,
+    linger: bool = False,
+) -> dict[str, Any]:
+    from workerless import observability
+    from workerless.emulators import sheptra
+    from workerless.local.runtime import LocalTopology
+
+    logging.getLogger("workerless").setLevel(logging.ERROR)
+    logging.getLogger("workerless.local").setLevel(logging.ERROR)
+    rng = random.Random(seed)
+    template = ROOT / "template.yaml"
+    tick = tick_seconds if tick_seconds is not None else _template_tick(template)
+
+    created: dict[str, float] = {}
+    started: dict[str, float] = {}
+    lock = threading.Lock()
+
+    def listener(job_type: str, event: str, fields: dict[str, Any]) -> None:
+        if event == "started":
+            with lock:
+                started.setdefault(str(fields.get("job_id")), time.time())
+
+    import workerless.entrypoints as entrypoints_module
+
+    original_entry = entrypoints_module.poller
+    if linger:
+        # functions/poller/app.py binds `poller` when the topology loads it: patch before start.
+        entrypoints_module.poller = lingering_entrypoint()
+    emulator = sheptra.create()
+    server = emulator.serve(port=0)
+    observability.add_listener(listener)
+    try:
+        with tempfile.TemporaryDirectory(prefix="workerless-bench-") as tmp:
+            env_file = Path(tmp) / "bench.env"
+            values = emulator.engine_values(server.url)
+            env_file.write_text(
+                "WORKERLESS_ENGINE=sheptra\n" + "".join(f"{k}={v}\n" for k, v in values.items()), encoding="utf-8"
+            )
+            parameters = {"EngineName": "sheptra", "LogLevel": "ERROR", "TickSeconds": str(tick)}
+            topology = LocalTopology(template, env_file, parameters=parameters, schedule_seconds=60.0)
+            with topology:
+                # Let the first watchdog poll and the tick chain start, as a deployment that has been up a while.
+                time.sleep(2.0)
+
+                def create(job_type: str, variables: dict[str, Any]) -> str:
+                    job_id = emulator.create_job(job_type, variables)
+                    with lock:
+                        created[job_id] = time.time()
+                    return job_id
+
+                # -- steady arrivals (Poisson, rate_per_second) over load_seconds
+                # The first tick + 5 s are a warm-up (a burst from idle waits for the next tick: that is
+                # the idle figure); only jobs created after it count as "under load".
+                load_ids: list[str] = []
+                warmup_ids: list[str] = []
+                warm_end = time.monotonic() + tick + 5
+                end = warm_end + load_seconds
+                i = 0
+                while time.monotonic() < end:
+                    job_type = ("charge-payment", "send-receipt")[i % 2]
+                    job_id = create(job_type, {"orderId": f"load-{i}", "amount": 10})
+                    (warmup_ids if time.monotonic() < warm_end else load_ids).append(job_id)
+                    i += 1
+                    time.sleep(min(2.0, rng.expovariate(rate_per_second)))
+                every = warmup_ids + load_ids
+                topology.run_until(lambda: all(j in started for j in every), max_seconds=tick + 60)
+
+                # -- idle: one job at a time, at a random moment relative to the tick chain
+                idle_ids: list[str] = []
+                for n in range(idle_samples):
+                    time.sleep(rng.uniform(0, tick or 5))
+                    job_id = create("send-receipt", {"orderId": f"idle-{n}"})
+                    idle_ids.append(job_id)
+                    topology.run_until(lambda j=job_id: j in started, max_seconds=tick + 70)
+    finally:
+        observability.remove_listener(listener)
+        server.stop()
+        entrypoints_module.poller = original_entry
+
+    load = [started[j] - created[j] for j in load_ids if j in started]
+    idle = [started[j] - created[j] for j in idle_ids if j in started]
+    return {
+        "p50_load": round(statistics.median(load), 3) if load else None,
+        "p99_load": round(_percentile(load, 0.99), 3) if load else None,
+        "max_load": round(max(load), 3) if load else None,
+        "idle_max": round(max(idle), 3) if idle else None,
+        "idle_samples_s": [round(x, 2) for x in idle],
+        "tick_seconds": tick,
+        "poller": "lingering + relay (what-if)" if linger else "as shipped",
+        "load_jobs": len(load_ids),
+        "warmup_jobs": len(warmup_ids),
+        "load_seconds": load_seconds,
+        "load_started": len(load),
+        "rate_per_second": rate_per_second,
+        "load_samples_s": [round(x, 3) for x in load],
+    }
+
+
+def _template_tick(template: Path) -> int:
+    from workerless.local.template import parse_template_text
+
+    params = parse_template_text(template.read_text(encoding="utf-8"), source=str(template)).get("Parameters") or {}
+    return int((params.get("TickSeconds") or {}).get("Default", 0))

@@ -1,0 +1,257 @@
+"""Measurements on the in-process pipeline (bench.pipeline): engine requests per job, adapter CPU
+per job beside the seed's minimal worker, and the billable AWS calls of a 10,000-job run."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import httpx
+
+from bench.minimal_worker import MinimalWorker
+from bench.pipeline import FAKE_BASE_URL, Pipeline, TimedTransport, emulator_for, patched_time, quiet_logs
+
+#: The protocol's own floor of engine requests per job, at batch size b (issue 6, point 1).
+FLOORS = {
+    "sheptra": lambda b: 1 + 1 / b,  # one activation per batch, one report per job
+    "nodeflow": lambda b: 1 + 1 / b,  # one lease per batch, one report per job
+    "stagenext": lambda b: 4.0,  # pull, lease acquire, result, ack
+}
+EXTEND_ROUTES = ("extend-lease", "/tasks/{task_id}/heartbeat", "/lease/renew")
+TEMPLATE_TYPES = ("charge-payment", "send-receipt", "generate-report")
+
+
+def _ok(job: Any) -> dict[str, Any]:
+    return {"ok": True}
+
+
+def run_until_done(p: Pipeline, *, max_rounds: int = 100_000) -> int:
+    """Poll, drain every route, until a poll finds nothing and no route had work."""
+    rounds = 0
+    for rounds in range(1, max_rounds + 1):  # noqa: B007
+        report = p.poll()
+        handled = p.drain_routes()
+        if not report.get("activated") and not handled:
+            break
+    return rounds
+
+
+def engine_requests(engine: str, jobs: int = 500, batch: int = 10) -> dict[str, Any]:
+    """Short jobs (well inside a third of the lease): every engine request the emulator counted."""
+    with quiet_logs(), Pipeline(engine, {"charge-payment": _ok}, max_in_flight=batch) as p:
+        p.create_jobs("charge-payment", jobs)
+        run_until_done(p)
+        p.clock.advance(120)  # every heartbeat ticket comes due after its jobs were reported
+        p.pump_heartbeat()
+        stats = p.engine_stats()
+    total = sum(stats.values())
+    floor = FLOORS[engine](batch)
+    value = total / jobs
+    return {
+        "value": round(value, 4),
+        "floor": round(floor, 4),
+        "over_floor_pct": round(100 * (value / floor - 1), 2),
+        "batch": batch,
+        "jobs": jobs,
+        "requests": stats,
+    }
+
+
+def long_job_extends(engine: str, seconds: float = 200.0, lease: int = 60) -> dict[str, Any]:
+    """One job that runs ``seconds`` of virtual time: lease extensions counted vs one per lease/3."""
+    p: Pipeline | None = None
+
+    def long_fn(job: Any) -> dict[str, Any]:
+        assert p is not None
+        ran = 0.0
+        while ran < seconds:  # bounded: `seconds` steps of 1 s of virtual time
+            p.clock.advance(1.0)
+            ran += 1.0
+            p.pump_heartbeat()
+        return {"ok": True}
+
+    clock_owner = Pipeline(engine, {"generate-report": long_fn}, max_in_flight=1, batch_size=1, lease_seconds=lease)
+    p = clock_owner
+    with quiet_logs(), patched_time(p.clock), p:
+        p.create_jobs("generate-report", 1)
+        run_until_done(p)
+        p.clock.advance(3 * lease)
+        p.pump_heartbeat()
+        stats = p.engine_stats()
+    extends = sum(v for k, v in stats.items() if any(r in k for r in EXTEND_ROUTES))
+    expected = int(seconds // (lease / 3))
+    return {"seconds": seconds, "lease_seconds": lease, "extends": extends, "expected": expected}
+
+
+def direct_worker_requests(jobs: int = 500, batch: int = 10) -> dict[str, Any]:
+    emulator = emulator_for("sheptra")
+    transport = TimedTransport(emulator.router)
+    for i in range(jobs):
+        emulator.create_job("charge-payment", {"n": i})
+    worker = MinimalWorker(
+        emulator.engine_values(FAKE_BASE_URL),
+        httpx.Client(transport=transport),
+        {"charge-payment": lambda job: {"ok": True}},
+        max_jobs=batch,
+        wait_seconds=0,
+    )
+    worker.run()
+    stats = dict(emulator.router.stats)
+    return {"value": round(sum(stats.values()) / jobs, 4), "floor": round(1 + 1 / batch, 4), "requests": stats}
+
+
+# ------------------------------------------------------------------------------------------- CPU
+
+
+def adapter_cpu(jobs: int = 1000) -> dict[str, Any]:
+    """Net CPU (fakes and emulator excluded) of poller + handler wrapper + heartbeat, per job."""
+    with quiet_logs(), Pipeline("sheptra", {"charge-payment": _ok}, max_in_flight=10) as p:
+        warm = p.create_jobs("charge-payment", 50)  # warm-up: imports, first token, first clients
+        run_until_done(p)
+        p.invocations.cpu.clear()
+        p.invocations.count.clear()
+        p.create_jobs("charge-payment", jobs)
+        run_until_done(p)
+        p.clock.advance(120)
+        p.pump_heartbeat()
+        cpu = dict(p.invocations.cpu)
+        count = dict(p.invocations.count)
+    del warm
+    return {
+        "ms_per_job": 1000 * sum(cpu.values()) / jobs,
+        "by_function_ms": {k: 1000 * v / jobs for k, v in cpu.items()},
+        "invocations": count,
+    }
+
+
+def direct_cpu(jobs: int = 1000) -> float:
+    emulator = emulator_for("sheptra")
+    transport = TimedTransport(emulator.router)
+    client = httpx.Client(transport=transport)
+    values = emulator.engine_values(FAKE_BASE_URL)
+    handlers = {"charge-payment": lambda job: {"ok": True}}
+    for i in range(50):
+        emulator.create_job("charge-payment", {"n": i})
+    MinimalWorker(values, client, handlers, wait_seconds=0).run()
+    for i in range(jobs):
+        emulator.create_job("charge-payment", {"n": i})
+    transport.cpu = 0.0
+    start = time.thread_time()
+    done = MinimalWorker(values, client, handlers, wait_seconds=0).run()
+    cpu = time.thread_time() - start - transport.cpu
+    assert done == jobs, f"minimal worker finished {done}/{jobs}"
+    return 1000 * cpu / jobs
+
+
+def cpu_per_job(jobs: int = 1000, repeats: int = 3) -> dict[str, Any]:
+    """Side by side, ``repeats`` times each (interleaved); the median of each."""
+    adapter, direct, detail = [], [], {}
+    for _ in range(repeats):
+        result = adapter_cpu(jobs)
+        adapter.append(result["ms_per_job"])
+        detail = result
+        direct.append(direct_cpu(jobs))
+    a, d = statistics.median(adapter), statistics.median(direct)
+    return {
+        "adapter_ms": round(a, 4),
+        "direct_ms": round(d, 4),
+        "ratio": round(a / d, 2),
+        "adapter_runs_ms": [round(x, 4) for x in adapter],
+        "direct_runs_ms": [round(x, 4) for x in direct],
+        "adapter_by_function_ms": {k: round(v, 4) for k, v in detail["by_function_ms"].items()},
+        "jobs": jobs,
+    }
+
+
+# ------------------------------------------------------------------------------- billable calls
+
+
+def billable_run(jobs: int = 10_000) -> dict[str, Any]:
+    """The template's three routes (max 10 in flight, handler batch 5) on the in-memory fakes:
+    every billable call metered, per job; Lambda invocations and net CPU per function."""
+    from bench.pipeline import LOG_SINK
+
+    handlers = {t: _ok for t in TEMPLATE_TYPES}
+    with quiet_logs(), Pipeline("sheptra", handlers, max_in_flight=10, batch_size=5) as p:
+        logged_before = (LOG_SINK.bytes, LOG_SINK.lines)
+        for i in range(jobs):
+            p.emulator.create_job(TEMPLATE_TYPES[i % 3], {"orderId": f"order-{i:05d}", "amount": 10})
+        started = time.perf_counter()
+        run_until_done(p)
+        p.clock.advance(120)
+        p.pump_heartbeat()
+        elapsed = time.perf_counter() - started
+        log_bytes, log_lines = LOG_SINK.bytes - logged_before[0], LOG_SINK.lines - logged_before[1]
+        states: dict[str, int] = {}
+        for job in p.emulator.jobs():
+            states[job["state"]] = states.get(job["state"], 0) + 1
+        meter = p.meter
+        result = {
+            "jobs": jobs,
+            "elapsed_s": round(elapsed, 2),
+            "states": states,
+            "per_job": {k: v / jobs for k, v in meter.totals().items()},
+            "sqs_requests_by_call": dict(meter.sqs_requests),
+            "ddb_write_units_by_call": dict(meter.ddb_write_units),
+            "ddb_read_units_by_call": dict(meter.ddb_read_units),
+            "invocations": dict(p.invocations.count),
+            "cpu_s": dict(p.invocations.cpu),
+            "calls": dict(meter.calls),
+            "calls_by_caller": dict(meter.calls_by_caller),
+            "engine_requests": p.engine_stats(),
+            "log_bytes_per_job": round(log_bytes / jobs, 1),
+            "log_lines_per_job": round(log_lines / jobs, 2),
+        }
+    return result
+
+
+# ------------------------------------------------------------------------------------ idle poller
+
+
+def _snapshot(p: Pipeline) -> dict[str, float]:
+    totals = p.meter.totals()
+    return {
+        "sqs_requests": totals["sqs_requests"],
+        "wru": totals["ddb_write_units"],
+        "rru": totals["ddb_read_units"],
+        "sqs_calls": float(sum(v for k, v in p.meter.calls.items() if k.startswith("sqs."))),
+        "ddb_calls": float(sum(v for k, v in p.meter.calls.items() if k.startswith("dynamodb."))),
+        "engine_calls": float(sum(p.engine_stats().values())),
+        "cpu_s": float(p.invocations.cpu["poller"]),
+    }
+
+
+def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {k: round(after[k] - before[k], 6) for k in after}
+
+
+def idle_invocations(tick_seconds: int = 20, repeats: int = 20) -> dict[str, Any]:
+    """The calls and net CPU of one idle poller invocation: from a tick, and from the watchdog
+    schedule while the chain is healthy (averaged over ``repeats``). Three routes, as the template."""
+    import json as _json
+
+    from bench.pipeline import TICKER_URL
+
+    handlers = {t: _ok for t in TEMPLATE_TYPES}
+    with quiet_logs(), Pipeline("sheptra", handlers, tick_seconds=tick_seconds, poll_budget_seconds=20) as p:
+        p.poll()  # the watchdog starts the chain (and the first token is minted: not idle cost)
+        ticks: list[dict[str, float]] = []
+        watchdogs: list[dict[str, float]] = []
+        for _ in range(repeats):
+            p.clock.advance(tick_seconds)
+            event, _ = p._event(TICKER_URL, 10)
+            before = _snapshot(p)
+            p.poll(event)
+            p._settle(TICKER_URL, event, {})  # the event source deletes the tick
+            ticks.append(_delta(_snapshot(p), before))
+            before = _snapshot(p)
+            p.poll({})  # the schedule fires while the chain is healthy: nothing to restart
+            watchdogs.append(_delta(_snapshot(p), before))
+        depth = p.sqs.depth(TICKER_URL)
+    del _json
+
+    def mean(rows: list[dict[str, float]]) -> dict[str, float]:
+        return {k: round(sum(r[k] for r in rows) / len(rows), 6) for k in rows[0]}
+
+    return {"per_tick": mean(ticks), "per_watchdog": mean(watchdogs), "ticker_depth_after": depth}

@@ -1,0 +1,133 @@
+"""`make bench`: run every section, write bench/results.json, bench/RESULTS.md and bench/results.png.
+
+    .venv/bin/python -m bench.run            # everything (< 10 minutes on 2 cores)
+    .venv/bin/python -m bench.run --quick    # smaller samples, for a smoke run
+
+A benchmark, not a test: nothing here asserts on a time; RESULTS.md shows each figure beside its
+target and reference and says which targets are met.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "bench"
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench.run")
+    parser.add_argument("--quick", action="store_true", help="smaller samples (smoke run)")
+    parser.add_argument("--skip-latency", action="store_true", help="skip the local-topology latency section")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "INFO")
+
+    from bench import cold_start, cost, measure
+
+    started = time.monotonic()
+    scale = 0.2 if args.quick else 1.0
+    results: dict[str, Any] = {
+        "machine": {
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+            "implementation": platform.python_implementation(),
+            "platform": platform.platform(),
+        },
+        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+    log("1/6 engine requests per job (in-process pipeline, emulator transport)")
+    n = max(100, int(500 * scale))
+    results["engine_requests_per_job"] = {
+        e: measure.engine_requests(e, n) for e in ("sheptra", "nodeflow", "stagenext")
+    }
+    results["engine_requests_per_job"]["direct_minimal_worker_sheptra"] = measure.direct_worker_requests(n)
+    results["long_job_extends"] = {e: measure.long_job_extends(e) for e in ("sheptra", "nodeflow", "stagenext")}
+
+    log("2/6 billable AWS calls of a 10,000-job run (in-memory SQS/DynamoDB fakes, metered)")
+    jobs = 10_000 if not args.quick else 2_000
+    run = measure.billable_run(jobs)
+    results["billable_run"] = run
+
+    log("3/6 idle poller invocations and the idle cost model")
+    idle = measure.idle_invocations()
+    shape = cost.template_shape(ROOT / "template.yaml")
+    idle_cost = cost.idle_monthly(shape, idle["per_tick"], idle["per_watchdog"])
+    results["template_shape"] = shape
+    results["idle_cost_per_month_usd"] = idle_cost["value"]
+    results["idle_cost_detail"] = idle_cost
+
+    per_million = cost.per_million_jobs(run)
+    results["cost_per_million_jobs_usd"] = {
+        "value": per_million["value"],
+        "floor": cost.floor_per_million(),
+        "step_functions_standard": cost.step_functions_per_million(),
+        "fargate_monthly": round(cost.fargate_monthly(), 2),
+        "break_even_jobs_per_month_vs_fargate": _round(
+            cost.break_even_jobs_per_month(per_million["value"], idle_cost["value"])
+        ),
+        "parts": per_million["parts"],
+        "billed_ms_per_job": per_million["billed_ms_per_job"],
+        "lambda_per_function": per_million["per_function"],
+        "cloudwatch_logs_not_in_value": per_million["cloudwatch_logs"],
+        "log_bytes_per_job": run.get("log_bytes_per_job"),
+        "invocations_per_job": per_million["invocations_per_job"],
+        "method": "in-memory fakes, metered per AWS billing rules; write units from item sizes",
+    }
+
+    log("2b/6 cross-check of the meters: the same pipeline on moto with a botocore billing hook")
+    from bench.moto_check import moto_vs_fakes
+
+    results["moto_cross_check"] = moto_vs_fakes(150 if args.quick else 300)
+
+    log("4/6 adapter CPU per job beside the seed's minimal worker")
+    results["cpu_per_job"] = measure.cpu_per_job(max(200, int(1000 * scale)), repeats=3)
+
+    log("5/6 cold start (python -X importtime, fresh interpreters)")
+    results["cold_start"] = cold_start.cold_start(runs=3 if args.quick else 7)
+
+    if args.skip_latency:
+        results["pickup_latency_s"] = None
+    else:
+        log("6/6 pickup latency in the local topology (moto + Sheptra emulator on loopback)")
+        from bench.latency import pickup_latency
+
+        results["pickup_latency_s"] = pickup_latency(
+            load_seconds=12 if args.quick else 30, idle_samples=2 if args.quick else 3
+        )
+        log("6b/6 pickup latency, what-if: the lingering poller with relay (bench/latency.py)")
+        results["pickup_latency_what_if_s"] = pickup_latency(
+            load_seconds=12 if args.quick else 30, idle_samples=1 if args.quick else 2, linger=True
+        )
+
+    results["elapsed_s"] = round(time.monotonic() - started, 1)
+    (OUT / "results.json").write_text(json.dumps(results, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    from bench.report import write_plot, write_readme_section, write_results_md
+
+    write_results_md(results, OUT / "RESULTS.md")
+    write_readme_section(results, OUT / "README-section.md")
+    try:
+        write_plot(results, OUT / "results.png")
+    except ImportError as exc:
+        log(f"no plot: {exc} (pip install matplotlib)")
+    log(f"done in {results['elapsed_s']} s: bench/results.json, RESULTS.md, README-section.md, results.png")
+    return 0
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, -3)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
