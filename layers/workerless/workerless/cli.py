@@ -2,9 +2,16 @@
 
 ::
 
-    workerless local    [--template template.yaml] [--env-file .env] [--until-idle S] ...
+    workerless local    [--template template.yaml] [--env-file .env] [--until-idle S] [--status-every S] ...
     workerless emulate  ENGINE [--port N] [--auth on|off] [--jobs FILE]
     workerless demo     [--engine sheptra] [--jobs N] [--template template.yaml]
+    workerless new-handler TYPE [--template template.yaml]
+    workerless invoke   TYPE [--variables JSON|@FILE] [--retries N]
+    workerless status   (--stack-name NAME | --route TYPE=URL[,DLQ_URL] ... [--table NAME]) [--json]
+    workerless secrets import --env-file .env [--secret-name NAME]
+    workerless dlq show|redrive TYPE (--stack-name NAME | --queue-url URL [--to-queue-url URL])
+
+The daily-loop commands' logic lives in workerless.devtools; this module only parses their options.
 
 A configuration mistake (a bad template, env file or option) prints one line to stderr and exits 2;
 exit 1 means the run itself did not succeed (not idle in time, a demo job not completed).
@@ -95,6 +102,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     local.add_argument("--until-idle", type=float, default=None, metavar="SECONDS", help="exit 0 once idle this long")
     local.add_argument("--max-seconds", type=float, default=None, help="safety cap on the whole run (exit 1 past it)")
+    local.add_argument(
+        "--status-every",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="print the topology's status (per route: waiting, in flight, DLQ, last poll) to stderr this often",
+    )
     _add_timing_options(local)
     local.set_defaults(run=cmd_local)
 
@@ -125,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--max-seconds", type=float, default=50.0, help="give up after this long (default 50)")
     _add_timing_options(demo, schedule=2.0, visibility=10, tick=1)
     demo.set_defaults(run=cmd_demo)
+    _add_daily_loop_commands(commands)
     return parser
 
 
@@ -186,6 +201,8 @@ def _configure_logging(level: str | None) -> Callable[[], None]:
 def cmd_local(args: argparse.Namespace) -> int:
     from workerless.local.runtime import IdleTimeout, LocalTopology
 
+    if args.status_every is not None and args.status_every <= 0:
+        raise UsageError("--status-every must be positive")
     env_file = args.env_file
     if env_file is None and Path(".env").is_file():
         env_file = ".env"
@@ -202,7 +219,7 @@ def cmd_local(args: argparse.Namespace) -> int:
             "workerless: no --env-file and no .env here: the functions get no engine connection values", file=sys.stderr
         )
     code = EXIT_OK
-    with _stop_on_signals() as stop, topology:
+    with _stop_on_signals() as stop, topology, _status_reporter(topology, args.status_every):
         try:
             if args.until_idle is not None:
                 cap = args.max_seconds if args.max_seconds is not None else 3600.0
@@ -215,6 +232,36 @@ def cmd_local(args: argparse.Namespace) -> int:
         print("draining...", file=sys.stderr)
     _print_report(topology)
     return 130 if stop.is_set() and args.until_idle is not None else code
+
+
+@contextlib.contextmanager
+def _status_reporter(topology: Any, every: float | None) -> Iterator[None]:
+    """With ``every``: a thread printing the running topology's status to stderr every ``every`` s.
+
+    The topology's SQS and DynamoDB live in this process (moto), so this is where its status can be
+    read; the thread ends before the topology stops (this context exits first).
+    """
+    if every is None:
+        yield
+        return
+    from workerless.devtools.status import topology_status
+
+    done = threading.Event()
+
+    def report() -> None:
+        while not done.wait(every):
+            try:
+                print(topology_status(topology).table(), file=sys.stderr, flush=True)
+            except Exception as exc:  # noqa: BLE001 - a status line must never stop the run
+                print(f"workerless: status unavailable: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+    thread = threading.Thread(target=report, name="workerless-status", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=max(5.0, every))
 
 
 def parse_overrides(items: Sequence[str]) -> dict[str, str]:
@@ -460,6 +507,292 @@ class _Progress:
             done = sum(n for state, n in counts.items() if state in TERMINAL_STATES)
             print(f"[{time.monotonic() - self._started:5.1f}s] {done}/{len(self._ids)} done  ({shown})", flush=True)
         return all(state in TERMINAL_STATES for state in self._states.values())
+
+
+# ------------------------------------------------------------------------------------------------
+# The daily loop: new-handler, invoke, status, secrets import, dlq show / redrive
+
+
+def _add_daily_loop_commands(commands: Any) -> None:
+    new_handler = commands.add_parser(
+        "new-handler",
+        help="scaffold a job type: functions/TYPE/app.py, its test, an event, and its wiring in template.yaml",
+        description="Create functions/TYPE/app.py, tests/unit/test_handler_TYPE.py and events/sqs-TYPE.json next to "
+        "the template, and add the job type's queue, dead-letter queue, role, function and route to the template "
+        "(comments and order kept). Refuses when TYPE exists.",
+    )
+    new_handler.add_argument("job_type", metavar="TYPE", help="lowercase letters, digits and hyphens (ship-parcel)")
+    new_handler.add_argument("--template", default="template.yaml", help="SAM template (default: template.yaml)")
+    new_handler.set_defaults(run=cmd_new_handler)
+
+    invoke = commands.add_parser(
+        "invoke",
+        help="run one handler locally on one made-up job and print what would be reported",
+        description="Run functions/TYPE/app.py's handler on one made-up job, through the wrapper's outcome mapping, "
+        "without an engine or AWS. Prints the outcome as JSON; exits 0 when the job would complete, 1 otherwise.",
+    )
+    invoke.add_argument("job_type", metavar="TYPE")
+    invoke.add_argument("--variables", default=None, metavar="JSON", help="the job's variables: a JSON object or @FILE")
+    invoke.add_argument("--retries", type=int, default=3, help="retries left on the made-up job (default 3)")
+    invoke.add_argument(
+        "--functions-dir", default="functions", help="where function directories are (default: functions)"
+    )
+    invoke.set_defaults(run=cmd_invoke)
+
+    status = commands.add_parser(
+        "status",
+        help="per route: waiting, in flight, dead-lettered, last poll, recent failures",
+        description="Read a deployed stack's queues, job table and metrics (or explicit queue URLs) and print, per job "
+        "type, what waits, what runs, what was dead-lettered, and when the poller last ticked.",
+    )
+    _add_target_options(status, routes=True)
+    status.add_argument("--table", default=None, help="job table name (with --route; a stack's is found)")
+    status.add_argument(
+        "--template", default="template.yaml", help="read job type names from this template's routes, if present"
+    )
+    status.add_argument("--no-metrics", action="store_true", help="skip CloudWatch (recent failures, oldest message)")
+    status.add_argument("--window-minutes", type=int, default=60, help="recent-failures window (default 60)")
+    status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    status.set_defaults(run=cmd_status)
+
+    secrets = commands.add_parser("secrets", help="the engine's connection values in Secrets Manager")
+    secrets_commands = secrets.add_subparsers(dest="secrets_command", required=True, metavar="SUBCOMMAND")
+    secrets_import = secrets_commands.add_parser(
+        "import",
+        help="validate an env file's engine values and store them in Secrets Manager",
+        description="Validate the engine's connection values in an env file (the Sheptra block as Drive prints it, "
+        "node-flow's NF_* or StageNext's STAGENEXT_* keys) and create or update the secret. Prints the key names "
+        "and the secret's ARN, never a value.",
+    )
+    secrets_import.add_argument("--env-file", default=".env", help="dotenv file (default: .env)")
+    secrets_import.add_argument("--secret-name", default=None, help="secret name (default: workerless/engine)")
+    _add_aws_options(secrets_import)
+    secrets_import.set_defaults(run=cmd_secrets_import)
+
+    dlq = commands.add_parser("dlq", help="a job type's dead-letter queue: show or redrive its messages")
+    dlq_commands = dlq.add_subparsers(dest="dlq_command", required=True, metavar="SUBCOMMAND")
+    show = dlq_commands.add_parser(
+        "show",
+        help="list the jobs in a job type's dead-letter queue (nothing deleted)",
+        description="List the dead-lettered jobs of TYPE: job id, engine, attempt, retries and receive count (never "
+        "the engine's handle). Messages are peeked, not deleted.",
+    )
+    show.add_argument("job_type", metavar="TYPE")
+    _add_target_options(show, routes=False)
+    show.add_argument("--limit", type=int, default=10, help="at most this many messages (default 10)")
+    show.add_argument("--variables", action="store_true", help="also print each job's variables")
+    show.add_argument(
+        "--peek-seconds", type=int, default=5, help="messages read stay hidden this long (default 5; 0-43200)"
+    )
+    show.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
+    show.set_defaults(run=cmd_dlq_show)
+    redrive = dlq_commands.add_parser(
+        "redrive",
+        help="move a job type's dead-lettered messages back to its job queue",
+        description="Move up to --limit messages from TYPE's dead-letter queue back to its job queue (send, then "
+        "delete), within --max-seconds.",
+    )
+    redrive.add_argument("job_type", metavar="TYPE")
+    _add_target_options(redrive, routes=False)
+    redrive.add_argument("--to-queue-url", default=None, help="the job queue (with --queue-url)")
+    redrive.add_argument("--limit", type=int, default=100, help="at most this many messages (default 100)")
+    redrive.add_argument("--max-seconds", type=float, default=60.0, help="stop after this long (default 60)")
+    redrive.set_defaults(run=cmd_dlq_redrive)
+
+
+def _add_aws_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--region", default=None, help="AWS region (default: your profile's / AWS_REGION)")
+    parser.add_argument("--profile", default=None, help="AWS CLI profile")
+    parser.add_argument("--endpoint-url", default=None, help="AWS endpoint (a moto server, LocalStack)")
+
+
+def _add_target_options(parser: argparse.ArgumentParser, *, routes: bool) -> None:
+    parser.add_argument("--stack-name", default=None, help="the deployed stack (sam deploy's stack name)")
+    if routes:
+        parser.add_argument(
+            "--route",
+            action="append",
+            default=[],
+            metavar="TYPE=QUEUE_URL[,DLQ_URL]",
+            help="a route's queues, instead of --stack-name (repeat per job type)",
+        )
+    else:
+        parser.add_argument("--queue-url", default=None, help="the dead-letter queue's URL, instead of --stack-name")
+    _add_aws_options(parser)
+
+
+def _client(args: argparse.Namespace, service: str) -> Any:
+    from workerless.devtools.clients import aws_client
+
+    return aws_client(service, region=args.region, profile=args.profile, endpoint_url=args.endpoint_url)
+
+
+def _template_routes(path: str) -> list[tuple[str, str]] | None:
+    """(type, queue logical id) from a template's WORKERLESS_ROUTES, when the template is there."""
+    from workerless.devtools.scaffold import ScaffoldError, _yaml, route_types
+
+    template = Path(path)
+    if not template.is_file():
+        return None
+    try:
+        return route_types(_yaml().load(template.read_text(encoding="utf-8")))
+    except (ScaffoldError, ValueError):
+        return None
+
+
+def cmd_new_handler(args: argparse.Namespace) -> int:
+    from workerless.devtools.scaffold import scaffold_handler
+
+    done = scaffold_handler(args.job_type, template=args.template)
+    print(f"job type {done.job_type}:")
+    for path in done.files:
+        print(f"  created {path}")
+    print(f"  {done.template}: added {', '.join(done.resources)}, its route in WORKERLESS_ROUTES, its queue in")
+    print("    PollerFunctionRole's FanOut statement, its dead-letter queue as a DeadLetterFunction event, and Outputs")
+    for note in done.notes:
+        print(f"  note: {note}")
+    print()
+    print(f"next: edit functions/{done.job_type}/app.py, then `workerless invoke {done.job_type} --variables '{{}}'`")
+    return EXIT_OK
+
+
+def cmd_invoke(args: argparse.Namespace) -> int:
+    import json
+
+    from workerless.devtools.invoke import invoke_handler, parse_variables
+
+    variables = parse_variables(args.variables)
+    # stdout is the report (JSON a script can read): the handler's log lines go to stderr meanwhile.
+    with _library_logs_to_stderr():
+        report = invoke_handler(args.job_type, variables, functions_dir=args.functions_dir, retries=args.retries)
+    print(json.dumps(report, indent=2, default=str))
+    return EXIT_OK if report["outcome"]["kind"] == "complete" else EXIT_FAILED
+
+
+@contextlib.contextmanager
+def _library_logs_to_stderr() -> Iterator[None]:
+    """Point the library's (Powertools) log handlers that write to stdout at stderr, for a while."""
+    from workerless.observability import logger
+
+    handlers = [h for h in logger.handlers if isinstance(h, logging.StreamHandler) and h.stream is sys.stdout]
+    for handler in handlers:
+        handler.setStream(sys.stderr)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.setStream(sys.stdout)
+
+
+def _deployment(args: argparse.Namespace) -> Any:
+    from workerless.devtools.stack import Deployment, parse_route_options, resolve_stack
+
+    routes = getattr(args, "route", None) or []
+    if args.stack_name and routes:
+        raise UsageError("give --stack-name or --route, not both")
+    if args.stack_name:
+        names = _template_routes(args.template) if hasattr(args, "template") else None
+        return resolve_stack(_client(args, "cloudformation"), args.stack_name, routes=names)
+    if routes:
+        return Deployment(parse_route_options(routes), args.table, source="routes given on the command line")
+    raise UsageError("give --stack-name NAME, or --route TYPE=QUEUE_URL[,DLQ_URL]")
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import json
+
+    from workerless.devtools.status import collect_status
+
+    if args.window_minutes < 1:
+        raise UsageError("--window-minutes must be at least 1")
+    deployment = _deployment(args)
+    status = collect_status(
+        deployment,
+        sqs=_client(args, "sqs"),
+        dynamodb=_client(args, "dynamodb") if deployment.table else None,
+        cloudwatch=None if args.no_metrics else _client(args, "cloudwatch"),
+        window_minutes=args.window_minutes,
+    )
+    print(json.dumps(status.as_dict(), indent=2) if args.json else status.table())
+    return EXIT_OK
+
+
+def cmd_secrets_import(args: argparse.Namespace) -> int:
+    from workerless.devtools.secrets_cli import DEFAULT_SECRET_NAME, import_secret, read_env_file
+
+    values = read_env_file(args.env_file)
+    name = args.secret_name or DEFAULT_SECRET_NAME
+    done = import_secret(values, _client(args, "secretsmanager"), secret_name=name)
+    print(f"{'created' if done.created else 'updated'} secret {name} ({done.engine}): {', '.join(done.keys)}")
+    if done.skipped:
+        print(f"not stored (not {done.engine} keys): {', '.join(done.skipped)}")
+    print(f"EngineSecretArn: {done.arn}")
+    return EXIT_OK
+
+
+def _dead_letter_target(args: argparse.Namespace) -> tuple[str, str | None]:
+    """(dead-letter queue URL, job queue URL) of args.job_type."""
+    if args.stack_name and args.queue_url:
+        raise UsageError("give --stack-name or --queue-url, not both")
+    if args.queue_url:
+        return args.queue_url, getattr(args, "to_queue_url", None)
+    if not args.stack_name:
+        raise UsageError("give --stack-name NAME, or --queue-url URL")
+    from workerless.devtools.stack import resolve_stack
+
+    names = _template_routes("template.yaml")
+    route = resolve_stack(_client(args, "cloudformation"), args.stack_name, routes=names).route(args.job_type)
+    if not route.dead_letter_url:
+        raise UsageError(f"job type {args.job_type!r} has no dead-letter queue in stack {args.stack_name}")
+    return route.dead_letter_url, route.queue_url
+
+
+def cmd_dlq_show(args: argparse.Namespace) -> int:
+    import json
+
+    from workerless.devtools.dlq import depth, show
+
+    if args.limit < 1:
+        raise UsageError("--limit must be at least 1")
+    url, _ = _dead_letter_target(args)
+    sqs = _client(args, "sqs")
+    if not 0 <= args.peek_seconds <= 43_200:
+        raise UsageError("--peek-seconds must be between 0 and 43200")
+    letters = show(sqs, url, limit=args.limit, peek_seconds=args.peek_seconds)
+    if args.json:
+        for letter in letters:
+            print(json.dumps(letter.as_dict(variables=args.variables), default=str))
+        return EXIT_OK
+    print(f"{args.job_type} dead-letter queue: about {depth(sqs, url)} message(s); showing {len(letters)}")
+    for letter in letters:
+        if letter.problem:
+            print(f"  message {letter.message_id}: {letter.problem} (received {letter.receive_count}x)")
+            continue
+        other = f" (type {letter.job_type}!)" if letter.job_type != args.job_type else ""
+        line = (
+            f"  job {letter.job_id}{other} engine {letter.engine} attempt {letter.attempt or '-'} "
+            f"retries {letter.retries if letter.retries is not None else '-'} received {letter.receive_count}x"
+        )
+        if args.variables:
+            line += f" variables {json.dumps(letter.variables, default=str)}"
+        print(line)
+    return EXIT_OK
+
+
+def cmd_dlq_redrive(args: argparse.Namespace) -> int:
+    from workerless.devtools.dlq import redrive
+
+    if args.limit < 1:
+        raise UsageError("--limit must be at least 1")
+    url, target = _dead_letter_target(args)
+    if not target:
+        raise UsageError("give --to-queue-url (the job queue to move the messages back to)")
+    result = redrive(_client(args, "sqs"), url, target, limit=args.limit, max_seconds=args.max_seconds)
+    print(f"{args.job_type}: moved {result.moved} message(s) back to the job queue; {result.left} left in the DLQ")
+    if result.failed:
+        print(f"{args.job_type}: {result.failed} message(s) could not be sent; they stay in the DLQ", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
 
 
 if __name__ == "__main__":  # pragma: no cover

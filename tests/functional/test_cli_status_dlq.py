@@ -1,0 +1,243 @@
+"""`workerless status` and `workerless dlq show|redrive` against a "deployed stack" on moto: SQS,
+DynamoDB and CloudWatch are moto's; CloudFormation is a fake that lists the stack's resources (moto's
+CloudFormation needs extras this environment lacks), as ListStackResources would."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from moto import mock_aws
+from workerless import cli
+from workerless.devtools import clients
+from workerless.model import ActivatedJob, JobRef
+
+STACK = "workerless-test"
+LEASE_TOKEN = "lease-token-must-never-be-printed"
+
+
+class FakeCloudFormation:
+    """ListStackResources (paginated) of the stacks it knows."""
+
+    def __init__(self, stacks: dict[str, list[dict[str, str]]]) -> None:
+        self.stacks = stacks
+
+    def get_paginator(self, operation: str) -> FakeCloudFormation:
+        assert operation == "list_stack_resources"
+        return self
+
+    def paginate(self, StackName: str) -> list[dict[str, Any]]:
+        if StackName not in self.stacks:
+            error = {"Error": {"Code": "ValidationError", "Message": f"Stack with id {StackName} does not exist"}}
+            raise ClientError(error, "ListStackResources")  # type: ignore[arg-type]
+        summaries = self.stacks[StackName]
+        return [{"StackResourceSummaries": summaries[:3]}, {"StackResourceSummaries": summaries[3:]}]
+
+
+@dataclass
+class Deployed:
+    sqs: Any
+    dynamodb: Any
+    cloudwatch: Any
+    queues: dict[str, str]
+    table: str
+
+
+@pytest.fixture
+def deployed(monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployed]:
+    """Two job types' queues and DLQs (redrive after 2 receives), the ticker queue, the job table."""
+    with mock_aws():
+        session: Any = boto3.session.Session(region_name="us-east-1")
+        sqs, dynamodb = session.client("sqs"), session.client("dynamodb")
+        queues: dict[str, str] = {}
+        for stem in ("ChargePayment", "ShipParcel"):
+            dlq = sqs.create_queue(QueueName=f"{STACK}-{stem}DeadLetterQueue-X1")["QueueUrl"]
+            arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+            queues[f"{stem}DeadLetterQueue"] = dlq
+            queues[f"{stem}Queue"] = sqs.create_queue(
+                QueueName=f"{STACK}-{stem}Queue-X1",
+                Attributes={"RedrivePolicy": json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": 2})},
+            )["QueueUrl"]
+        queues["TickerQueue"] = sqs.create_queue(QueueName=f"{STACK}-TickerQueue-X1")["QueueUrl"]
+        table = f"{STACK}-JobsTable-X1"
+        dynamodb.create_table(
+            TableName=table,
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        resources = [
+            {"LogicalResourceId": lid, "ResourceType": "AWS::SQS::Queue", "PhysicalResourceId": url}
+            for lid, url in queues.items()
+        ]
+        resources.append(
+            {"LogicalResourceId": "JobsTable", "ResourceType": "AWS::DynamoDB::Table", "PhysicalResourceId": table}
+        )
+        resources.append({"LogicalResourceId": "PollerFunction", "ResourceType": "AWS::Lambda::Function"})
+        fake = FakeCloudFormation({STACK: resources})
+
+        def aws_client(service: str, **_: Any) -> Any:
+            return fake if service == "cloudformation" else session.client(service)
+
+        monkeypatch.setattr(clients, "aws_client", aws_client)
+        yield Deployed(sqs, dynamodb, session.client("cloudwatch"), queues, table)
+
+
+def job_message(job_id: str, job_type: str = "charge-payment") -> str:
+    return ActivatedJob(
+        ref=JobRef("sheptra", job_id, job_type, attempt="r2", handle={"leaseToken": LEASE_TOKEN}),
+        variables={"orderId": job_id},
+        lease_expires_at=time.time() + 60,
+        activated_at=time.time(),
+        retries=2,
+    ).to_message()
+
+
+def dead_letter(deployed: Deployed, stem: str, bodies: list[str]) -> None:
+    """Send, then receive without deleting until SQS's redrive (after 2 receives) has moved them all."""
+    url = deployed.queues[f"{stem}Queue"]
+    for body in bodies:
+        deployed.sqs.send_message(QueueUrl=url, MessageBody=body)
+    for _ in range(10 * len(bodies)):
+        answer = deployed.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=0)
+        if not answer.get("Messages"):
+            break
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ----------------------------------------------------------------------------- status
+
+
+def test_status_of_a_stack_per_route(deployed: Deployed, capsys: pytest.CaptureFixture[str]) -> None:
+    """GIVEN jobs waiting, in flight and dead-lettered, a recent tick, and failure metrics WHEN status
+    reads the stack THEN each route's numbers, the last poll and the recent failures are right."""
+    dead_letter(deployed, "ChargePayment", [job_message("dead-1"), job_message("dead-2")])
+    charge = deployed.queues["ChargePaymentQueue"]
+    for i in range(3):
+        deployed.sqs.send_message(QueueUrl=charge, MessageBody=job_message(f"wait-{i}"))
+    deployed.sqs.receive_message(QueueUrl=charge, MaxNumberOfMessages=1, VisibilityTimeout=300)
+    ship = deployed.queues["ShipParcelQueue"]
+    deployed.sqs.send_message(QueueUrl=ship, MessageBody=job_message("later", "ship-parcel"), DelaySeconds=60)
+    tick = {"chain": "c1", "seq": 4, "last_tick": time.time() - 12}
+    deployed.dynamodb.put_item(
+        TableName=deployed.table,
+        Item={"pk": {"S": "state#ticker"}, "value": {"S": json.dumps(tick)}, "version": {"N": "4"}},
+    )
+    dimensions = [{"Name": "service", "Value": "workerless"}, {"Name": "JobType", "Value": "charge-payment"}]
+    deployed.cloudwatch.put_metric_data(
+        Namespace="workerless",
+        MetricData=[
+            {"MetricName": "JobsFailed", "Dimensions": dimensions, "Value": 3},
+            {"MetricName": "JobsThrown", "Dimensions": dimensions, "Value": 1},
+            {"MetricName": "PollCycles", "Dimensions": [{"Name": "service", "Value": "workerless"}], "Value": 7},
+        ],
+    )
+
+    code, out, err = run(capsys, "status", "--stack-name", STACK, "--json", "--template", "/nonexistent.yaml")
+    assert code == 0, err
+    status = json.loads(out)
+    routes = {r["type"]: r for r in status["routes"]}
+    assert set(routes) == {"charge-payment", "ship-parcel"}  # the ticker queue is not a route
+    assert routes["charge-payment"]["errors"] == [] and status["errors"] == []
+    assert (routes["charge-payment"]["waiting"], routes["charge-payment"]["in_flight"]) == (2, 1)
+    assert routes["charge-payment"]["dead_lettered"] == 2
+    assert routes["charge-payment"]["recent_failures"] == 4
+    assert (routes["ship-parcel"]["delayed"], routes["ship-parcel"]["dead_lettered"]) == (1, 0)
+    assert routes["ship-parcel"]["recent_failures"] == 0
+    assert 11 <= status["last_poll_seconds_ago"] < 60
+    assert status["poll_cycles"] == 7
+
+    code, out, _ = run(capsys, "status", "--stack-name", STACK, "--no-metrics")
+    assert code == 0
+    assert "charge-payment" in out and "last poll: 1" in out and "poll cycles" not in out
+
+
+def test_status_says_why_the_last_poll_is_unknown_and_reads_explicit_routes(
+    deployed: Deployed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    route = f"ship-parcel={deployed.queues['ShipParcelQueue']},{deployed.queues['ShipParcelDeadLetterQueue']}"
+    code, out, err = run(capsys, "status", "--route", route, "--table", deployed.table, "--no-metrics")
+    assert code == 0, err
+    assert "ship-parcel" in out and "charge-payment" not in out
+    assert "last poll: unknown (no ticker state: TickSeconds is 0" in out
+
+    code, out, _ = run(capsys, "status", "--route", "ghost=https://sqs.us-east-1.amazonaws.com/123456789012/nope")
+    assert code == 0 and "ghost: queue unreadable: AWS.SimpleQueueService.NonExistentQueue" in out
+
+
+def test_status_usage_errors(deployed: Deployed, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "status")
+    assert code == 2 and "give --stack-name NAME, or --route" in err
+    code, _, err = run(capsys, "status", "--stack-name", "missing-stack")
+    assert code == 2 and "cannot read stack 'missing-stack': ValidationError" in err
+
+
+# ----------------------------------------------------------------------------- dlq
+
+
+def test_dlq_show_lists_jobs_without_their_handle_and_deletes_nothing(
+    deployed: Deployed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dead_letter(deployed, "ChargePayment", [job_message("dead-1"), job_message("dead-2"), "not json"])
+    code, out, err = run(capsys, "dlq", "show", "charge-payment", "--stack-name", STACK, "--peek-seconds", "0")
+    assert code == 0, err
+    assert "charge-payment dead-letter queue: about 3 message(s); showing 3" in out
+    assert "job dead-1 engine sheptra attempt r2 retries 2 received 3x" in out
+    assert "not a workerless job message" in out
+    assert LEASE_TOKEN not in out + err and "orderId" not in out
+
+    code, out, _ = run(
+        capsys,
+        "dlq",
+        "show",
+        "charge-payment",
+        "--queue-url",
+        deployed.queues["ChargePaymentDeadLetterQueue"],
+        "--json",
+    )
+    assert code == 0
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert {line.get("job_id") for line in lines} == {"dead-1", "dead-2", None}
+    assert LEASE_TOKEN not in out
+    counts = deployed.sqs.get_queue_attributes(
+        QueueUrl=deployed.queues["ChargePaymentDeadLetterQueue"],
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    assert sum(int(v) for v in counts.values()) == 3  # peeked, not deleted
+
+
+def test_dlq_redrive_moves_the_messages_back_unchanged(deployed: Deployed, capsys: pytest.CaptureFixture[str]) -> None:
+    bodies = [job_message(f"dead-{i}") for i in range(12)]
+    dead_letter(deployed, "ChargePayment", bodies)
+    code, out, err = run(capsys, "dlq", "redrive", "charge-payment", "--stack-name", STACK, "--limit", "5")
+    assert code == 0, err
+    assert out == "charge-payment: moved 5 message(s) back to the job queue; 7 left in the DLQ\n"
+    code, out, _ = run(capsys, "dlq", "redrive", "charge-payment", "--stack-name", STACK)
+    assert code == 0 and "moved 7 message(s)" in out and "0 left" in out
+    received: list[str] = []
+    for _ in range(5):
+        answer = deployed.sqs.receive_message(QueueUrl=deployed.queues["ChargePaymentQueue"], MaxNumberOfMessages=10)
+        received += [m["Body"] for m in answer.get("Messages", [])]
+    assert sorted(received) == sorted(bodies)
+
+
+def test_dlq_usage_errors(deployed: Deployed, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "dlq", "redrive", "charge-payment", "--queue-url", "https://x/q")
+    assert code == 2 and "--to-queue-url" in err
+    code, _, err = run(capsys, "dlq", "show", "no-such-type", "--stack-name", STACK)
+    assert (
+        code == 2 and "no job type 'no-such-type' in stack workerless-test (known: charge-payment, ship-parcel)" in err
+    )
+    code, _, err = run(capsys, "dlq", "show", "charge-payment")
+    assert code == 2 and "give --stack-name NAME, or --queue-url URL" in err
