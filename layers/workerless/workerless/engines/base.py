@@ -9,6 +9,7 @@ Lambda's, so a hung engine call can never outlive the invocation that made it.
 from __future__ import annotations
 
 import email.utils
+import ipaddress
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -89,6 +90,17 @@ class Engine(Protocol):
     def close(self) -> None:
         """Release anything held (worker sessions: StageNext /workers/shutdown in local mode)."""
         ...
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is this machine (the only place plain http to an engine is accepted:
+    tokens and secrets travel on these connections)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:

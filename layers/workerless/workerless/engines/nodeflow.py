@@ -17,7 +17,6 @@ put in an exception message.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import re
@@ -31,7 +30,13 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
-from workerless.engines.base import SharedState, error_for_response, error_for_transport, parse_problem
+from workerless.engines.base import (
+    SharedState,
+    error_for_response,
+    error_for_transport,
+    is_loopback,
+    parse_problem,
+)
 from workerless.errors import (
     ConfigurationError,
     EngineError,
@@ -93,15 +98,6 @@ def parse_timestamp(value: Any) -> float:
             raise ValueError("timestamp has no time zone")
         return parsed.timestamp()
     raise ValueError("not a timestamp")
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class _Credentials:
@@ -596,7 +592,7 @@ def from_values(
         raise ConfigurationError(f"NF_URL must be an http(s) URL with a host, got {url!r}", key="NF_URL")
     if parts.query or parts.fragment or parts.username or parts.password:
         raise ConfigurationError("NF_URL must be a plain origin: no credentials, query or fragment", key="NF_URL")
-    if parts.scheme == "http" and not _is_loopback(parts.hostname):
+    if parts.scheme == "http" and not is_loopback(parts.hostname):
         raise ConfigurationError(
             f"NF_URL must use https (plain http is allowed only for loopback), got {parts.scheme}://{parts.hostname}",
             key="NF_URL",

@@ -39,7 +39,7 @@ from urllib.parse import quote, urlsplit
 import httpx
 from pydantic import BaseModel, ConfigDict, SecretStr
 
-from workerless.engines.base import SharedState, error_for_response, error_for_transport, json_size
+from workerless.engines.base import SharedState, error_for_response, error_for_transport, is_loopback, json_size
 from workerless.errors import (
     ConfigurationError,
     EngineError,
@@ -216,15 +216,6 @@ def _required(values: Mapping[str, str], key: str, what: str) -> str:
     return text
 
 
-def _is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _check_url(key: str, text: str) -> str:
     """An engine URL: https, or plain http to loopback only (tokens and secrets travel on it)."""
     try:
@@ -235,7 +226,7 @@ def _check_url(key: str, text: str) -> str:
         raise ConfigurationError(f"{key} is not a valid URL: {text!r}", key=key) from None
     if parts.scheme not in ("https", "http") or not host:
         raise ConfigurationError(f"{key} must be an https:// URL with a host, got {text!r}", key=key)
-    if parts.scheme == "http" and not _is_loopback(host):
+    if parts.scheme == "http" and not is_loopback(host):
         raise ConfigurationError(
             f"{key} must use https (plain http is allowed only for loopback: 127.0.0.1, localhost, ::1), got {text!r}",
             key=key,
@@ -277,7 +268,7 @@ def check_discovered_base_url(value: object) -> str:
         raise refuse(f"{text!r} has no host")
     if parts.username is not None or parts.password is not None:
         raise refuse("it carries credentials")
-    if parts.scheme not in ("https", "http") or (parts.scheme == "http" and not _is_loopback(host)):
+    if parts.scheme not in ("https", "http") or (parts.scheme == "http" and not is_loopback(host)):
         raise refuse(f"{text!r} is not https (plain http is accepted only for loopback)")
     if host.rstrip(".") in _METADATA_HOSTS:
         raise refuse(f"{host!r} is a cloud metadata host")

@@ -30,7 +30,6 @@ the instance id gets a random suffix (two processes never share an instance id).
 from __future__ import annotations
 
 import datetime as dt
-import ipaddress
 import json
 import logging
 import threading
@@ -43,7 +42,13 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from workerless.engines.base import SharedState, error_for_response, error_for_transport, parse_problem
+from workerless.engines.base import (
+    SharedState,
+    error_for_response,
+    error_for_transport,
+    is_loopback,
+    parse_problem,
+)
 from workerless.errors import (
     AuthExpiredError,
     ConfigurationError,
@@ -83,15 +88,6 @@ SESSION_KEY_PREFIX = "stagenext-session#"
 DEFAULT_SESSION_TTL = 24 * 3600
 
 log = logging.getLogger(__name__)
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _positive(values: Mapping[str, str], key: str, default: float, *, integer: bool = False) -> float:
@@ -137,7 +133,7 @@ class StageNextConfig:
             raise ConfigurationError(
                 f"STAGENEXT_API_URL must be an http(s) URL with a host, got {url!r}", key="STAGENEXT_API_URL"
             )
-        if parts.scheme == "http" and not _is_loopback(parts.hostname):
+        if parts.scheme == "http" and not is_loopback(parts.hostname):
             raise ConfigurationError(
                 "STAGENEXT_API_URL must use https (plain http is allowed only on loopback): the API key "
                 "and session tokens travel in headers",
