@@ -478,6 +478,23 @@ def test_after_cycle_heartbeats_and_flushes_events_in_batches(emu: StageNextEmul
     assert emu.router.stats["POST /workers/events"] == 2
 
 
+def test_liveness_is_reported_at_most_every_30_seconds_with_summed_counters(
+    emu: StageNextEmulator, make_engine: MakeEngine
+) -> None:
+    """A busy poller runs a cycle per batch: one liveness call per batch would add a request to
+    every batch. Counters of the cycles in between are summed into the next report."""
+    engine = make_engine()
+    engine.after_cycle({"polls": 1})
+    engine.after_cycle({"polls": 2})
+    engine.after_cycle({"polls": 4})
+    assert emu.workers()[0]["heartbeats"] == 1
+    emu.advance(31)
+    engine.after_cycle({"polls": 8})
+    worker = emu.workers()[0]
+    assert worker["heartbeats"] == 2
+    assert worker["counters"] == {"polls": 14}
+
+
 def test_after_cycle_never_raises(emu: StageNextEmulator, make_engine: MakeEngine, admin: httpx.Client) -> None:
     engine = make_engine()
     fault(admin, "/workers/bootstrap", status=500)

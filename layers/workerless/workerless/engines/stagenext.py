@@ -85,6 +85,8 @@ CLAIM_SECONDS = 30
 CLAIM_WAIT_TRIES = 12
 CLAIM_WAIT_INTERVAL = 0.25
 SESSION_KEY_PREFIX = "stagenext-session#"
+#: Liveness (POST /workers/heartbeat) is reported at most this often per container.
+LIVENESS_INTERVAL_SECONDS = 30.0
 DEFAULT_SESSION_TTL = 24 * 3600
 
 log = logging.getLogger(__name__)
@@ -249,6 +251,8 @@ class StageNextEngine:
         self._lock = threading.RLock()
         self._events: list[dict[str, Any]] = []
         self._events_since: float | None = None
+        self._counters: dict[str, int] = {}
+        self._liveness_at: float | None = None
         #: The execution lease length: configured, then what the engine last said (acquire, renew).
         self.lease_seconds = config.lease_seconds
 
@@ -770,7 +774,21 @@ class StageNextEngine:
         return None
 
     def after_cycle(self, counters: Mapping[str, int]) -> None:
-        """Flush buffered lifecycle events and report liveness (POST /workers/heartbeat). Never raises."""
+        """Report liveness (POST /workers/heartbeat) with the counters summed since the last report,
+        and flush lifecycle events: at most every LIVENESS_INTERVAL_SECONDS (events sooner when a
+        full batch is waiting).
+
+        Why not every cycle: a busy poller runs a cycle per batch, and one liveness call per batch
+        would add a request to every batch on top of the protocol's four per job. Never raises."""
+        with self._lock:
+            for key, value in counters.items():
+                self._counters[key] = self._counters.get(key, 0) + int(value)
+            now = self._clock()
+            due = self._liveness_at is None or now - self._liveness_at >= LIVENESS_INTERVAL_SECONDS
+            totals = dict(self._counters)
+        if not due:
+            self._maybe_flush_events()
+            return
         try:
             self._flush_events()
 
@@ -778,7 +796,7 @@ class StageNextEngine:
                 return self._post(
                     "/workers/heartbeat",
                     what="worker heartbeat",
-                    json_body={"workerId": session.worker_id, "status": "running", "counters": dict(counters)},
+                    json_body={"workerId": session.worker_id, "status": "running", "counters": totals},
                     headers={"X-Worker-Session": session.token},
                 )
 
@@ -787,6 +805,15 @@ class StageNextEngine:
                 raise error_for_response(ENGINE, response, what="worker heartbeat")
         except Exception as exc:  # noqa: BLE001 - liveness reporting must never fail a poller cycle
             log.warning("stagenext worker heartbeat failed", extra={"error": str(exc)})
+            return  # the counters stay summed for the next cycle's try
+        with self._lock:
+            self._liveness_at = now
+            for key, value in totals.items():
+                left = self._counters.get(key, 0) - value
+                if left:
+                    self._counters[key] = left
+                else:
+                    self._counters.pop(key, None)
 
     def close(self) -> None:
         """Flush events; with a process-local session, announce shutdown. A shared session is the
