@@ -169,6 +169,15 @@ def test_sheptra_hands_back_a_malformed_job_instead_of_dropping_it() -> None:
     assert built.handed_back == ["/v1/jobs/j1/fail"]
 
 
+def test_nodeflow_reports_a_malformed_task_failed_instead_of_dropping_it() -> None:
+    """A leased task it cannot read, but can address (id, workflow, lease token), is reported FAILED
+    with the reason at once, rather than held until its lease lapses."""
+    task = {"taskId": "t1", "workflowId": "w1", "leaseToken": "lt_fuzz", "input": "not an object"}
+    built = adapter("nodeflow", lambda request: httpx.Response(200, json={"tasks": [task]}))
+    assert take(built) == []
+    assert [p for p in built.handed_back if p.endswith("/report")] == ["/v1/ns/default/tasks/t1/report"]
+
+
 def test_the_poller_loop_survives_any_engine_answer() -> None:
     """GIVEN an engine whose answers are garbage THEN a poller invocation backs off and returns."""
 

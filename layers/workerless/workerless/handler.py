@@ -228,7 +228,13 @@ class JobProcessor:
 
     def _run(self, activated: ActivatedJob, *, context: Any, engine: Any, store: Any, lease: str = "") -> Outcome:
         def lease_check() -> bool:
-            record = store.get(activated.key)
+            try:
+                record = store.get(activated.key)
+            except StoreError as exc:
+                # Unknown is not lost: a DynamoDB blip must not fail a healthy run (and spend a retry);
+                # the next check asks again, and a lost lease still fences the report at the engine.
+                logger.warning("could not read the job record to check the lease", extra={"error": str(exc)})
+                return False
             # LOST, or already claimed again by a later lease of the same job id: stop either way.
             return record is not None and (record.status is Status.LOST or record.other_lease(lease))
 

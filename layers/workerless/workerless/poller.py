@@ -16,6 +16,10 @@ One invocation (a schedule tick or a ticker message)::
 Why dispatch before the ticket: if the poller dies between the two, the jobs still run and a short
 job finishes inside its lease; the other order would have the heartbeat keep alive jobs no handler
 will ever see, for up to the maximum hold time.
+
+A poller that dies mid-cycle must not cost its jobs a lease either: with an intent log
+(:mod:`workerless.intent`) the batch is written down before dispatch and marked dispatched after
+it, and the next invocation finishes a dead poller's batch (hands the jobs back, or sends the ticket).
 """
 
 from __future__ import annotations

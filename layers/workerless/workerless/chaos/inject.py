@@ -58,6 +58,9 @@ class ChaosState:
     #: (key, outcome kind, time) of every report the engine accepted.
     accepted: list[tuple[str, str, float]] = field(default_factory=list)
     refused_stale: int = 0
+    #: Runs stopped because their (scaled) Lambda time ran out — not injected: the timeouts the
+    #: faults' delays caused.
+    timed_out: int = 0
     duplicate_sender: Callable[[str, str], None] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 

@@ -25,6 +25,8 @@ class Entry:
     effects: int = 0
     completions: int = 0
     times: list[float] = field(default_factory=list)
+    #: Per completed run: who ran it (the lease fingerprint of its delivery, the Lambda time left).
+    runs: list[str] = field(default_factory=list)
 
 
 class Ledger:
@@ -47,10 +49,11 @@ class Ledger:
             entry.times.append(time.time())
             self._write({"key": key, "job_id": job_id, "step": "effect", "n": entry.effects})
 
-    def completed(self, key: str, job_id: str) -> None:
+    def completed(self, key: str, job_id: str, run: str = "") -> None:
         with self._lock:
             entry = self._entries.setdefault(key, Entry(key, job_id))
             entry.completions += 1
+            entry.runs.append(run)
             self._write({"key": key, "job_id": job_id, "step": "completed", "n": entry.completions})
 
     def entries(self) -> list[Entry]:

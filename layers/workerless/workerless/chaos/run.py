@@ -49,6 +49,8 @@ class RunConfig:
     ledger_path: Path | None = None
     #: Powertools log level of every function (the template's LogLevel parameter).
     log_level: str = "CRITICAL"
+    #: Called with the emulator object once it serves (tests attach spies to its router).
+    on_emulator: Callable[[Any], None] | None = None
     #: Leave faults on for this long after the start (None: the whole run).
     fault_seconds: float | None = None
 
@@ -76,6 +78,7 @@ class Figures:
     deadline_seconds: float
     elapsed_seconds: float
     engine_attempts: int
+    runs_stopped_at_timeout: int = 0
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -107,6 +110,7 @@ class Figures:
             (f"jobs stuck past their deadline of {self.deadline_seconds:g} s (must be 0)", self.stuck_past_deadline),
             ("side effects repeated after a crash (same key; deduplicated downstream)", self.effects_repeated),
             ("stale reports refused by the engine (409)", self.stale_writes_refused),
+            ("runs stopped at their Lambda timeout (not injected)", self.runs_stopped_at_timeout),
             ("jobs hit by a fault", self.jobs_hit_by_faults),
             ("time to recover, mean / worst (s)", self._recovery()),
             ("elapsed (s)", f"{self.elapsed_seconds:.1f}"),
@@ -250,6 +254,8 @@ def run(config: RunConfig) -> RunResult:
 
     install_hooks()
     emulator = start_emulator(config.engine, lease_seconds=config.lease_seconds)
+    if config.on_emulator is not None:
+        config.on_emulator(emulator.emulator)
     recorder = Recorder()
     ledger = Ledger(config.ledger_path)
     state = ChaosState(
@@ -372,8 +378,10 @@ def _figures(
             recover.append(max(0.0, final_at[job_id] - at))
     faults = state.recorder.counts()
     attempts = sum(int(job.get("attempts") or 0) for job in states.values())
+    runs = {e.key: e.runs for e in state.ledger.entries()}
     for key in state.ledger.duplicated_keys():
         job_id = key.split("#")[1]
+        problems.append(f"attempt {key}: runs {runs.get(key)}; engine history {_history(states, job_id)}")
         kinds = sorted({i.kind.value + "@" + i.where for i in state.recorder.injections if job_id in i.job_ids})
         problems.append(f"attempt {key} ran to completion more than once (faults on it: {', '.join(kinds) or 'none'})")
     return Figures(
@@ -396,8 +404,14 @@ def _figures(
         deadline_seconds=config.deadline_seconds,
         elapsed_seconds=elapsed,
         engine_attempts=attempts,
+        runs_stopped_at_timeout=state.timed_out,
         problems=problems,
     )
+
+
+def _history(states: dict[str, dict[str, Any]], job_id: str) -> list[str]:
+    job = states.get(job_id) or {}
+    return [str(e.get("event")) for e in job.get("history") or []]
 
 
 def print_figures(figures: Figures, *, out: Any = sys.stdout) -> None:

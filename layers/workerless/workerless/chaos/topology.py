@@ -17,6 +17,9 @@ real template's topology and the real example handlers:
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +28,8 @@ from typing import Any
 from workerless.chaos.inject import ChaosEngine, ChaosState
 from workerless.chaos.plan import Fault, SimulatedCrash
 from workerless.local.runtime import LocalTopology
+
+log = logging.getLogger("workerless.chaos")
 
 #: Polled while a timed-out handler waits for its Lambda to be killed (bounded by the timeout).
 _TIMEOUT_STEP = 0.05
@@ -107,9 +112,14 @@ class ChaosTopology(LocalTopology):
             try:
                 if kind == "heartbeat":
                     self._heartbeat_faults(event)
-                return original(event, context)
+                result = original(event, context)
             except SimulatedCrash as crash:
                 raise InvocationCrashed(f"{function_id}: process died (simulated): {crash}") from None
+            if is_handler and context.get_remaining_time_in_millis() <= 0:
+                # Lambda would have stopped it at its timeout: the response never reaches the event
+                # source, so the whole batch comes back after the visibility timeout.
+                raise InvocationCrashed(f"{function_id}: Task timed out after {self.handler_timeout:g} seconds")
+            return result
 
         return invoke
 
@@ -142,12 +152,20 @@ class ChaosTopology(LocalTopology):
             if state.roll(Fault.CRASH_BEFORE_EFFECT, [job.id]):
                 state.recorder.note(Fault.CRASH_BEFORE_EFFECT, job_ids=[job.id], where=job.type)
                 raise SimulatedCrash("handler process died before its side effect")
+            _killed_at_timeout(job, state)
             result = fn(job)
+            # Lambda kills the process at its timeout (a thread cannot be killed: it is stopped
+            # here instead). Without this a scaled-down run could outlive its claim, which no
+            # run in Lambda can: the claim is the invocation's remaining time plus a margin.
+            _killed_at_timeout(job, state)
             state.ledger.effect(job.key, job.id)
             if state.roll(Fault.CRASH_AFTER_EFFECT, [job.id]):
                 state.recorder.note(Fault.CRASH_AFTER_EFFECT, job_ids=[job.id], where=job.type)
                 raise SimulatedCrash("handler process died after its side effect, before its result was stored")
-            state.ledger.completed(job.key, job.id)
+            handle = json.dumps(dict(job.activated.ref.handle), sort_keys=True, default=str)
+            left = job.lambda_context.get_remaining_time_in_millis() if job.lambda_context else -1
+            run_info = f"lease={hashlib.sha256(handle.encode()).hexdigest()[:8]} left_ms={left} at={time.time():.2f}"
+            state.ledger.completed(job.key, job.id, run_info)
             if isinstance(result, dict):
                 # Which attempt produced the result the engine keeps: the stale-write check.
                 return {**result, "_chaos_key": job.key}
@@ -162,9 +180,13 @@ class ChaosTopology(LocalTopology):
             for message in messages:
                 if state.roll(Fault.SQS_REDELIVERY, _message_job_ids([message])):
                     # Visible again while this delivery still runs: another invocation receives it.
-                    self._sqs.change_message_visibility(
-                        QueueUrl=url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
-                    )
+                    try:
+                        self._sqs.change_message_visibility(
+                            QueueUrl=url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
+                        )
+                    except Exception:  # the batch must still run (and free its slot)
+                        log.warning("could not make a message visible again; fault not injected", exc_info=True)
+                        continue
                     job_ids = _message_job_ids([message])
                     state.recorder.note(Fault.SQS_REDELIVERY, job_ids=job_ids, where=source.queue.name)
         super()._run_batch(source, url, messages, slots)
@@ -174,8 +196,15 @@ class ChaosTopology(LocalTopology):
         self._sqs.send_message(QueueUrl=queue_url, MessageBody=body)
 
 
+def _killed_at_timeout(job: Any, state: ChaosState) -> None:
+    context = job.lambda_context
+    if context is not None and context.get_remaining_time_in_millis() <= 0:
+        with state.lock:
+            state.timed_out += 1
+        raise SimulatedCrash("Task timed out: the Lambda's time is up")
+
+
 def _message_job_ids(messages: list[dict[str, Any]]) -> list[str]:
-    import json
 
     found = []
     for message in messages:
@@ -187,8 +216,6 @@ def _message_job_ids(messages: list[dict[str, Any]]) -> list[str]:
 
 
 def _ticket_job_ids(event: Any) -> list[str]:
-    import json
-
     found: list[str] = []
     for record in (event or {}).get("Records") or []:
         try:
