@@ -40,6 +40,7 @@ def _poll(event: dict[str, Any], context: Any) -> dict[str, Any]:
     queues = get_queues()
     records = event.get("Records") or []
     ticks: list[dict[str, Any] | None] = []
+    relayed: float | None = None
     for record in records:
         try:
             body = json.loads(record.get("body") or "{}")
@@ -47,6 +48,8 @@ def _poll(event: dict[str, Any], context: Any) -> dict[str, Any]:
             body = {}
         if isinstance(body, dict) and "chain" in body:
             ticks.append(body)
+        elif isinstance(body, dict) and isinstance(body.get("relay"), int | float):
+            relayed = max(relayed or 0.0, float(body["relay"]))
         else:
             logger.warning("ticker message is not a tick; ignored", extra={"message_id": record.get("messageId")})
     # Keep the tick chain alive before polling, so a failing poll does not break it.
@@ -63,7 +66,15 @@ def _poll(event: dict[str, Any], context: Any) -> dict[str, Any]:
     # A poller that dies mid-cycle must not cost its jobs a lease: the next one finishes its batch.
     intents = IntentLog(state, lease_seconds=settings.lease_seconds)
     poller = _observed_poller()(settings, observability.observe_engine(get_engine()), queues, intents=intents)
+    poller.last_dispatch = relayed  # a relay carries on lingering from the last dispatch
     report = poller.run(deadline=_deadline(context))
+    if poller.busy_at_end and settings.ticker_queue_url:
+        # Still busy when the budget ran out: hand over to a fresh invocation at once instead of
+        # leaving the flow to the next tick. An intended self-send (RecursiveLoop: Allow).
+        try:
+            queues.send(settings.ticker_queue_url, {"relay": poller.last_dispatch or time.time()})
+        except Exception:  # noqa: BLE001 - the tick chain and the schedule still poll
+            logger.exception("could not relay to a fresh poller invocation")
     observability.poll_report(report)
     logger.info("poll finished", extra={"report": vars(report)})
     return {k: v for k, v in vars(report).items() if isinstance(v, int)}

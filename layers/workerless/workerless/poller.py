@@ -11,7 +11,8 @@ One invocation (a schedule tick or a ticker message)::
         ▼
     one delayed heartbeat ticket for the dispatched batch
         ▼
-    again while work keeps arriving and the poll budget lasts; then stop
+    again while work keeps arriving (lingering LINGER_SECONDS after the last dispatch) and the
+    poll budget lasts; then stop — or, still busy when the budget ends, relay to a new invocation
 
 Why dispatch before the ticket: if the poller dies between the two, the jobs still run and a short
 job finishes inside its lease; the other order would have the heartbeat keep alive jobs no handler
@@ -48,6 +49,10 @@ MAX_CYCLES = 1000
 #: Time kept back from the Lambda's remaining time when deciding whether to poll again.
 SAFETY_MARGIN_SECONDS = 3.0
 TICKER_STATE_KEY = "ticker"
+#: While work keeps arriving an invocation keeps polling until nothing was dispatched for this long.
+LINGER_SECONDS = 5.0
+#: The pause between polls while lingering (pickup latency under load is about half of it).
+LINGER_PAUSE_SECONDS = 0.25
 
 
 @dataclass
@@ -89,6 +94,10 @@ class Poller:
         # Jobs this invocation dispatched in its last cycle, per type: SQS's approximate counts
         # can lag a send by a moment, so capacity never counts fewer than these as in flight.
         self._recent: dict[str, int] = {}
+        #: When a job was last dispatched (epoch seconds; a relay carries it to the next invocation).
+        self.last_dispatch: float | None = None
+        #: The poll budget ran out while work was still arriving.
+        self.busy_at_end = False
 
     def demands(self) -> list[Demand]:
         demands = []
@@ -99,23 +108,43 @@ class Poller:
         return demands
 
     def run(self, *, deadline: float) -> PollReport:
-        """Poll until a cycle finds no work, there is no room, or time runs out."""
+        """Poll until no work has been dispatched for LINGER_SECONDS, or time runs out.
+
+        Idle, the first empty poll ends the invocation (one short poll per tick). Busy, the
+        invocation lingers: after an empty or capacity-bound cycle it pauses LINGER_PAUSE_SECONDS
+        and polls again, so a job that becomes activatable while work is flowing is picked up in
+        a fraction of a second rather than at the next tick. ``busy_at_end`` tells the entry point
+        that the budget ran out while work was still arriving (it relays to a fresh invocation).
+        """
         report = PollReport()
         self._recover(report, deadline=deadline)
         budget_end = min(deadline, self.clock() + self.settings.poll_budget_seconds)
         while report.cycles < MAX_CYCLES:
             report.cycles += 1
+            released_before = report.released
             dispatched, wait = self.cycle(report, deadline=deadline)
+            now = self.clock()
             if wait is not None:
                 # A failed poll: back off (1 s retryable / Retry-After, 5 s final) if time allows.
-                if self.clock() + wait + SAFETY_MARGIN_SECONDS >= budget_end:
+                if now + wait + SAFETY_MARGIN_SECONDS >= budget_end:
                     break
                 self.sleep(wait)
                 continue
-            # Nothing dispatched: no work waiting, or every job had to be handed back (polling again
-            # at once would only take the same jobs back); the next tick tries again.
-            if dispatched == 0 or self.clock() + SAFETY_MARGIN_SECONDS >= budget_end:
+            if dispatched:
+                self.last_dispatch = time.time()
+            elif report.released > released_before:
+                # Every job of the cycle had to be handed back: polling again at once would only
+                # take the same jobs back. The next tick tries again.
                 break
+            lingering = self.last_dispatch is not None and time.time() - self.last_dispatch < LINGER_SECONDS
+            if not dispatched and not lingering:
+                break
+            if now + LINGER_PAUSE_SECONDS + SAFETY_MARGIN_SECONDS >= budget_end:
+                self.busy_at_end = True
+                break
+            if not dispatched:
+                self.sleep(LINGER_PAUSE_SECONDS)
+                self._recent = {}  # after a pause, the queues' own counts are trusted again
         counters = {k: v for k, v in vars(report).items() if isinstance(v, int)}
         try:
             self.engine.after_cycle(counters)
