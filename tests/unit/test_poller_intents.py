@@ -13,6 +13,7 @@ import pytest
 from workerless.chaos.plan import SimulatedCrash
 from workerless.engines.base import MemoryState
 from workerless.intent import INTENT_KEY, IntentLog, stale_after
+from workerless.model import Demand
 from workerless.poller import Poller
 from workerless.settings import Settings
 from workerless.testing import FakeEngine
@@ -142,9 +143,31 @@ def test_the_log_keeps_no_variables() -> None:
     with pytest.raises(SimulatedCrash):
         poll(engine, Queues(die_on="batch"), IntentLog(state, lease_seconds=60, clock=clock))
     (entry,) = state.get(INTENT_KEY)["batches"][0]["jobs"]
-    assert json.loads(entry)["variables"] == {}
+    assert set(entry) == {"ref", "retries", "lease"}, "a reference, the retries and the lease: no variables"
+    assert "x" * 100 not in json.dumps(entry)
 
 
 @pytest.mark.parametrize(("lease", "stale"), [(5, 2.0), (60, 10.0), (3600, 10.0), (20, 5.0)])
 def test_stale_window_is_short_against_the_lease(lease: int, stale: float) -> None:
     assert stale_after(lease) == stale
+
+
+def test_the_owner_steps_need_no_read_after_the_first() -> None:
+    """Each step rewrites the record; the owner reuses what it last wrote (still compare-and-set)."""
+
+    class Counting(MemoryState):
+        gets = 0
+
+        def get(self, key: str) -> dict[str, Any] | None:
+            Counting.gets += 1
+            return super().get(key)
+
+    engine = FakeEngine()
+    engine.add_job("charge-payment", {})
+    [job] = engine.activate([Demand("charge-payment", 1)], 60)
+    log = IntentLog(Counting(), lease_seconds=60)
+    intent = log.record([job])
+    log.dispatched(intent, [job])
+    log.clear(intent)
+    assert Counting.gets == 1
+    assert log.state.get(INTENT_KEY)["batches"] == []

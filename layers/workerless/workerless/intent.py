@@ -25,14 +25,13 @@ for their lease to lapse, as without the log.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from workerless.model import ActivatedJob
+from workerless.model import ActivatedJob, JobRef
 from workerless.observability import logger
 
 INTENT_KEY = "poller-intents"
@@ -44,6 +43,24 @@ def stale_after(lease_seconds: float) -> float:
     """How old an unfinished batch must be before another invocation finishes it: far longer than
     a live poller takes between two steps (milliseconds), far shorter than a lease."""
     return max(2.0, min(10.0, lease_seconds / 4.0))
+
+
+def _entry(job: ActivatedJob) -> dict[str, Any]:
+    """What recovery needs of a job, and no more (each step rewrites the record, so its size is
+    what each write costs): the reference, the retries (to hand it back unchanged) and the lease
+    granted (to time its ticket). Variables stay out."""
+    return {"ref": job.ref.to_dict(), "retries": job.retries, "lease": job.lease_expires_at}
+
+
+def _job(entry: dict[str, Any], at: float) -> ActivatedJob:
+    retries = entry.get("retries")
+    return ActivatedJob(
+        ref=JobRef.from_dict(entry["ref"]),
+        variables={},
+        lease_expires_at=float(entry["lease"]),
+        activated_at=at,
+        retries=retries if isinstance(retries, int) and not isinstance(retries, bool) else None,
+    )
 
 
 class IntentLog:
@@ -66,6 +83,7 @@ class IntentLog:
         self.stale_seconds = stale_after(lease_seconds)
         self.clock = clock
         self.max_bytes = max_bytes
+        self._known: dict[str, Any] | None = None
 
     # -- the owner's three steps ----------------------------------------------------------------
     def record(self, jobs: Sequence[ActivatedJob]) -> str | None:
@@ -75,9 +93,7 @@ class IntentLog:
             "id": intent_id,
             "at": self.clock(),
             "phase": "activated",
-            # References only: the variables stay out of the record (size, and they are not needed
-            # to release a job or to extend its lease).
-            "jobs": [dataclasses.replace(job, variables={}).to_message() for job in jobs],
+            "jobs": [_entry(job) for job in jobs],
         }
         ok = self._update(lambda batches: [*batches, entry], what="record")
         return intent_id if ok else None
@@ -86,7 +102,7 @@ class IntentLog:
         """The batch is queued: keep only the jobs that were sent, now owed a ticket."""
         if intent_id is None:
             return
-        sent = [dataclasses.replace(job, variables={}).to_message() for job in jobs]
+        sent = [_entry(job) for job in jobs]
 
         def change(batches: list[dict[str, Any]]) -> list[dict[str, Any]]:
             return [{**b, "phase": "dispatched", "jobs": sent} if b.get("id") == intent_id else b for b in batches]
@@ -123,9 +139,9 @@ class IntentLog:
         found = []
         for batch in taken:
             jobs = []
-            for message in batch.get("jobs") or []:
+            for entry in batch.get("jobs") or []:
                 try:
-                    jobs.append(ActivatedJob.from_message(message))
+                    jobs.append(_job(entry, float(batch.get("at", 0.0))))
                 except Exception:  # noqa: BLE001 - one unreadable entry must not block the others
                     logger.error("unreadable entry in the poller intent log; left to its lease")
             found.append((str(batch.get("phase")), jobs))
@@ -140,8 +156,12 @@ class IntentLog:
         current: dict[str, Any] | None = None,
     ) -> bool:
         for attempt in range(MAX_CAS_TRIES):
-            if current is None or attempt:
+            if attempt or (current is None and self._known is None):
                 current = self.state.get(INTENT_KEY)
+            elif current is None:
+                # What this invocation last wrote: the compare-and-set still guards it, and the
+                # owner's next step usually needs no read at all.
+                current = self._known
             version = None if current is None else int(current["version"])
             batches = list(current.get("batches") or []) if current else []
             new = change(batches)
@@ -149,6 +169,7 @@ class IntentLog:
                 logger.warning("poller intent log is full; this batch falls back to its lease", extra={"step": what})
                 return False
             if self.state.put(INTENT_KEY, {"batches": new}, expected_version=version):
+                self._known = {"batches": new, "version": (version or 0) + 1}
                 return True
         logger.warning("poller intent log kept changing under us; giving up this step", extra={"step": what})
         return False
