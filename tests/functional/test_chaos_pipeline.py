@@ -11,21 +11,7 @@ from workerless import Job, entrypoints, job_handler, runtime
 from workerless.errors import StoreError
 from workerless.testing import FakeEngine
 
-from tests.functional.aws import Aws, FakeContext, moto_aws
-
-
-@pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.setenv("WORKERLESS_LEASE_SECONDS", "5")
-    with moto_aws(monkeypatch, max_in_flight=4) as env:
-        yield env
-
-
-@pytest.fixture
-def engine(aws: Aws) -> FakeEngine:
-    fake = FakeEngine()
-    runtime.set_engine(fake)
-    return fake
+from tests.functional.aws import Aws, FakeContext
 
 
 def deliver(aws: Aws, handler: Any) -> dict[str, Any]:

@@ -18,7 +18,6 @@ import boto3
 import httpx
 import pytest
 from moto import mock_aws
-from workerless import observability
 from workerless.aws.dynamo import JobStore
 from workerless.emulators import nodeflow
 from workerless.emulators.http import EmulatorServer
@@ -27,10 +26,9 @@ from workerless.local import LocalTopology
 from workerless.model import JobRef, Outcome
 from workerless.record import Decision, Status, decide, lease_of
 
-ROOT = Path(__file__).resolve().parents[2]
-TEMPLATE = ROOT / "template.yaml"
+from tests.functional.pipeline import ROOT, TEMPLATE, Events, topology, wait_final
+
 TEST_HANDLERS = Path(__file__).resolve().parent / "handlers_nodeflow"
-FINAL = {"completed", "failed"}
 NS = "/v1/ns/default"
 #: A lease is 5 s and a heartbeat re-anchors it to now + 5 s: moving the emulator's clock by a bit
 #: more than that lapses it at once. Kept just over the lease (not, say, 10 s) because the pipeline
@@ -38,7 +36,6 @@ NS = "/v1/ns/default"
 #: longer to the heartbeat than it really is.
 LAPSE_SECONDS = 5.1
 
-Events = list[tuple[str, str, dict[str, Any]]]
 Serve = Callable[..., tuple[NodeFlowEmulator, str]]
 
 
@@ -55,18 +52,6 @@ def serve() -> Iterator[Serve]:
     yield start
     for server in servers:
         server.stop()
-
-
-@pytest.fixture
-def events() -> Iterator[Events]:
-    seen: Events = []
-
-    def listener(job_type: str, event: str, fields: dict[str, Any]) -> None:
-        seen.append((job_type, event, fields))
-
-    observability.add_listener(listener)
-    yield seen
-    observability.remove_listener(listener)
 
 
 def write_env(tmp_path: Path, emulator: NodeFlowEmulator, url: str) -> Path:
@@ -89,31 +74,6 @@ def template_variant(tmp_path: Path, replacements: dict[str, str]) -> Path:
     path = tmp_path / "template.yaml"
     path.write_text(text, encoding="utf-8")
     return path
-
-
-def topology(
-    env_file: Path,
-    *,
-    template: Path = TEMPLATE,
-    visibility_seconds: int = 5,
-    max_in_flight: int | None = None,
-) -> LocalTopology:
-    parameters = {"LeaseSeconds": "5", "TickSeconds": "1"}
-    if max_in_flight is not None:
-        parameters["MaxInFlight"] = str(max_in_flight)
-    return LocalTopology(
-        template,
-        env_file,
-        parameters=parameters,
-        visibility_seconds=visibility_seconds,
-        schedule_seconds=1,
-    )
-
-
-def wait_final(topo: LocalTopology, emulator: NodeFlowEmulator, ids: list[str], seconds: float) -> None:
-    done = topo.run_until(lambda: all(emulator.job_state(i)["state"] in FINAL for i in ids), max_seconds=seconds)
-    states = {i: emulator.job_state(i)["state"] for i in ids}
-    assert done, f"tasks not final after {seconds} s: {states}"
 
 
 def wait_for(topo: LocalTopology, what: str, done: Callable[[], bool], seconds: float) -> None:
@@ -153,8 +113,8 @@ def test_example_tasks_complete_and_a_terminal_failure_is_never_retried(
     report = emulator.create_job("generate-report", {"seconds": 1})
     declined = emulator.create_job("charge-payment", {"orderId": "bad", "amount": 0}, retries=3)
 
-    with topology(write_env(tmp_path, emulator, url)) as topo:
-        wait_final(topo, emulator, [*charged, *receipts, report, declined], 25)
+    with topology(write_env(tmp_path, emulator, url), visibility_seconds=5) as topo:
+        wait_final(topo, emulator.job_state, [*charged, *receipts, report, declined], 25)
         summary = topo.summary.as_dict()
         errors = topo.errors
 
@@ -265,11 +225,11 @@ def test_lease_lapsed_mid_run_is_taken_back_by_the_pipeline_and_finished(
     task_id = emulator.create_job("generate-report", {"seconds": 3}, retries=1)
     # The new lease's message arrives while the first run still holds the claim: it comes back
     # after the visibility timeout (5 s, longer than the 3 s run) and then claims the LOST record.
-    with topology(write_env(tmp_path, emulator, url)) as topo:
+    with topology(write_env(tmp_path, emulator, url), visibility_seconds=5) as topo:
         wait_for(topo, "handler started", lambda: seen(events, "started", task_id) == 1, 10)
         wait_for(topo, "a heartbeat extended the lease", lambda: seen(events, "extended", task_id) >= 1, 5)
         emulator.advance(LAPSE_SECONDS)
-        wait_final(topo, emulator, [task_id], 30)
+        wait_final(topo, emulator.job_state, [task_id], 30)
         errors = topo.errors
 
     state = emulator.job_state(task_id)
@@ -296,8 +256,8 @@ def test_logs_reach_the_task_in_order_followed_by_the_failure_stack(
     lines = [f"step {i:02d}" for i in range(60)]
     task_id = emulator.create_job("generate-report", {"lines": lines, "error": "report exploded"}, retries=1)
 
-    with topology(write_env(tmp_path, emulator, url), template=template) as topo:
-        wait_final(topo, emulator, [task_id], 20)
+    with topology(write_env(tmp_path, emulator, url), visibility_seconds=5, template=template) as topo:
+        wait_final(topo, emulator.job_state, [task_id], 20)
 
     state = emulator.task_state(task_id)
     assert state["state"] == "failed"
@@ -333,8 +293,8 @@ def test_domain_route_leases_only_its_domain_queue(serve: Serve, tmp_path: Path,
     eu = [emulator.create_job("charge-payment", {"orderId": f"eu{i}", "amount": 5}, domain="eu-west") for i in range(2)]
     plain = [emulator.create_job("charge-payment", {"orderId": f"p{i}", "amount": 5}) for i in range(2)]
 
-    with topology(write_env(tmp_path, emulator, url), template=template) as topo:
-        wait_final(topo, emulator, eu, 20)
+    with topology(write_env(tmp_path, emulator, url), visibility_seconds=5, template=template) as topo:
+        wait_final(topo, emulator.job_state, eu, 20)
         topo.run_until(lambda: False, max_seconds=1.5)  # a few more polls of every route
         errors = topo.errors
 

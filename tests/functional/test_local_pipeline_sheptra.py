@@ -10,12 +10,9 @@ from typing import Any
 
 import httpx
 import pytest
-from workerless import observability
 from workerless.emulators import sheptra
-from workerless.local import LocalTopology
 
-ROOT = Path(__file__).resolve().parents[2]
-FINAL = {"completed", "failed", "thrown"}
+from tests.functional.pipeline import topology, wait_final
 
 
 @pytest.fixture
@@ -35,37 +32,6 @@ def env_file(tmp_path: Path, emulator: Any) -> Path:
     return path
 
 
-@pytest.fixture
-def events() -> Iterator[list[tuple[str, str, dict[str, Any]]]]:
-    seen: list[tuple[str, str, dict[str, Any]]] = []
-
-    def listener(job_type: str, event: str, fields: dict[str, Any]) -> None:
-        seen.append((job_type, event, fields))
-
-    observability.add_listener(listener)
-    yield seen
-    observability.remove_listener(listener)
-
-
-def topology(env_file: Path, *, visibility_seconds: int = 3) -> LocalTopology:
-    """The real template with test-sized timings: a 5 s lease makes "several lease lengths" a
-    matter of seconds, a short visibility timeout brings a redelivery back quickly (keep it longer
-    than the longest handler run, as the template's 6x rule does), and a 1 s tick keeps pickup fast."""
-    return LocalTopology(
-        ROOT / "template.yaml",
-        env_file,
-        parameters={"LeaseSeconds": "5", "TickSeconds": "1"},
-        visibility_seconds=visibility_seconds,
-        schedule_seconds=1,
-    )
-
-
-def wait_final(topo: LocalTopology, emulator: Any, ids: list[str], seconds: float) -> None:
-    done = topo.run_until(lambda: all(emulator.job_state(i)["state"] in FINAL for i in ids), max_seconds=seconds)
-    states = {i: emulator.job_state(i)["state"] for i in ids}
-    assert done, f"jobs not final after {seconds} s: {states}"
-
-
 def test_example_handlers_complete_fail_terminally_and_are_summarised(
     emulator: Any, env_file: Path, events: list[tuple[str, str, dict[str, Any]]]
 ) -> None:
@@ -74,8 +40,8 @@ def test_example_handlers_complete_fail_terminally_and_are_summarised(
     report = emulator.create_job("generate-report", {"seconds": 1})
     declined = emulator.create_job("charge-payment", {"orderId": "bad", "amount": 0})
 
-    with topology(env_file) as topo:
-        wait_final(topo, emulator, [*charged, *receipts, report, declined], 40)
+    with topology(env_file, visibility_seconds=3) as topo:
+        wait_final(topo, emulator.job_state, [*charged, *receipts, report, declined], 40)
         summary = topo.summary.as_dict()
 
     for job_id in charged:
@@ -104,7 +70,7 @@ def test_long_job_is_kept_alive_by_the_heartbeat_past_several_leases(
     job_id = emulator.create_job("generate-report", {"seconds": 17}, retries=3)
 
     with topology(env_file, visibility_seconds=60) as topo:
-        wait_final(topo, emulator, [job_id], 45)
+        wait_final(topo, emulator.job_state, [job_id], 45)
 
     state = emulator.job_state(job_id)
     assert state["state"] == "completed"
@@ -127,8 +93,8 @@ def test_redelivered_job_is_rereported_not_rerun(
         json={"method": "POST", "path": f"/cells/{emulator.cell}/v1/jobs/{job_id}/complete", "status": 503, "times": 4},
     ).raise_for_status()
 
-    with topology(env_file) as topo:
-        wait_final(topo, emulator, [job_id], 40)
+    with topology(env_file, visibility_seconds=3) as topo:
+        wait_final(topo, emulator.job_state, [job_id], 40)
 
     assert emulator.job_state(job_id)["state"] == "completed"
     started = [e for t, e, f in events if e == "started" and f.get("job_id") == job_id]

@@ -17,16 +17,12 @@ from typing import Any
 
 import httpx
 import pytest
-from workerless import cli, observability
+from workerless import cli
 from workerless.emulators import stagenext
 from workerless.engines import stagenext as stagenext_adapter
-from workerless.local import LocalTopology
 from workerless.model import Demand
 
-ROOT = Path(__file__).resolve().parents[2]
-FINAL = {"completed", "failed"}
-
-Events = list[tuple[str, str, dict[str, Any]]]
+from tests.functional.pipeline import ROOT, Events, topology, wait_final
 
 
 class Emulated:
@@ -68,37 +64,6 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Emulated]]:
             server.stop()
 
 
-@pytest.fixture
-def events() -> Iterator[Events]:
-    seen: Events = []
-
-    def listener(job_type: str, event: str, fields: dict[str, Any]) -> None:
-        seen.append((job_type, event, fields))
-
-    observability.add_listener(listener)
-    yield seen
-    observability.remove_listener(listener)
-
-
-def topology(env_file: Path, *, visibility_seconds: int) -> LocalTopology:
-    """The real template with test-sized timings: LeaseSeconds 5 (the pipeline's; StageNext's own
-    lease is the emulator's), a 1 s tick and schedule for fast pickup, and an SQS visibility timeout
-    longer than any handler run in the test, as the template's 6x rule keeps it."""
-    return LocalTopology(
-        ROOT / "template.yaml",
-        env_file,
-        parameters={"LeaseSeconds": "5", "TickSeconds": "1"},
-        visibility_seconds=visibility_seconds,
-        schedule_seconds=1,
-    )
-
-
-def wait_final(topo: LocalTopology, emu: Emulated, ids: list[str], seconds: float) -> None:
-    done = topo.run_until(lambda: all(emu.state(i)["state"] in FINAL for i in ids), max_seconds=seconds)
-    states = {i: emu.state(i)["state"] for i in ids}
-    assert done, f"stages not final after {seconds} s: {states}"
-
-
 def applied(state: dict[str, Any]) -> list[dict[str, Any]]:
     """The results StageNext's consumer applied (fencing discards the others)."""
     return [r for r in state["results"] if r["applied"]]
@@ -122,7 +87,7 @@ def test_example_jobs_complete_and_every_result_is_applied_once(serve: Callable[
     every = [*charged, *receipts, report, declined]
 
     with topology(emu.env_file, visibility_seconds=5) as topo:
-        wait_final(topo, emu, every, 30)
+        wait_final(topo, emu.state, every, 30)
         summary = topo.summary.as_dict()
 
     for stage_id in charged:
@@ -160,7 +125,7 @@ def test_gateway_redelivery_of_a_running_job_is_acknowledged_without_running(
     stage_id = emu.emulator.create_job("generate-report", {"seconds": 5})
 
     with topology(emu.env_file, visibility_seconds=10) as topo:
-        wait_final(topo, emu, [stage_id], 30)
+        wait_final(topo, emu.state, [stage_id], 30)
         # The redelivery was acknowledged: nothing comes back after another visibility period.
         settled = topo.run_until(lambda: emu.emulator.inflight() == [0, 0], max_seconds=5)
         deliveries = emu.state(stage_id)["deliveries"]
@@ -190,7 +155,7 @@ def test_long_job_is_kept_past_several_leases_by_renewals(serve: Callable[..., E
     stage_id = emu.emulator.create_job("generate-report", {"seconds": 13}, retries=3)
 
     with topology(emu.env_file, visibility_seconds=30) as topo:
-        wait_final(topo, emu, [stage_id], 30)
+        wait_final(topo, emu.state, [stage_id], 30)
 
     state = emu.state(stage_id)
     assert state["state"] == "completed"
@@ -217,7 +182,7 @@ def test_unanswered_result_is_rereported_from_the_stored_outcome_on_redelivery(
     emu.fault(path=f"/stages/{stage_id}/result", drop=True, times=4)
 
     with topology(emu.env_file, visibility_seconds=6) as topo:
-        wait_final(topo, emu, [stage_id], 30)
+        wait_final(topo, emu.state, [stage_id], 30)
 
     state = emu.state(stage_id)
     execution = state["executions"][0]
@@ -243,7 +208,7 @@ def test_result_accepted_but_unanswered_is_retried_with_the_same_identity(
     emu.fault(path=f"/stages/{stage_id}/result", delay=1.5, times=2)
 
     with topology(emu.env_file, visibility_seconds=6) as topo:
-        wait_final(topo, emu, [stage_id], 20)
+        wait_final(topo, emu.state, [stage_id], 20)
         # The delayed posts land after the retry that succeeded: wait for all three.
         topo.run_until(lambda: len(emu.state(stage_id)["results"]) >= 3, max_seconds=5)
 

@@ -4,45 +4,24 @@ emulator over loopback, driven by `workerless local`, is in test_local_pipeline_
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from workerless import entrypoints, runtime
+from workerless import entrypoints, runtime, testing
 from workerless.model import ActivatedJob
 from workerless.record import Status
 from workerless.testing import FakeEngine
 
-from tests.functional.aws import Aws, FakeContext, moto_aws
+from tests.functional.aws import Aws, FakeContext
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def load_handler(job_type: str) -> Any:
-    path = ROOT / "functions" / job_type / "app.py"
-    spec = importlib.util.spec_from_file_location(f"fn_{job_type.replace('-', '_')}", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.handler
-
-
-@pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Any:
-    # A 5 s lease puts each heartbeat ticket ~1 s out: tests read it without long waits.
-    monkeypatch.setenv("WORKERLESS_LEASE_SECONDS", "5")
-    with moto_aws(monkeypatch, max_in_flight=4) as env:
-        yield env
-
-
-@pytest.fixture
-def engine(aws: Aws) -> FakeEngine:
-    fake = FakeEngine()
-    runtime.set_engine(fake)
-    return fake
+    return testing.load_handler(ROOT / "functions" / job_type / "app.py")
 
 
 def run_handler(aws: Aws, job_type: str, **context: Any) -> dict[str, Any]:
