@@ -80,6 +80,9 @@ def per_million_jobs(run: dict[str, Any]) -> dict[str, Any]:
     seconds -= LATENCY_MS["sqs"] * esm_calls / 1000
     # Lambda rounds each invocation up to the next millisecond.
     seconds += 0.0005 * invocations
+    # A lingering poller is billed while it pauses between polls (LINGER_PAUSE_SECONDS), not only while it works.
+    paused = run.get("paused_s", {})
+    seconds += sum(paused.values())
     parts = {
         "sqs": per_job["sqs_requests"] * SQS_PER_REQUEST * 1e6,
         "dynamodb_write": per_job["ddb_write_units"] * DDB_PER_WRU * 1e6,
@@ -92,8 +95,9 @@ def per_million_jobs(run: dict[str, Any]) -> dict[str, Any]:
     per_function: dict[str, Any] = {}
     for function, count in run["invocations"].items():
         calls = {kind: float(by_caller.get(f"{function}:{kind}", 0)) for kind in LATENCY_MS}
-        billed = billed_seconds(run["cpu_s"].get(function, 0.0), calls) + 0.0005 * count
+        billed = billed_seconds(run["cpu_s"].get(function, 0.0), calls) + 0.0005 * count + paused.get(function, 0.0)
         per_function[function] = {
+            "paused_ms_per_job": round(1000 * paused.get(function, 0.0) / jobs, 3),
             "invocations_per_job": round(count / jobs, 4),
             "billed_ms_per_invocation": round(1000 * billed / count, 2),
             "billed_ms_per_job": round(1000 * billed / jobs, 3),

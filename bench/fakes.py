@@ -55,10 +55,12 @@ class Meter:
     #: calls per (caller, service): the billed-duration model adds each call's latency to its caller
     calls_by_caller: Counter[str] = field(default_factory=Counter)
 
-    def sqs(self, op: str, payload: int = 0) -> None:
+    def sqs(self, op: str, payload: int = 0, *, queue: str | None = None) -> None:
         self.calls[f"sqs.{op}"] += 1
         self.calls_by_caller[f"{self.caller}:sqs"] += 1
-        self.sqs_requests[f"{self.caller}:{op}"] += max(1, math.ceil(payload / SQS_UNIT))
+        # Single sends are told apart by queue (a heartbeat ticket, a poller relay or tick) in the requests.
+        label = f"{op}({queue})" if queue else op
+        self.sqs_requests[f"{self.caller}:{label}"] += max(1, math.ceil(payload / SQS_UNIT))
 
     def ddb(self, op: str, *, write: int = 0, read: int = 0) -> None:
         self.calls[f"dynamodb.{op}"] += 1
@@ -143,7 +145,7 @@ class FakeSqs:
 
     @_timed
     def send_message(self, QueueUrl: str, MessageBody: str, DelaySeconds: int = 0) -> dict[str, Any]:
-        self.meter.sqs("SendMessage", len(MessageBody.encode()))
+        self.meter.sqs("SendMessage", len(MessageBody.encode()), queue=QueueUrl.rsplit("/", 1)[-1])
         with self._lock:
             return {"MessageId": self._put(QueueUrl, MessageBody, DelaySeconds)}
 

@@ -19,106 +19,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 
-#: The what-if poller (see :func:`lingering_entrypoint`): how long after the last dispatch an
-#: invocation keeps polling, and the pause between polls while it does.
-LINGER_SECONDS = 5.0
-LINGER_PAUSE_SECONDS = 0.25
-
-
-def lingering_poller_class() -> type:
-    """The design change measured beside the shipped poller: an invocation that, while work keeps
-    arriving, does not stop at its first empty (or capacity-bound) poll but pauses and polls again,
-    until nothing has been dispatched for LINGER_SECONDS or the poll budget ends. Idle, the first
-    empty poll still ends the invocation, exactly as now (no extra idle cost). ``busy_at_end`` says
-    the budget ran out while work was still arriving: the entry point then relays."""
-    from workerless.observability import logger
-    from workerless.poller import MAX_CYCLES, SAFETY_MARGIN_SECONDS, Poller, PollReport
-
-    class LingeringPoller(Poller):
-        last_dispatch: float | None = None  # epoch seconds (it crosses invocations in a relay)
-        busy_at_end = False
-
-        def run(self, *, deadline: float) -> PollReport:
-            report = PollReport()
-            budget_end = min(deadline, self.clock() + self.settings.poll_budget_seconds)
-            while report.cycles < MAX_CYCLES:
-                report.cycles += 1
-                dispatched, wait = self.cycle(report, deadline=deadline)
-                now = self.clock()
-                if wait is not None:
-                    if now + wait + SAFETY_MARGIN_SECONDS >= budget_end:
-                        break
-                    self.sleep(wait)
-                    continue
-                if dispatched:
-                    self.last_dispatch = time.time()
-                lingering = self.last_dispatch is not None and time.time() - self.last_dispatch < LINGER_SECONDS
-                if not dispatched and not lingering:
-                    break
-                if now + LINGER_PAUSE_SECONDS + SAFETY_MARGIN_SECONDS >= budget_end:
-                    self.busy_at_end = True
-                    break
-                if not dispatched:
-                    self.sleep(LINGER_PAUSE_SECONDS)
-                    self._recent = {}  # after the pause, the queues' own counts are trusted again
-            try:
-                self.engine.after_cycle({k: v for k, v in vars(report).items() if isinstance(v, int)})
-            except Exception:  # noqa: BLE001 - as Poller.run
-                logger.warning("engine after_cycle hook failed", exc_info=True)
-            return report
-
-    return LingeringPoller
-
-
-def lingering_entrypoint() -> Any:
-    """``workerless.entrypoints.poller`` with the lingering poller, plus the relay: an invocation whose
-    budget runs out while work is still arriving sends an immediate ``{"relay": last_dispatch}``
-    message to the ticker queue, so a fresh invocation carries on (and lingers from that time)
-    instead of leaving the work to the next tick. Ticks and the watchdog are handled as shipped."""
-    import json
-
-    from workerless import entrypoints
-    from workerless.aws.dynamo import DynamoState
-    from workerless.observability import logger
-    from workerless.poller import continue_ticker
-    from workerless.runtime import get_engine, get_queues, get_store
-    from workerless.settings import get_settings
-
-    poller_class = lingering_poller_class()
-
-    @logger.inject_lambda_context(clear_state=True)
-    def poller(event: dict[str, Any], context: Any) -> dict[str, Any]:
-        settings, queues = get_settings(), get_queues()
-        records = event.get("Records") or []
-        ticks: list[dict[str, Any] | None] = []
-        relayed: float | None = None
-        for record in records:
-            try:
-                body = json.loads(record.get("body") or "{}")
-            except ValueError:
-                body = {}
-            if isinstance(body, dict) and "chain" in body:
-                ticks.append(body)
-            elif isinstance(body, dict) and "relay" in body:
-                relayed = max(relayed or 0.0, float(body["relay"]))
-        if not records:
-            ticks.append(None)
-        state = DynamoState(get_store())
-        for tick in ticks:
-            try:
-                continue_ticker(settings, state, queues, tick=tick, now=time.time())
-            except Exception:  # noqa: BLE001 - as shipped
-                logger.exception("could not continue the poller tick")
-        poller = poller_class(settings, get_engine(), queues)
-        poller.last_dispatch = relayed
-        report = poller.run(deadline=entrypoints._deadline(context))
-        if poller.busy_at_end and settings.ticker_queue_url:
-            queues.send(settings.ticker_queue_url, {"relay": poller.last_dispatch}, delay_seconds=0)
-        return {k: v for k, v in vars(report).items() if isinstance(v, int)}
-
-    return poller
-
-
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     if not ordered:
@@ -134,7 +34,6 @@ def pickup_latency(
     idle_samples: int = 4,
     tick_seconds: int | None = None,
     seed: int = 6,
-    linger: bool = False,
 ) -> dict[str, Any]:
     from workerless import observability
     from workerless.emulators import sheptra
@@ -155,12 +54,6 @@ def pickup_latency(
             with lock:
                 started.setdefault(str(fields.get("job_id")), time.time())
 
-    import workerless.entrypoints as entrypoints_module
-
-    original_entry = entrypoints_module.poller
-    if linger:
-        # functions/poller/app.py binds `poller` when the topology loads it: patch before start.
-        entrypoints_module.poller = lingering_entrypoint()
     emulator = sheptra.create()
     server = emulator.serve(port=0)
     observability.add_listener(listener)
@@ -210,7 +103,6 @@ def pickup_latency(
     finally:
         observability.remove_listener(listener)
         server.stop()
-        entrypoints_module.poller = original_entry
 
     load = [started[j] - created[j] for j in load_ids if j in started]
     idle = [started[j] - created[j] for j in idle_ids if j in started]
@@ -221,7 +113,7 @@ def pickup_latency(
         "idle_max": round(max(idle), 3) if idle else None,
         "idle_samples_s": [round(x, 2) for x in idle],
         "tick_seconds": tick,
-        "poller": "lingering + relay (what-if)" if linger else "as shipped",
+        "poller": "as shipped (lingering, relay)",
         "load_jobs": len(load_ids),
         "warmup_jobs": len(warmup_ids),
         "load_seconds": load_seconds,

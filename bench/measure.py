@@ -20,6 +20,10 @@ FLOORS = {
 }
 EXTEND_ROUTES = ("extend-lease", "/tasks/{task_id}/heartbeat", "/lease/renew")
 TEMPLATE_TYPES = ("charge-payment", "send-receipt", "generate-report")
+#: The arrival rate of the headline cost figure: the pickup-latency section's load (bench/latency.py).
+REFERENCE_RATE = 2.0
+#: The same billable run at other rates (None: every job at once, a backlog).
+SWEEP_RATES: tuple[float | None, ...] = (None, 10.0, 0.5)
 
 
 def _ok(job: Any) -> dict[str, Any]:
@@ -167,21 +171,72 @@ def cpu_per_job(jobs: int = 1000, repeats: int = 3) -> dict[str, Any]:
 # ------------------------------------------------------------------------------- billable calls
 
 
-def billable_run(jobs: int = 10_000) -> dict[str, Any]:
-    """The template's three routes (max 10 in flight, handler batch 5) on the in-memory fakes:
-    every billable call metered, per job; Lambda invocations and net CPU per function."""
-    from bench.pipeline import LOG_SINK
+def billable_run(jobs: int = 10_000, rate_per_second: float | None = 2.0, *, seed: int = 6) -> dict[str, Any]:
+    """The template's three routes (max 10 in flight, handler batch 5) on the in-memory fakes, with
+    the shipped poller as deployed (poll budget 20 s, lingering, relaying): every billable call
+    metered, per job; Lambda invocations, net CPU and paused (billed) seconds per function.
 
+    Jobs arrive at the engine as a Poisson stream of ``rate_per_second`` (None: all at once, a
+    backlog) on a virtual clock. When no poller is running, the next one starts at the next tick
+    (TickSeconds 20); a relay message on the ticker queue starts one at once. While a poller pauses
+    between polls the rest of the deployment runs: arrivals, the routes' event sources and handlers,
+    the heartbeat. One poller runs at a time (a tick that lands while one lingers is assumed to find
+    nothing to take: it is priced in the idle cost, as are the ticks of quiet periods)."""
+    import random
+
+    from bench.pipeline import LOG_SINK, TICKER_URL
+
+    tick = 20.0
+    rng = random.Random(seed)
     handlers = {t: _ok for t in TEMPLATE_TYPES}
-    with quiet_logs(), Pipeline("sheptra", handlers, max_in_flight=10, batch_size=5) as p:
+    p = Pipeline("sheptra", handlers, max_in_flight=10, batch_size=5, poll_budget_seconds=20, virtual_poller=True)
+    with quiet_logs(), patched_time(p.clock), p:
         logged_before = (LOG_SINK.bytes, LOG_SINK.lines)
-        for i in range(jobs):
-            p.emulator.create_job(TEMPLATE_TYPES[i % 3], {"orderId": f"order-{i:05d}", "amount": 10})
+        t0 = p.clock()
+        arrivals, at = [], t0
+        for _ in range(jobs):
+            if rate_per_second:
+                at += rng.expovariate(rate_per_second)
+            arrivals.append(at)
+        created = 0
+
+        def world() -> int:
+            nonlocal created
+            now = p.clock()
+            while created < jobs and arrivals[created] <= now:
+                p.emulator.create_job(TEMPLATE_TYPES[created % 3], {"orderId": f"order-{created:05d}", "amount": 10})
+                created += 1
+            handled = p.drain_routes()
+            p.pump_heartbeat()
+            return handled
+
+        p.on_pause = world
         started = time.perf_counter()
-        run_until_done(p)
+        pollers = relays = ticks = 0
+        for _ in range(1_000_000):  # bounded: every round moves the virtual clock or finishes a relay
+            handled = world()
+            event, _msgs = p._event(TICKER_URL, 10)
+            if event["Records"]:  # a relay: the busy poller handed over to a fresh invocation
+                relays += 1
+                p.poll(event)
+                p._settle(TICKER_URL, event, {})
+                continue
+            if created >= jobs and not handled:
+                report = p.poll()  # the last tick: nothing left anywhere
+                if not report.get("activated") and not world():
+                    break
+                continue
+            # No poller is running: the next tick starts one.
+            now = p.clock()
+            p.clock.advance(tick * (int((now - t0) / tick) + 1) + t0 - now)
+            world()
+            ticks += 1
+            p.poll()
+        pollers = p.invocations.count["poller"]
         p.clock.advance(120)
         p.pump_heartbeat()
         elapsed = time.perf_counter() - started
+        virtual = p.clock() - t0
         log_bytes, log_lines = LOG_SINK.bytes - logged_before[0], LOG_SINK.lines - logged_before[1]
         states: dict[str, int] = {}
         for job in p.emulator.jobs():
@@ -189,6 +244,11 @@ def billable_run(jobs: int = 10_000) -> dict[str, Any]:
         meter = p.meter
         result = {
             "jobs": jobs,
+            "rate_per_second": rate_per_second,
+            "virtual_seconds": round(virtual, 1),
+            "poller_invocations": pollers,
+            "tick_invocations": ticks,
+            "relay_invocations": relays,
             "elapsed_s": round(elapsed, 2),
             "states": states,
             "per_job": {k: v / jobs for k, v in meter.totals().items()},
@@ -197,6 +257,7 @@ def billable_run(jobs: int = 10_000) -> dict[str, Any]:
             "ddb_read_units_by_call": dict(meter.ddb_read_units),
             "invocations": dict(p.invocations.count),
             "cpu_s": dict(p.invocations.cpu),
+            "paused_s": {k: round(v, 2) for k, v in p.invocations.paused.items()},
             "calls": dict(meter.calls),
             "calls_by_caller": dict(meter.calls_by_caller),
             "engine_requests": p.engine_stats(),

@@ -143,6 +143,8 @@ class Invocations:
     count: Counter[str] = field(default_factory=Counter)
     cpu: Counter[str] = field(default_factory=Counter)  # net CPU seconds (fakes and emulator excluded)
     wall: Counter[str] = field(default_factory=Counter)
+    #: virtual seconds a function spent paused (the lingering poller's sleeps): billed duration all the same
+    paused: Counter[str] = field(default_factory=Counter)
 
 
 class Pipeline:
@@ -161,6 +163,7 @@ class Pipeline:
         clock: VirtualClock | None = None,
         sqs_client: Any = None,
         dynamodb_client: Any = None,
+        virtual_poller: bool = False,
     ) -> None:
         self.engine_name = engine
         self.clock = clock or VirtualClock()
@@ -188,6 +191,14 @@ class Pipeline:
         self._handler_fns = handlers
         self._lambda_handlers: dict[str, Callable[[dict[str, Any], Any], dict[str, Any]]] = {}
         self._saved_env: dict[str, str | None] = {}
+        #: The shipped poller lingers (pauses LINGER_PAUSE_SECONDS between polls while work flows). With
+        #: ``virtual_poller`` its clock is the virtual one and a pause advances it and calls ``on_pause``,
+        #: where the driver lets the rest of the deployment run (arrivals, handlers, heartbeat) — the
+        #: single-threaded stand-in for what happens concurrently while a real poller sleeps.
+        self.virtual_poller = virtual_poller
+        self.on_pause: Callable[[], None] | None = None
+        self._saved_poller_factory: Any = None
+        self._descendants_cpu = 0.0
 
     # -- setup ------------------------------------------------------------------------------------
     def __enter__(self) -> Pipeline:
@@ -210,11 +221,19 @@ class Pipeline:
         runtime.set_engine(build_engine(self.engine_name, values, client, state=DynamoState(store)))
         for job_type, fn in self._handler_fns.items():
             self._lambda_handlers[job_type] = job_handler(job_type)(fn)
+        if self.virtual_poller:
+            from workerless import entrypoints
+
+            self._saved_poller_factory = entrypoints._observed_poller
+            entrypoints._observed_poller = self._virtual_poller_factory(entrypoints._observed_poller)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        from workerless import runtime
+        from workerless import entrypoints, runtime
 
+        if self._saved_poller_factory is not None:
+            entrypoints._observed_poller = self._saved_poller_factory
+            self._saved_poller_factory = None
         runtime.reset()
         for key, value in self._saved_env.items():
             if value is None:
@@ -222,19 +241,59 @@ class Pipeline:
             else:
                 os.environ[key] = value
 
+    def monotonic(self) -> float:
+        """The poller's clock under ``virtual_poller``: monotonic time plus the virtual offset."""
+        return time.monotonic() + self.clock.offset
+
+    def _pause(self, function: str, seconds: float) -> None:
+        self.clock.advance(seconds)
+        self.invocations.paused[function] += seconds
+        caller = self.meter.caller
+        try:
+            if self.on_pause is not None:
+                self.on_pause()
+        finally:
+            self.meter.caller = caller
+
+    def _virtual_poller_factory(self, original: Callable[[], Any]) -> Callable[[], Any]:
+        pipeline = self
+
+        def factory() -> Any:
+            base = original()
+
+            class VirtualPoller(base):  # type: ignore[misc,valid-type]
+                def __init__(self, *args: Any, **kwargs: Any) -> None:
+                    super().__init__(*args, **kwargs)
+                    self.clock = pipeline.monotonic
+                    self.sleep = lambda seconds: pipeline._pause("poller", seconds)
+
+                def run(self, *, deadline: float) -> Any:
+                    # The entry point's deadline is on the real monotonic clock: the same time left, virtually.
+                    return super().run(deadline=pipeline.monotonic() + deadline - time.monotonic())
+
+            return VirtualPoller
+
+        return factory
+
     # -- invocations --------------------------------------------------------------------------------
     def _invoke(self, function: str, call: Callable[[], Any]) -> Any:
+        # Invocations nest when a virtual poller's pause runs the handlers: each counts only its own CPU.
+        caller = self.meter.caller
         self.meter.caller = function
-        fake0, engine0 = self.meter.fake_cpu, self.transport.cpu
+        fake0, engine0, nested0 = self.meter.fake_cpu, self.transport.cpu, self._descendants_cpu
         wall0, cpu0 = time.perf_counter(), time.thread_time()
         try:
             return call()
         finally:
             cpu = time.thread_time() - cpu0
+            net = (
+                cpu - (self.meter.fake_cpu - fake0) - (self.transport.cpu - engine0) - (self._descendants_cpu - nested0)
+            )
+            self._descendants_cpu += net
             self.invocations.count[function] += 1
             self.invocations.wall[function] += time.perf_counter() - wall0
-            self.invocations.cpu[function] += cpu - (self.meter.fake_cpu - fake0) - (self.transport.cpu - engine0)
-            self.meter.caller = "esm"
+            self.invocations.cpu[function] += net
+            self.meter.caller = caller if caller != "?" else "esm"
 
     def poll(self, event: dict[str, Any] | None = None) -> dict[str, Any]:
         from workerless import entrypoints

@@ -55,10 +55,13 @@ def main(argv: list[str] | None = None) -> int:
     results["engine_requests_per_job"]["direct_minimal_worker_sheptra"] = measure.direct_worker_requests(n)
     results["long_job_extends"] = {e: measure.long_job_extends(e) for e in ("sheptra", "nodeflow", "stagenext")}
 
-    log("2/6 billable AWS calls of a 10,000-job run (in-memory SQS/DynamoDB fakes, metered)")
+    log("2/6 billable AWS calls of a 10,000-job run at 2 jobs/s (in-memory SQS/DynamoDB fakes, metered)")
     jobs = 10_000 if not args.quick else 2_000
-    run = measure.billable_run(jobs)
+    run = measure.billable_run(jobs, rate_per_second=measure.REFERENCE_RATE)
     results["billable_run"] = run
+    # The lingering poller is billed per second busy, not per job: the same run at other arrival rates.
+    sweep_jobs = 3_000 if not args.quick else 600
+    sweep_runs = {rate: measure.billable_run(sweep_jobs, rate_per_second=rate) for rate in measure.SWEEP_RATES}
 
     log("3/6 idle poller invocations and the idle cost model")
     idle = measure.idle_invocations()
@@ -69,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     results["idle_cost_detail"] = idle_cost
 
     per_million = cost.per_million_jobs(run)
+    results["cost_by_arrival_rate"] = sorted(
+        (_rate_row(cost, sweep) for sweep in [*sweep_runs.values(), run]),
+        key=lambda row: -(row["rate_per_second"] or 1e9),
+    )
     results["cost_per_million_jobs_usd"] = {
         "value": per_million["value"],
         "floor": cost.floor_per_million(),
@@ -83,7 +90,10 @@ def main(argv: list[str] | None = None) -> int:
         "cloudwatch_logs_not_in_value": per_million["cloudwatch_logs"],
         "log_bytes_per_job": run.get("log_bytes_per_job"),
         "invocations_per_job": per_million["invocations_per_job"],
-        "method": "in-memory fakes, metered per AWS billing rules; write units from item sizes",
+        "rate_per_second": run["rate_per_second"],
+        "poller_paused_s_per_job": round(run["paused_s"].get("poller", 0.0) / run["jobs"], 4),
+        "method": "in-memory fakes, metered per AWS billing rules; write units from item sizes; shipped poller "
+        "(budget 20 s, lingering, relay) on a virtual clock, Poisson arrivals",
     }
 
     log("2b/6 cross-check of the meters: the same pipeline on moto with a botocore billing hook")
@@ -106,10 +116,6 @@ def main(argv: list[str] | None = None) -> int:
         results["pickup_latency_s"] = pickup_latency(
             load_seconds=12 if args.quick else 30, idle_samples=2 if args.quick else 3
         )
-        log("6b/6 pickup latency, what-if: the lingering poller with relay (bench/latency.py)")
-        results["pickup_latency_what_if_s"] = pickup_latency(
-            load_seconds=12 if args.quick else 30, idle_samples=1 if args.quick else 2, linger=True
-        )
 
     results["elapsed_s"] = round(time.monotonic() - started, 1)
     (OUT / "results.json").write_text(json.dumps(results, indent=2, sort_keys=False) + "\n", encoding="utf-8")
@@ -123,6 +129,22 @@ def main(argv: list[str] | None = None) -> int:
         log(f"no plot: {exc} (pip install matplotlib)")
     log(f"done in {results['elapsed_s']} s: bench/results.json, RESULTS.md, README-section.md, results.png")
     return 0
+
+
+def _rate_row(cost: Any, run: dict[str, Any]) -> dict[str, Any]:
+    """One row of the cost-by-arrival-rate table (bench.measure.billable_run at one rate)."""
+    jobs = run["jobs"]
+    priced = cost.per_million_jobs(run)
+    gqa = run["sqs_requests_by_call"].get("poller:GetQueueAttributes", 0)
+    return {
+        "rate_per_second": run["rate_per_second"],
+        "jobs": jobs,
+        "usd_per_million": priced["value"],
+        "parts": priced["parts"],
+        "poller_paused_fraction": round(run["paused_s"].get("poller", 0.0) / run["virtual_seconds"], 3),
+        "engine_requests_per_job": round(sum(run["engine_requests"].values()) / jobs, 3),
+        "get_queue_attributes_per_job": round(gqa / jobs, 3),
+    }
 
 
 def _round(value: float | None) -> float | None:
