@@ -121,3 +121,29 @@ def test_an_all_handed_back_cycle_ends_the_invocation() -> None:
     assert report.released == 1
     assert report.polls == 1
     assert engine.activate([Demand("charge-payment", 1)], 60), "the job went straight back to the engine"
+
+
+def test_empty_polls_back_off_and_queue_depths_are_not_reread_on_every_poll() -> None:
+    """GIVEN a poller lingering after a dispatch WHEN nothing more arrives THEN the pauses double
+    (0.25, 0.5, 1, 2 s) and each route's SQS depth is read at most every 2 s, not on every poll."""
+    engine, clock = FakeEngine(), Clock()
+    pauses: list[float] = []
+    reads: list[float] = []
+
+    class CountingQueues(Queues):
+        def in_flight(self, queue_url: str) -> int:
+            reads.append(clock.now)
+            return 0
+
+    def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+        clock.sleep(seconds)
+
+    engine.add_job("charge-payment", {})
+    poller = Poller(settings(), engine, CountingQueues(), clock=clock, sleep=sleep)
+    poller.run(deadline=100.0)
+
+    assert pauses[:4] == [0.25, 0.5, 1.0, 2.0]
+    assert all(p <= 2.0 for p in pauses)
+    assert len(reads) < len(pauses) + 1, "depths are reused between quick polls"
+    assert all(b - a >= 2.0 for a, b in zip(reads, reads[1:], strict=False))

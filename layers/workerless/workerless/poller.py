@@ -51,8 +51,11 @@ SAFETY_MARGIN_SECONDS = 3.0
 TICKER_STATE_KEY = "ticker"
 #: While work keeps arriving an invocation keeps polling until nothing was dispatched for this long.
 LINGER_SECONDS = 5.0
-#: The pause between polls while lingering (pickup latency under load is about half of it).
+#: The first pause between polls while lingering; each empty poll doubles it, up to the maximum.
 LINGER_PAUSE_SECONDS = 0.25
+LINGER_MAX_PAUSE_SECONDS = 2.0
+#: While lingering, a route's SQS in-flight count is re-read at most this often.
+DEPTH_REFRESH_SECONDS = 2.0
 
 
 @dataclass
@@ -94,6 +97,12 @@ class Poller:
         # Jobs this invocation dispatched in its last cycle, per type: SQS's approximate counts
         # can lag a send by a moment, so capacity never counts fewer than these as in flight.
         self._recent: dict[str, int] = {}
+        # Each route's in-flight count as last read from SQS, plus what this invocation sent since,
+        # and when it was read: while lingering, a count younger than DEPTH_REFRESH_SECONDS is
+        # reused. It can only over-count (handlers finish jobs meanwhile), so capacity is never
+        # over-estimated; it spares a GetQueueAttributes per route on every quick poll.
+        self._depths: dict[str, tuple[int, float]] = {}
+        self._pause = LINGER_PAUSE_SECONDS
         #: When a job was last dispatched (epoch seconds; a relay carries it to the next invocation).
         self.last_dispatch: float | None = None
         #: The poll budget ran out while work was still arriving.
@@ -101,8 +110,14 @@ class Poller:
 
     def demands(self) -> list[Demand]:
         demands = []
+        now = self.clock()
         for route in self.settings.routes:
-            in_flight = max(self.queues.in_flight(route.queue_url), self._recent.get(route.type, 0))
+            cached = self._depths.get(route.type)
+            if cached is not None and now - cached[1] < DEPTH_REFRESH_SECONDS:
+                in_flight = cached[0]
+            else:
+                in_flight = max(self.queues.in_flight(route.queue_url), self._recent.get(route.type, 0))
+                self._depths[route.type] = (in_flight, now)
             capacity = max(0, route.max_in_flight - in_flight)
             demands.append(Demand(route.type, capacity, route.engine_queue))
         return demands
@@ -113,8 +128,10 @@ class Poller:
         Idle, the first empty poll ends the invocation (one short poll per tick). Busy, the
         invocation lingers: after an empty or capacity-bound cycle it pauses LINGER_PAUSE_SECONDS
         and polls again, so a job that becomes activatable while work is flowing is picked up in
-        a fraction of a second rather than at the next tick. ``busy_at_end`` tells the entry point
-        that the budget ran out while work was still arriving (it relays to a fresh invocation).
+        a fraction of a second rather than at the next tick. Each empty poll doubles the pause (up
+        to LINGER_MAX_PAUSE_SECONDS), so a trickle of work costs a few polls, not four a second.
+        ``busy_at_end`` tells the entry point that the budget ran out while work was still arriving
+        (it relays to a fresh invocation).
         """
         report = PollReport()
         self._recover(report, deadline=deadline)
@@ -132,6 +149,7 @@ class Poller:
                 continue
             if dispatched:
                 self.last_dispatch = time.time()
+                self._pause = LINGER_PAUSE_SECONDS
             elif report.released > released_before:
                 # Every job of the cycle had to be handed back: polling again at once would only
                 # take the same jobs back. The next tick tries again.
@@ -139,11 +157,15 @@ class Poller:
             lingering = self.last_dispatch is not None and time.time() - self.last_dispatch < LINGER_SECONDS
             if not dispatched and not lingering:
                 break
-            if now + LINGER_PAUSE_SECONDS + SAFETY_MARGIN_SECONDS >= budget_end:
+            if now + self._pause + SAFETY_MARGIN_SECONDS >= budget_end:
                 self.busy_at_end = True
                 break
             if not dispatched:
-                self.sleep(LINGER_PAUSE_SECONDS)
+                # Each empty poll doubles the pause (0.25 s up to 2 s): a steady flow is picked up
+                # within a fraction of a second, a trickle costs a handful of polls, not one every
+                # quarter second, at the engine and in billed Lambda time.
+                self.sleep(self._pause)
+                self._pause = min(self._pause * 2, LINGER_MAX_PAUSE_SECONDS)
                 self._recent = {}  # after a pause, the queues' own counts are trusted again
         counters = {k: v for k, v in vars(report).items() if isinstance(v, int)}
         try:
@@ -236,6 +258,9 @@ class Poller:
                 else:
                     self._hand_back(job, f"could not queue the job: {failure.reason}", report, deadline=deadline)
             self._recent[job_type] = sent_here
+            if job_type in self._depths:
+                count, read_at = self._depths[job_type]
+                self._depths[job_type] = (count + sent_here, read_at)
             report.per_type[job_type] = report.per_type.get(job_type, 0) + sent_here
         report.dispatched += len(sent)
         if sent:
