@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -146,4 +147,4 @@ def test_empty_polls_back_off_and_queue_depths_are_not_reread_on_every_poll() ->
     assert pauses[:4] == [0.25, 0.5, 1.0, 2.0]
     assert all(p <= 2.0 for p in pauses)
     assert len(reads) < len(pauses) + 1, "depths are reused between quick polls"
-    assert all(b - a >= 2.0 for a, b in zip(reads, reads[1:], strict=False))
+    assert all(b - a >= 2.0 for a, b in itertools.pairwise(reads))
