@@ -132,7 +132,7 @@ def write_results_md(r: dict[str, Any], path: Path) -> None:
     add(
         f"**Cost** (section 2). {run['jobs']:,} jobs arriving at the engine as a Poisson stream of "
         f"{run['rate_per_second']:g} jobs/s (the pickup-latency section's load) on a virtual clock, through the shipped "
-        "poller as deployed (poll budget 20 s; it lingers — a poll every 0.25 s until 5 s after its last dispatch — and "
+        "poller as deployed (poll budget 20 s; it lingers — polling again after 0.25 s, the pause doubling on each empty poll up to 2 s, until 5 s after its last dispatch — and "
         "relays to a fresh invocation through the ticker queue when its budget ends busy). Its pauses advance the virtual "
         "clock, and while it pauses the driver lets the rest of the deployment run (arrivals, the routes' event sources "
         "and handlers, the heartbeat). When no poller runs, the next starts at the next 20 s tick. "
@@ -216,7 +216,7 @@ def write_results_md(r: dict[str, Any], path: Path) -> None:
         add("")
         add(
             "**The same run at other arrival rates.** The lingering poller is billed per second of flow, not per job "
-            "(while jobs arrive less than 5 s apart it polls every 0.25 s: three GetQueueAttributes, one engine poll and "
+            "(while jobs arrive less than 5 s apart it keeps polling, 0.25 s to 2 s apart: an engine poll each time, the routes' depths every 2 s, and "
             f"256 MB of duration each time, ≈ ${_linger_monthly():.0f} a month of continuous flow), so the per-job "
             "figure falls as the rate rises:"
         )
@@ -384,21 +384,22 @@ def _gaps(r: dict[str, Any], t: dict[str, bool | None]) -> list[str]:
             f"${COST_TARGET:.2f}; floor ${cost['floor']:.2f}"
             + (f"; ${backlog['usd_per_million']:.2f} for a backlog" if backlog else "")
             + ").** Three causes, largest first.\n"
-            f"  1. *The lingering poller* (shipped: `Poller.run`, LINGER_SECONDS 5, LINGER_PAUSE_SECONDS 0.25). While "
-            f"jobs arrive less than 5 s apart it polls every 0.25 s, and every cycle reads each route's depth: "
+            f"  1. *The lingering poller* (shipped: `Poller.run`, LINGER_SECONDS 5, pauses 0.25 s doubling to 2 s). While "
+            f"jobs arrive less than 5 s apart it keeps polling and re-reads each route's depth at most every 2 s: "
             f"{gqa:.2f} GetQueueAttributes per job (${gqa_usd:.2f}) and {paused_ms:.0f} ms of paused, billed poller "
             f"duration per job (${paused_usd:.2f}); relays add only {relays:.3f} messages and invocations per job. It "
             "is a cost per second of flow (see the arrival-rate table), so it shrinks per job as the rate rises and "
             f"grows as it falls. It also makes {engine_per_job:.2f} engine requests per job at this rate (empty short "
             "polls while lingering; target 1 is measured on a backlog, where it holds). This run has one poller at a time; the ticker's "
             "event source allows two (MaximumConcurrency 2), and a tick that finds work while another invocation "
-            "lingers lingers too, so on AWS this part can be up to twice the figure. The change that closes it: "
-            "read queue depths only when the poller cannot already know them — after its own dispatch it knows each "
-            "route's count (`_recent`), and a route at capacity stays so until its handlers finish, so one "
-            "GetQueueAttributes per route per pause of ≥ 1 s suffices; and back the pause off while polls come back "
-            "empty (0.25, 0.5, 1, 2 s, reset on a dispatch), which keeps the pause short while work flows and, by "
-            "estimate (not measured), cuts the lingering cycles (and their engine polls) by about three quarters "
-            "when it trickles; p50 would need re-measuring, as the pause sets it.\n"
+            "lingers lingers too, so on AWS this part can be up to twice the figure. Already shipped against it: "
+            "the pause doubles on each empty poll (0.25 s to 2 s) and depths are re-read at most every 2 s (at "
+            "2 jobs/s this took the figure from $11.70 to the one above, and GetQueueAttributes from 8.3 to the "
+            "figure above per job). What is left is mostly billed sleep: the change that closes it is to not sleep "
+            "inside the Lambda at all — end the invocation and relay with an SQS message delayed by the pause "
+            "(DelaySeconds is whole seconds, so pauses of 1 to 2 s; one SQS send, receive and invocation per pause "
+            "instead of 256 MB x the pause), at the price of about a second of pickup latency (p50 ≈ 1 s, at the "
+            "edge of the target) — not measured.\n"
             f"  2. *The handler's third write* ({handler_wu:.2f} write units per job in the wrapper: claim, stored "
             "result, and the REPORTED mark, where the floor counts two; -$0.625 per million if dropped). It is a "
             "trade-off, kept on purpose: the REPORTED mark is what lets the heartbeat drop a job from its ticket "
@@ -450,7 +451,7 @@ def _gaps(r: dict[str, Any], t: dict[str, bool | None]) -> list[str]:
     if lat and (not t["p50"] or not t["p99"]):
         out.append(
             f"**Pickup latency under load (p50 {lat['p50_load']:.2f} s, p99 {lat['p99_load']:.2f} s; targets 1 s / 2 s).** "
-            "The shipped poller lingers (a poll every 0.25 s while work flows) and relays when its budget ends busy, "
+            "The shipped poller lingers (polls 0.25 s to 2 s apart while work flows) and relays when its budget ends busy, "
             "so under load a job should wait about half a pause; a figure above that points at a pause longer than "
             "designed or at a relay that did not start a fresh invocation at once (see the samples in results.json)."
         )
