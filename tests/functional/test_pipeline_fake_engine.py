@@ -251,3 +251,15 @@ def _ticket_event(aws: Aws) -> dict[str, Any]:
             return event
         time.sleep(0.2)
     raise AssertionError("no ticket on the heartbeat queue")
+
+
+def test_a_claim_whose_answer_was_lost_is_still_ours(aws: Aws) -> None:
+    """botocore retries a put whose answer was lost; the retry meets our own claim: still ours,
+    and nobody else's."""
+    store = runtime.get_store()
+    assert store.claim("fake#1#r3", owner="req-a:m1", claim_seconds=60, job_type="t") == (True, None)
+    assert store.claim("fake#1#r3", owner="req-a:m1", claim_seconds=60, job_type="t") == (True, None)
+    claimed, found = store.claim("fake#1#r3", owner="req-b:m1", claim_seconds=60, job_type="t")
+    assert claimed is False
+    assert found is not None
+    assert found.owner == "req-a:m1"

@@ -25,6 +25,7 @@ import functools
 import json
 import time
 import traceback
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -68,9 +69,9 @@ class ClaimHeldError(PipelineError):
 
 
 def _other_message(found: JobRecord | None, message_id: str) -> bool:
-    """Whether the claim in ``found`` was taken by another SQS message (owner ``request:message``),
+    """Whether the claim in ``found`` was taken by another SQS message (owner ``request:message:nonce``),
     rather than by an earlier receipt of this same message."""
-    return found is not None and found.owner is not None and not found.owner.endswith(f":{message_id}")
+    return found is not None and found.owner is not None and f":{message_id}:" not in found.owner
 
 
 def _remaining_seconds(context: Any, default: float = 900.0) -> float:
@@ -162,7 +163,8 @@ class JobProcessor:
         remaining = _remaining_seconds(context)
         deadline = time.monotonic() + max(1.0, remaining - REPORT_MARGIN_SECONDS)
         request_id = getattr(context, "aws_request_id", None) or "local"
-        owner = f"{request_id}:{message_id}"
+        # Unique to this processing of this message: only a retry of our own claim call can match it.
+        owner = f"{request_id}:{message_id}:{uuid.uuid4().hex[:8]}"
 
         # Which lease this delivery holds: a later lease of the same job id (node-flow re-leases a
         # lapsed task under its old id) may claim a record the lost lease left behind.

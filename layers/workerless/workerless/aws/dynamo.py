@@ -167,6 +167,10 @@ class JobStore:
             )
         except _ConditionFailed as refused:
             found = _to_record(refused.item) if refused.item else self.get(key)
+            if found is not None and found.status is Status.CLAIMED and found.owner == owner:
+                # Our own write landed and its answer was lost (botocore retried the call, and the
+                # retry met the claim we had already made): the claim is ours.
+                return True, None
             return False, found
         return True, None
 
