@@ -91,6 +91,9 @@ class Aws:
 
 @contextmanager
 def moto_aws(monkeypatch: Any, *, max_in_flight: int = 10, tick_seconds: int = 0) -> Iterator[Aws]:
+    from workerless.local.runtime import serialise_moto_dynamodb_writes
+
+    serialise_moto_dynamodb_writes()  # DynamoDB's conditional writes are atomic; moto's, by this
     with mock_aws():
         sqs = boto3.client("sqs", region_name="us-east-1")
         dynamodb = boto3.client("dynamodb", region_name="us-east-1")

@@ -288,6 +288,7 @@ class LocalTopology:
         from moto import mock_aws
 
         loop.install_hooks()
+        serialise_moto_dynamodb_writes()
         self._mock = mock_aws()
         self._mock.start()
         self._started = True
@@ -797,6 +798,35 @@ class LocalTopology:
 
 def _count_lifecycle_event(job_type: str, event: str, fields: Mapping[str, Any]) -> None:
     get_summary().record(job_type, event)
+
+
+_moto_write_lock = threading.RLock()
+
+
+def serialise_moto_dynamodb_writes() -> None:
+    """Make moto's DynamoDB writes atomic, as DynamoDB's are.
+
+    DynamoDB applies a conditional write atomically per item. moto checks the condition and then
+    writes, in two Python steps: two threads can both pass the check. Local mode runs every
+    function in threads of one process, so without this a claim could be won twice (measured: 42
+    of 500 racing claim pairs with a short thread switch interval) — a fault of the emulation, not
+    of the pipeline. Idempotent; affects only the in-process moto backend.
+    """
+    import functools
+
+    from moto.dynamodb.models import DynamoDBBackend
+
+    if getattr(DynamoDBBackend, "_workerless_serialised", False):
+        return
+    for name in ("put_item", "update_item", "delete_item", "transact_write_items", "batch_write_item"):
+        original = getattr(DynamoDBBackend, name)
+
+        def locked(self: Any, *args: Any, __original: Any = original, **kwargs: Any) -> Any:
+            with _moto_write_lock:
+                return __original(self, *args, **kwargs)
+
+        setattr(DynamoDBBackend, name, functools.wraps(original)(locked))
+    DynamoDBBackend._workerless_serialised = True  # type: ignore[attr-defined]
 
 
 def _load_handler(spec: FunctionSpec) -> Handler:
