@@ -332,7 +332,12 @@ class ChaosEngine:
         state = self.state
         with state.lock:
             for job in jobs:
-                state.activations.setdefault(job.ref.job_id, []).append(job.ref.key)
+                seen = state.activations.setdefault(job.ref.job_id, [])
+                # In order of first appearance: a stale delivery pulled again later (StageNext's
+                # gateway requeues an unacknowledged delivery of an expired execution) is not the
+                # current attempt, however late it arrives.
+                if job.ref.key not in seen:
+                    seen.append(job.ref.key)
         return jobs
 
     def begin(self, job: Any) -> Any:
