@@ -466,10 +466,8 @@ class LocalTopology:
 
     def _listen(self, on: bool) -> None:
         """Feed the pipeline's lifecycle events (workerless.observability) into the summary."""
-        try:
-            from workerless import observability
-        except ImportError:  # pragma: no cover - the library always has it
-            return
+        from workerless import observability
+
         if on:
             observability.add_listener(_count_lifecycle_event)
         else:

@@ -1,9 +1,9 @@
-"""Per-job-type counters that the pipeline bumps and local mode prints.
+"""Per-job-type counters that local mode prints.
 
-The pipeline calls :func:`record` at the points that matter to a developer watching a run
-(a job activated, completed, failed, thrown, its lease lost, a duplicate delivery skipped, a
-delivery seen again). In Lambda nobody reads the counters; :func:`record` is a dict increment under
-a lock, never raises, and imports nothing, so leaving the calls in deployed code costs nothing.
+The pipeline reports each lifecycle step (activated, completed, failed, thrown, lease lost,
+skipped, ...) through :func:`workerless.observability.record`; a running
+:class:`~workerless.local.LocalTopology` subscribes to those events and counts them here.
+:func:`record` is a dict increment under a lock that never raises.
 
 Example:
     >>> from workerless.local import summary
