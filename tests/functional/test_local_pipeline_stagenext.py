@@ -168,6 +168,34 @@ def test_long_job_is_kept_past_several_leases_by_renewals(serve: Callable[..., E
     assert len(applied(state)) == 1
 
 
+def test_failed_lease_acquire_leaves_the_stage_to_its_redelivery_not_to_the_heartbeat(
+    serve: Callable[..., Emulated], events: Events
+) -> None:
+    """GIVEN lease acquire answers 503 to every try of the first delivery, and the heartbeat's first
+    ticket comes while those tries are still going (a 4 s lease: it looks after ~1 s)
+    WHEN the delivery gives up and SQS redelivers it
+    THEN the heartbeat never renewed the unacquired execution (renewing it is refused "not running",
+    and marking that LOST once made the redelivery acknowledge a stage nobody ran — chaos, seed 7),
+    the redelivery claims at once (the failed delivery gave its claim back), acquires, and the
+    heartbeat keeps that lease through a run longer than it: one execution, one applied result."""
+    emu = serve(lease_seconds=4)
+    stage_id = emu.emulator.create_job("generate-report", {"seconds": 5}, retries=3)
+    emu.fault(path="/stages/{stageId}/lease/acquire", status=503, times=4)  # CALLS tries begin 4 times
+
+    with topology(emu.env_file, visibility_seconds=3) as topo:
+        wait_final(topo, emu.state, [stage_id], 40)
+
+    state = emu.state(stage_id)
+    assert state["state"] == "completed", state["history"]
+    refused = [h for h in state["history"] if h["event"] == "renew_refused"]
+    assert refused == [], "the heartbeat renewed an execution whose lease was never acquired"
+    assert len(state["executions"]) == 1 and state["attempts"] == 1
+    assert state["executions"][0]["renewals"] >= 1, "the acquired lease was renewed through the 5 s run"
+    assert len(applied(state)) == 1
+    assert count(events, "started", stage_id) == 1
+    assert emu.emulator.inflight() == [0, 0]
+
+
 def test_unanswered_result_is_rereported_from_the_stored_outcome_on_redelivery(
     serve: Callable[..., Emulated], events: Events
 ) -> None:

@@ -11,7 +11,8 @@ lost" verdicts and the clock running past claims, and checks after every step:
 - once the heartbeat marked the attempt LOST, no result is stored;
 - a refused claim never tells a delivery to run (claim condition and ``decide`` agree);
 - a record never moves backwards (STORED/REPORTED never become CLAIMED or LOST);
-- progress: a record whose claim expired can always be claimed by the next delivery.
+- progress: a record whose claim expired can always be claimed by the next delivery;
+- a claim is given back (a failed lease acquire) only by its holder, only before its lease began.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class Delivery:
     phase: str = "new"  # new | claimed | ran | stored | done | dead
     claim_until: float = 0.0
     outcome: Outcome | None = None
+    begun: bool = False
 
 
 _CLIENT: list[Any] = []
@@ -138,6 +140,35 @@ class JobRecordMachine(RuleBasedStateMachine):
         elif decision in (Decision.DONE, Decision.SKIP):
             d.phase = "done"
         # RETRY_LATER: the message waits for a later redelivery (stays "new").
+
+    @rule(data=st.data())
+    def lease_begins(self, data: Any) -> None:
+        """StageNext: lease acquire answered; the claim is stamped so the heartbeat renews it."""
+        d = self._pick(data, "claimed")
+        if d is None or d.begun:
+            return
+        before = self.store.get(self.key)
+        stamped = self.store.mark_begun(self.key, owner=d.owner)
+        ours = before is not None and before.status is Status.CLAIMED and before.owner == d.owner
+        assert stamped == ours, f"mark_begun wrote {stamped} on {before}"
+        d.begun = stamped
+        if stamped:
+            record = self.store.get(self.key)
+            assert record is not None and record.begun_at == self.now
+
+    @rule(data=st.data())
+    def lease_acquire_fails(self, data: Any) -> None:
+        """StageNext: lease acquire failed; the delivery gives its claim back and its message fails."""
+        d = self._pick(data, "claimed")
+        if d is None:
+            return
+        before = self.store.get(self.key)
+        released = self.store.release(self.key, owner=d.owner)
+        ours = before is not None and before.status is Status.CLAIMED and before.owner == d.owner
+        assert released == (ours and not d.begun), f"release answered {released} for {d} on {before}"
+        if released:
+            assert self.store.get(self.key) is None
+        d.phase = "dead"
 
     @rule(data=st.data())
     def run_handler(self, data: Any) -> None:

@@ -211,12 +211,16 @@ class JobProcessor:
                 logger.warning("lease acquired by a delivery that does not hold the claim; not running it")
             raise ClaimHeldError(f"job {job.ref.job_id} is being handled by another delivery")
 
-        if engine.lease_from == "begin" and not CALLS.call(lambda: engine.begin(job), deadline=deadline):
+        if engine.lease_from == "begin" and not self._begin(
+            job, owner=owner, engine=engine, store=store, deadline=deadline
+        ):
             # Another delivery holds the engine's lease (a redelivery of a job already running).
             store.mark(job.key, Status.SKIPPED, reason="engine refused the lease", job_type=job.ref.job_type)
             engine.skip(job.ref)
             observability.record(job.ref.job_type, "skipped", job_id=job.ref.job_id)
             return
+        if engine.lease_from == "begin":
+            self._mark_begun(job, owner=owner, store=store)
 
         observability.record(job.ref.job_type, "started", job_id=job.ref.job_id, receive_count=receive_count)
         outcome = self._run(job, context=context, engine=engine, store=store, lease=lease)
@@ -298,6 +302,43 @@ class JobProcessor:
         from workerless.settings import get_settings
 
         return get_settings().fail_backoff_seconds
+
+    def _begin(self, job: ActivatedJob, *, owner: str, engine: Any, store: Any, deadline: float) -> bool:
+        """Lease acquire (StageNext) under our claim. If it fails, the claim is given back before the
+        error fails the message: the redelivery can then claim at once instead of waiting out a
+        claim of the whole Lambda timeout. (An acquire that landed unanswered is harmless: the
+        redelivery's acquire is refused, it is acknowledged, and the unrenewed lease lapses.)"""
+        try:
+            begun: bool = CALLS.call(lambda: engine.begin(job), deadline=deadline)
+        except Exception:
+            try:
+                store.release(job.key, owner=owner)
+            except StoreError as exc:
+                logger.warning("could not give back the claim; it expires on its own", extra={"error": str(exc)})
+            raise
+        return begun
+
+    def _mark_begun(self, job: ActivatedJob, *, owner: str, store: Any) -> None:
+        """Tell the heartbeat the engine lease has begun (StageNext), so it starts renewing it.
+
+        Best effort, tried like the store: if it never lands, the job still runs; a job longer than
+        one lease then has its execution lapse, its report is discarded as stale and StageNext runs
+        the stage again — wasted work, nothing lost. Failing the delivery instead would be worse:
+        we hold the lease, so every redelivery's acquire would be refused until it lapsed anyway.
+        """
+        for attempt in range(1, STORE_ATTEMPTS + 1):
+            try:
+                if not store.mark_begun(job.key, owner=owner):
+                    logger.warning("the claim changed hands before the lease was noted; its heartbeat stops")
+                return
+            except StoreError as exc:
+                if attempt == STORE_ATTEMPTS:
+                    logger.warning(
+                        "could not note the lease in the job record: the heartbeat will not renew it",
+                        extra={"error": str(exc)},
+                    )
+                    return
+                time.sleep(STORE_RETRY_SECONDS * attempt)
 
     def _store(self, job: ActivatedJob, outcome: Outcome, *, owner: str, store: Any) -> Outcome | None:
         """Store before reporting, so a lost report is re-sent, never re-computed. None: lost.

@@ -5,7 +5,7 @@ A ticket (one per dispatched batch) arrives delayed by a third of the shortest r
     read the batch's job records (one BatchGetItem)
       reported / lost / skipped ─────────────► drop: nothing left to keep alive
       held past WORKERLESS_MAX_HOLD_SECONDS ──► drop: let the lease lapse, the engine re-hands it
-      StageNext, handler not begun yet ──────► keep watching, nothing to renew yet
+      StageNext, lease not acquired yet ─────► keep watching, nothing to renew yet
                                                 (a stored, unreported result still renews: see below)
       otherwise ─► extend the lease (re-anchored to now + lease by the engine)
                     409 / refusal ─► mark LOST: the running handler sees job.lease_lost() and stops
@@ -27,7 +27,7 @@ from typing import Any
 from workerless import observability
 from workerless.errors import FinalEngineError, LeaseLostError, RetryableEngineError
 from workerless.observability import logger
-from workerless.record import Status, lease_of
+from workerless.record import JobRecord, Status, lease_of
 from workerless.retry import CALLS
 from workerless.settings import Settings
 from workerless.ticket import Ticket, TicketEntry
@@ -55,11 +55,16 @@ def process_ticket(
                 extra={"job_id": ref.job_id, "job_type": ref.job_type, "max_hold_seconds": settings.max_hold_seconds},
             )
             continue
-        # StageNext renews from begin on, and also while the result is STORED but not yet accepted:
-        # its re-report (an SQS redelivery, minutes later) is applied only to a still-Running
-        # execution; a lapsed one is discarded as stale and the stage runs again.
-        if engine.lease_from == "begin" and (record is None or record.status not in (Status.CLAIMED, Status.STORED)):
-            live.append(entry)
+        # StageNext renews once the handler's lease acquire has landed (the claim's begun_at), and
+        # also while the result is STORED but not yet accepted: its re-report (an SQS redelivery,
+        # minutes later) is applied only to a still-Running execution; a lapsed one is discarded as
+        # stale and the stage runs again. A claim not yet begun (acquire in flight, or failed and
+        # awaiting redelivery) has no lease: renewing it is refused, and marking that LOST would
+        # make the redelivery acknowledge an execution nobody ran. Look again a third of a lease
+        # from now: an acquire landing after this read has the whole lease ahead of it.
+        if engine.lease_from == "begin" and not _begun(record):
+            lease_seconds = min(settings.lease_seconds, getattr(engine, "lease_seconds", settings.lease_seconds))
+            live.append(TicketEntry(ref, max(entry.lease_expires_at, now + lease_seconds)))
             continue
         try:
             expiry: float = CALLS.call(functools.partial(engine.extend, ref, settings.lease_seconds), deadline=deadline)
@@ -89,3 +94,11 @@ def process_ticket(
     if settings.heartbeat_queue_url:
         queues.send(settings.heartbeat_queue_url, next_ticket.to_json(), delay_seconds=next_ticket.delay_seconds())
     return next_ticket
+
+
+def _begun(record: JobRecord | None) -> bool:
+    """Whether a begin-leased job's lease is live to renew: acquired by the claim holder, or its
+    result stored and not yet accepted."""
+    if record is None:
+        return False
+    return record.status is Status.STORED or (record.status is Status.CLAIMED and record.begun_at is not None)

@@ -15,6 +15,11 @@ States and who moves them (every write is conditional, so racing deliveries cann
       │                                                        the result is owed or delivered)
       └──begin refused──► SKIPPED  (StageNext: another delivery holds the lease)
 
+StageNext's lease starts at begin (lease acquire), after the claim. The handler stamps the claim
+``begun_at`` once acquire succeeds, and only then does the heartbeat renew it: renewing an execution
+that was never acquired is refused ("not running"), and marking that LOST would make its redelivery
+acknowledge a delivery nobody ran — the execution would never run (chaos run, seed 7).
+
 A delivery that finds STORED re-reports the stored outcome and never runs the handler again. One
 that finds CLAIMED with a live claim leaves the message for a later redelivery. Every item has a
 TTL (``expires_at``) well past the longest a job can be in flight.
@@ -58,6 +63,8 @@ class JobRecord:
     #: The :func:`lease_of` fingerprint of the lease the record was last written under ("" or None:
     #: not known, as for engines whose lease starts at begin).
     lease: str | None = None
+    #: When the claim holder's engine lease began (StageNext lease acquire), None before that.
+    begun_at: float | None = None
 
     @property
     def in_pipeline(self) -> bool:

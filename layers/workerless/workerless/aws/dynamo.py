@@ -59,6 +59,7 @@ def _to_record(item: dict[str, Any]) -> JobRecord:
         lost_reason=item.get("lost_reason", {}).get("S"),
         deliveries=int(item.get("deliveries", {}).get("N", "0")),
         lease=item.get("lease", {}).get("S"),
+        begun_at=float(item["begun_at"]["N"]) if "begun_at" in item else None,
     )
 
 
@@ -173,6 +174,47 @@ class JobStore:
                 return True, None
             return False, found
         return True, None
+
+    def mark_begun(self, key: str, *, owner: str) -> bool:
+        """Stamp this delivery's claim with when its engine lease began (StageNext lease acquire).
+
+        The heartbeat renews a begin-leased job only once this is set. False when the claim is no
+        longer this delivery's (nothing is written then).
+        """
+        try:
+            self._call(
+                "update_item",
+                TableName=self.table,
+                Key={"pk": {"S": key}},
+                UpdateExpression="SET begun_at = :now",
+                ConditionExpression="#s = :claimed AND #owner = :owner",
+                ExpressionAttributeNames={"#s": "status", "#owner": "owner"},
+                ExpressionAttributeValues={
+                    ":claimed": {"S": Status.CLAIMED.value},
+                    ":owner": {"S": owner},
+                    ":now": {"N": repr(self._clock())},
+                },
+            )
+        except _ConditionFailed:
+            return False
+        return True
+
+    def release(self, key: str, *, owner: str) -> bool:
+        """Give up this delivery's claim before its engine lease began (a failed lease acquire), so
+        the redelivery need not wait for the claim to expire. False when it was not ours to give up.
+        """
+        try:
+            self._call(
+                "delete_item",
+                TableName=self.table,
+                Key={"pk": {"S": key}},
+                ConditionExpression="#s = :claimed AND #owner = :owner AND attribute_not_exists(begun_at)",
+                ExpressionAttributeNames={"#s": "status", "#owner": "owner"},
+                ExpressionAttributeValues={":claimed": {"S": Status.CLAIMED.value}, ":owner": {"S": owner}},
+            )
+        except _ConditionFailed:
+            return False
+        return True
 
     def store_outcome(self, key: str, *, owner: str, outcome: Outcome) -> JobRecord | None:
         """Store the result, only while this delivery still holds the claim.

@@ -99,6 +99,10 @@ class FaultPlan:
     limits: Mapping[Fault, int] = field(default_factory=dict)
     #: Never hit a job a fault already hit (targeted tests: one fault, one job, one recovery).
     exclusive: bool = False
+    #: The first ``sure`` opportunities of each armed kind fire without a roll. A short run has few
+    #: opportunities, so how many faults it sees is otherwise down to thread timing (a CI pass once
+    #: drew 9); this makes "every armed kind that could fire did" something a test can assert.
+    sure: int = 0
 
     def __post_init__(self) -> None:
         for kind, rate in self.rates.items():
@@ -107,12 +111,13 @@ class FaultPlan:
         self._random = random.Random(self.seed)
         self._lock = threading.Lock()
         self._fired: Counter[Fault] = Counter()
+        self._chances: Counter[Fault] = Counter()
         self.enabled = True
 
     @classmethod
-    def mixed(cls, *, seed: int = 0, scale: float = 1.0) -> FaultPlan:
+    def mixed(cls, *, seed: int = 0, scale: float = 1.0, sure: int = 0) -> FaultPlan:
         """Every fault on at once (the long mixed run), rates multiplied by ``scale``."""
-        return cls({k: min(1.0, v * scale) for k, v in MIXED_RATES.items()}, seed=seed)
+        return cls({k: min(1.0, v * scale) for k, v in MIXED_RATES.items()}, seed=seed, sure=sure)
 
     def roll(self, kind: Fault) -> bool:
         """Whether ``kind`` fires at this opportunity."""
@@ -123,10 +128,16 @@ class FaultPlan:
             limit = self.limits.get(kind)
             if limit is not None and self._fired[kind] >= limit:
                 return False
-            if self._random.random() >= rate:
+            self._chances[kind] += 1
+            if self._chances[kind] > self.sure and self._random.random() >= rate:
                 return False
             self._fired[kind] += 1
             return True
+
+    def chances(self) -> dict[str, int]:
+        """Kind → opportunities it had while armed (whether or not it fired)."""
+        with self._lock:
+            return {kind.value: count for kind, count in sorted(self._chances.items())}
 
     def active(self, kinds: Iterable[Fault]) -> bool:
         return self.enabled and any(self.rates.get(k, 0.0) > 0 for k in kinds)
