@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
 import time
 from collections import Counter
@@ -279,6 +280,16 @@ def _make_handler(router: Router) -> type[BaseHTTPRequestHandler]:
     return _Handler
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A client that hung up first (its timeout beat an injected delay) is not an emulator error:
+    stdlib would print a BrokenPipe traceback for each one."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+
 class EmulatorServer:
     """Serve a :class:`Router` on 127.0.0.1 in a background thread.
 
@@ -287,7 +298,7 @@ class EmulatorServer:
 
     def __init__(self, router: Router, *, host: str = "127.0.0.1", port: int = 0) -> None:
         self.router = router
-        self._server = ThreadingHTTPServer((host, port), _make_handler(router))
+        self._server = _QuietServer((host, port), _make_handler(router))
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 
