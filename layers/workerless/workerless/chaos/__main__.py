@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from workerless.chaos.plan import Fault, FaultPlan
-from workerless.chaos.run import ENGINES, RunConfig, print_figures, run
+from workerless.chaos.run import ENGINES, RunConfig, explain, print_figures, run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,10 +55,13 @@ def main(argv: list[str] | None = None) -> int:
             ledger_path=args.ledger,
             log_level=args.log_level.upper(),
         )
-        figures = run(config).figures
+        result = run(config)
+        figures = result.figures
         results.append(figures.as_dict())
         if not args.json:
             print_figures(figures)
+        if not figures.ok:
+            sys.stderr.write(explain(result) + "\n")
         failed = failed or not figures.ok
     if args.json:
         json.dump(results, sys.stdout, indent=2)

@@ -414,5 +414,24 @@ def _history(states: dict[str, dict[str, Any]], job_id: str) -> list[str]:
     return [str(e.get("event")) for e in job.get("history") or []]
 
 
+def explain(result: RunResult) -> str:
+    """For every job that is not final, what the engine saw and which faults hit it, in time order
+    (seconds from the run's first fault): what the next person needs to diagnose a lost job."""
+    injections = result.state.recorder.injections
+    t0 = min((i.at for i in injections), default=0.0)
+    lines: list[str] = []
+    for job_id, job in result.jobs.items():
+        if job["state"] in FINAL:
+            continue
+        lines.append(f"job {job_id} ({job.get('type')}) is {job['state']}:")
+        events = [
+            (float(e.get("at") or 0.0), json.dumps(e, default=str, sort_keys=True)) for e in job.get("history") or []
+        ]
+        events += [(i.at, f"FAULT {i.kind.value} at {i.where}") for i in injections if job_id in i.job_ids]
+        lines.extend(f"  {at - t0:8.2f}  {text}" for at, text in sorted(events))
+        lines.append(f"  activations: {result.state.activations.get(job_id)}")
+    return "\n".join(lines)
+
+
 def print_figures(figures: Figures, *, out: Any = sys.stdout) -> None:
     out.write(figures.table() + "\n\n")

@@ -1,0 +1,64 @@
+"""The chaos harness's own parts that decide what a run proves: the fault plan's dice and the
+explanation printed for a job that did not finish."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workerless.chaos.inject import ChaosState
+from workerless.chaos.ledger import Ledger
+from workerless.chaos.plan import Fault, FaultPlan, Recorder
+from workerless.chaos.run import RunResult, explain
+
+
+def test_sure_fires_the_first_chances_of_each_armed_kind_then_rolls() -> None:
+    """GIVEN a kind armed at a rate that (with this seed) never fires and sure=2
+    THEN its first two chances fire and later ones do not; a kind not armed never fires and is not
+    counted as having had a chance."""
+    plan = FaultPlan({Fault.ENGINE_503: 1e-9}, seed=3, sure=2)
+
+    fired = [plan.roll(Fault.ENGINE_503) for _ in range(5)]
+
+    assert fired == [True, True, False, False, False]
+    assert plan.roll(Fault.ENGINE_500) is False
+    assert plan.chances() == {"engine_503": 5}
+
+
+def test_sure_respects_a_kinds_budget() -> None:
+    plan = FaultPlan({Fault.SQS_ERROR: 1e-9}, sure=3, limits={Fault.SQS_ERROR: 1})
+
+    assert [plan.roll(Fault.SQS_ERROR) for _ in range(3)] == [True, False, False]
+
+
+def _result(jobs: dict[str, dict[str, Any]], recorder: Recorder) -> RunResult:
+    state = ChaosState(plan=FaultPlan(), recorder=recorder, ledger=Ledger(), lease_seconds=5)
+    state.activations["stg_1"] = ["stagenext#stg_1#exe_a"]
+    figures: Any = None
+    return RunResult(figures, state, jobs, {}, emulator=None)
+
+
+def test_explain_tells_the_story_of_each_job_that_is_not_final_in_time_order() -> None:
+    recorder = Recorder()
+    recorder.note(Fault.ENGINE_401, job_ids=["stg_1"], where="SendReceiptFunction:begin")
+    at = recorder.injections[0].at
+    jobs = {
+        "stg_1": {
+            "type": "send-receipt",
+            "state": "ready",
+            "history": [
+                {"event": "delivered", "at": at - 0.5},
+                {"event": "renew_refused", "at": at + 1.0, "reason": "not_running"},
+            ],
+        },
+        "stg_2": {"type": "send-receipt", "state": "completed", "history": [{"event": "created", "at": at}]},
+    }
+
+    text = explain(_result(jobs, recorder))
+
+    lines = text.splitlines()
+    assert lines[0] == "job stg_1 (send-receipt) is ready:"
+    assert "delivered" in lines[1] and lines[1].strip().startswith("-0.50")
+    assert "FAULT engine_401 at SendReceiptFunction:begin" in lines[2]
+    assert "renew_refused" in lines[3] and "not_running" in lines[3]
+    assert lines[4] == "  activations: ['stagenext#stg_1#exe_a']"
+    assert "stg_2" not in text, "a final job needs no explanation"
