@@ -62,3 +62,28 @@ def test_explain_tells_the_story_of_each_job_that_is_not_final_in_time_order() -
     assert "renew_refused" in lines[3] and "not_running" in lines[3]
     assert lines[4] == "  activations: ['stagenext#stg_1#exe_a']"
     assert "stg_2" not in text, "a final job needs no explanation"
+
+
+def test_a_second_completed_run_counts_as_a_duplicate_only_under_the_same_lease() -> None:
+    """GIVEN node-flow's key (the task id) completed under one lease, then again under the lease
+    the engine re-handed after the first lapsed, and another key completed twice under one lease
+    THEN only the second is a duplicate completion; the first is a re-run after a lapse."""
+    ledger = Ledger()
+    ledger.completed("nodeflow#t1", "t1", lease="aaaa")
+    ledger.completed("nodeflow#t1", "t1", lease="bbbb")
+    ledger.completed("nodeflow#t2", "t2", lease="cccc")
+    ledger.completed("nodeflow#t2", "t2", lease="cccc")
+
+    assert ledger.duplicate_completions == 1
+    assert ledger.duplicated_keys() == ["nodeflow#t2"]
+    assert ledger.reruns_after_lapse == 1
+
+
+def test_without_a_lease_fingerprint_every_run_of_a_key_is_one_attempt() -> None:
+    """StageNext's key names the execution; two gateway deliveries of it are one attempt."""
+    ledger = Ledger()
+    ledger.completed("stagenext#s1#exe_a", "s1")
+    ledger.completed("stagenext#s1#exe_a", "s1")
+
+    assert ledger.duplicate_completions == 1
+    assert ledger.reruns_after_lapse == 0

@@ -71,6 +71,7 @@ class Figures:
     faults_injected: int
     faults_by_kind: dict[str, int]
     effects_repeated: int
+    reruns_after_lapse: int
     stale_writes_refused: int
     jobs_hit_by_faults: int
     recover_mean_seconds: float
@@ -108,7 +109,8 @@ class Figures:
             ("duplicate completed side effects, one attempt (must be 0)", self.duplicate_completions),
             ("stale writes accepted (must be 0)", self.stale_writes_accepted),
             (f"jobs stuck past their deadline of {self.deadline_seconds:g} s (must be 0)", self.stuck_past_deadline),
-            ("side effects repeated after a crash (same key; deduplicated downstream)", self.effects_repeated),
+            ("side effects repeated under one key (a crash or a lapse; deduplicated downstream)", self.effects_repeated),
+            ("handler re-run under a new lease after its lease lapsed (by design)", self.reruns_after_lapse),
             ("stale reports refused by the engine (409)", self.stale_writes_refused),
             ("runs stopped at their Lambda timeout (not injected)", self.runs_stopped_at_timeout),
             ("jobs hit by a fault", self.jobs_hit_by_faults),
@@ -397,6 +399,7 @@ def _figures(
         faults_injected=sum(faults.values()),
         faults_by_kind=faults,
         effects_repeated=state.ledger.effects_repeated,
+        reruns_after_lapse=state.ledger.reruns_after_lapse,
         stale_writes_refused=state.refused_stale,
         jobs_hit_by_faults=len(hit),
         recover_mean_seconds=statistics.fmean(recover) if recover else 0.0,

@@ -28,6 +28,7 @@ from typing import Any
 from workerless.chaos.inject import ChaosEngine, ChaosState
 from workerless.chaos.plan import Fault, SimulatedCrash
 from workerless.local.runtime import LocalTopology
+from workerless.record import lease_of
 
 log = logging.getLogger("workerless.chaos")
 
@@ -165,7 +166,10 @@ class ChaosTopology(LocalTopology):
             handle = json.dumps(dict(job.activated.ref.handle), sort_keys=True, default=str)
             left = job.lambda_context.get_remaining_time_in_millis() if job.lambda_context else -1
             run_info = f"lease={hashlib.sha256(handle.encode()).hexdigest()[:8]} left_ms={left} at={time.time():.2f}"
-            state.ledger.completed(job.key, job.id, run_info)
+            from workerless import runtime
+
+            lease = lease_of(job.activated.ref, runtime.get_engine().lease_from)
+            state.ledger.completed(job.key, job.id, run_info, lease=lease)
             if isinstance(result, dict):
                 # Which attempt produced the result the engine keeps: the stale-write check.
                 return {**result, "_chaos_key": job.key}
