@@ -435,6 +435,17 @@ class FakeDynamo:
         return {}
 
     @_timed
+    def delete_item(self, **kwargs: Any) -> dict[str, Any]:
+        key = kwargs["Key"]["pk"]["S"]
+        with self._lock:
+            old = self.items.get(key)
+            self.meter.ddb("DeleteItem", write=write_units(old, None))
+            if not self._check(kwargs, old):
+                raise self._refused("DeleteItem", old, kwargs)
+            self.items.pop(key, None)
+        return {}
+
+    @_timed
     def get_item(self, **kwargs: Any) -> dict[str, Any]:
         key = kwargs["Key"]["pk"]["S"]
         with self._lock:
