@@ -219,8 +219,13 @@ class JobProcessor:
             engine.skip(job.ref)
             observability.record(job.ref.job_type, "skipped", job_id=job.ref.job_id)
             return
-        if engine.lease_from == "begin":
-            self._mark_begun(job, owner=owner, store=store)
+        if engine.lease_from == "begin" and not self._mark_begun(job, owner=owner, store=store):
+            # Our claim expired and was taken while we acquired: our result could not be stored, so
+            # running would be wasted. The lease we hold lapses unrenewed and StageNext runs the
+            # stage again as a new execution.
+            engine.skip(job.ref)
+            observability.record(job.ref.job_type, "skipped", job_id=job.ref.job_id)
+            return
 
         observability.record(job.ref.job_type, "started", job_id=job.ref.job_id, receive_count=receive_count)
         outcome = self._run(job, context=context, engine=engine, store=store, lease=lease)
@@ -318,27 +323,30 @@ class JobProcessor:
             raise
         return begun
 
-    def _mark_begun(self, job: ActivatedJob, *, owner: str, store: Any) -> None:
+    def _mark_begun(self, job: ActivatedJob, *, owner: str, store: Any) -> bool:
         """Tell the heartbeat the engine lease has begun (StageNext), so it starts renewing it.
+        False only when the claim is no longer ours.
 
-        Best effort, tried like the store: if it never lands, the job still runs; a job longer than
-        one lease then has its execution lapse, its report is discarded as stale and StageNext runs
-        the stage again — wasted work, nothing lost. Failing the delivery instead would be worse:
-        we hold the lease, so every redelivery's acquire would be refused until it lapsed anyway.
+        Tried like the store; if it never lands, the job still runs: a job longer than one lease
+        then has its execution lapse, its report is discarded as stale and StageNext runs the stage
+        again — wasted work, nothing lost. Failing the delivery instead would be worse: we hold the
+        lease, so every redelivery's acquire would be refused until it lapsed anyway.
         """
         for attempt in range(1, STORE_ATTEMPTS + 1):
             try:
-                if not store.mark_begun(job.key, owner=owner):
-                    logger.warning("the claim changed hands before the lease was noted; its heartbeat stops")
-                return
+                if store.mark_begun(job.key, owner=owner):
+                    return True
+                logger.warning("the claim changed hands while the lease was acquired: not running the job")
+                return False
             except StoreError as exc:
                 if attempt == STORE_ATTEMPTS:
                     logger.warning(
                         "could not note the lease in the job record: the heartbeat will not renew it",
                         extra={"error": str(exc)},
                     )
-                    return
+                    return True
                 time.sleep(STORE_RETRY_SECONDS * attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _store(self, job: ActivatedJob, outcome: Outcome, *, owner: str, store: Any) -> Outcome | None:
         """Store before reporting, so a lost report is re-sent, never re-computed. None: lost.

@@ -109,7 +109,10 @@ class Figures:
             ("duplicate completed side effects, one attempt (must be 0)", self.duplicate_completions),
             ("stale writes accepted (must be 0)", self.stale_writes_accepted),
             (f"jobs stuck past their deadline of {self.deadline_seconds:g} s (must be 0)", self.stuck_past_deadline),
-            ("side effects repeated under one key (a crash or a lapse; deduplicated downstream)", self.effects_repeated),
+            (
+                "side effects repeated under one key (a crash or a lapse; deduplicated downstream)",
+                self.effects_repeated,
+            ),
             ("handler re-run under a new lease after its lease lapsed (by design)", self.reruns_after_lapse),
             ("stale reports refused by the engine (409)", self.stale_writes_refused),
             ("runs stopped at their Lambda timeout (not injected)", self.runs_stopped_at_timeout),
