@@ -263,3 +263,52 @@ def test_a_claim_whose_answer_was_lost_is_still_ours(aws: Aws) -> None:
     assert claimed is False
     assert found is not None
     assert found.owner == "req-a:m1"
+
+
+class _BeginLeased(FakeEngine):
+    """A begin-leased engine (StageNext's shape) whose lease acquire takes long enough that the
+    delivery's claim expires and another delivery claims the record meanwhile."""
+
+    lease_from = "begin"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.begun: list[str] = []
+        self.skipped: list[str] = []
+
+    def begin(self, job: ActivatedJob) -> bool:
+        store = runtime.get_store()
+        # Another delivery takes the claim over (as if ours had expired during the acquire).
+        store._call(
+            "update_item",
+            TableName=store.table,
+            Key={"pk": {"S": job.key}},
+            UpdateExpression="SET #owner = :other",
+            ExpressionAttributeNames={"#owner": "owner"},
+            ExpressionAttributeValues={":other": {"S": "another-delivery"}},
+        )
+        self.begun.append(job.ref.job_id)
+        return True
+
+    def skip(self, ref: Any) -> None:
+        self.skipped.append(ref.job_id)
+
+
+def test_a_claim_taken_over_during_lease_acquire_is_not_run(aws: Aws) -> None:
+    """GIVEN a begin-leased engine, and a claim that changes hands while the lease is acquired
+    WHEN the handler processes the job
+    THEN it does not run the handler (its result could not be stored), acknowledges the delivery,
+    and leaves the other delivery's claim as it was, unstamped."""
+    engine = _BeginLeased()
+    runtime.set_engine(engine)
+    job_id = engine.add_job("charge-payment", {"orderId": "9", "amount": 5})
+    entrypoints.poller({}, FakeContext())
+
+    response = run_handler(aws, "charge-payment")
+
+    assert response == {"batchItemFailures": []}
+    assert engine.begun == [job_id] and engine.skipped == [job_id]
+    assert job_id not in engine.reports, "the handler ran and reported"
+    record = runtime.get_store().get(f"fake#{job_id}#r3")
+    assert record is not None and record.status is Status.CLAIMED
+    assert record.owner == "another-delivery" and record.begun_at is None
