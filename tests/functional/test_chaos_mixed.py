@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from workerless.chaos.plan import FaultPlan
-from workerless.chaos.run import ENGINES, RunConfig, run
+from workerless.chaos.run import ENGINES, RunConfig, explain, run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,12 +33,14 @@ def test_mixed_faults_lose_nothing_and_complete_each_attempt_once(engine: str) -
         max_seconds=60,
         deadline_seconds=50,
     )
-    figures = run(config).figures
+    result = run(config)
+    figures = result.figures
 
     fired, had_a_chance = set(figures.faults_by_kind), set(plan.chances())
     assert had_a_chance <= fired, f"kinds that had a chance but never fired: {had_a_chance - fired}"
     assert len(fired) >= 12, f"too few kinds of fault to prove anything: {figures.faults_by_kind}"
-    assert figures.problems == [], figures.table()
+    # On failure: the figures, then each unfinished job's engine history and faults in time order.
+    assert figures.problems == [], figures.table() + "\n" + explain(result)
     assert figures.lost == 0
     assert figures.duplicate_completions == 0
     assert figures.stale_writes_accepted == 0
