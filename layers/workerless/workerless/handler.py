@@ -27,7 +27,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from workerless import observability
 from workerless.errors import (
@@ -46,6 +46,7 @@ from workerless.observability import logger
 from workerless.record import Decision, JobRecord, Status, decide, lease_of
 from workerless.retry import CALLS
 
+T = TypeVar("T")
 HandlerFunction = Callable[[Job], Any]
 LambdaHandler = Callable[[dict[str, Any], Any], dict[str, Any]]
 
@@ -79,6 +80,25 @@ def _remaining_seconds(context: Any, default: float = 900.0) -> float:
     if getter is None:
         return default
     return max(0.0, float(getter()) / 1000.0)
+
+
+def _retrying_store(call: Callable[[], T], what: str) -> T:
+    """``call`` a job-record write, tried again on a StoreError (on top of botocore's own retries):
+    ``STORE_ATTEMPTS`` tries, ``STORE_RETRY_SECONDS`` times the attempt apart (1.2 s in all). An
+    outcome too large to store is final; the last StoreError propagates."""
+    from workerless.aws.dynamo import OutcomeTooLargeError
+
+    for attempt in range(1, STORE_ATTEMPTS + 1):
+        try:
+            return call()
+        except OutcomeTooLargeError:
+            raise
+        except StoreError as exc:
+            if attempt == STORE_ATTEMPTS:
+                raise
+            logger.warning(f"{what} failed; trying again", extra={"error": str(exc)})
+            time.sleep(STORE_RETRY_SECONDS * attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 class JobProcessor:
@@ -332,21 +352,17 @@ class JobProcessor:
         again — wasted work, nothing lost. Failing the delivery instead would be worse: we hold the
         lease, so every redelivery's acquire would be refused until it lapsed anyway.
         """
-        for attempt in range(1, STORE_ATTEMPTS + 1):
-            try:
-                if store.mark_begun(job.key, owner=owner):
-                    return True
-                logger.warning("the claim changed hands while the lease was acquired: not running the job")
-                return False
-            except StoreError as exc:
-                if attempt == STORE_ATTEMPTS:
-                    logger.warning(
-                        "could not note the lease in the job record: the heartbeat will not renew it",
-                        extra={"error": str(exc)},
-                    )
-                    return True
-                time.sleep(STORE_RETRY_SECONDS * attempt)
-        raise AssertionError("unreachable")  # pragma: no cover
+        try:
+            marked: bool = _retrying_store(lambda: store.mark_begun(job.key, owner=owner), "noting the lease")
+        except StoreError as exc:
+            logger.warning(
+                "could not note the lease in the job record: the heartbeat will not renew it",
+                extra={"error": str(exc)},
+            )
+            return True
+        if not marked:
+            logger.warning("the claim changed hands while the lease was acquired: not running the job")
+        return marked
 
     def _store(self, job: ActivatedJob, outcome: Outcome, *, owner: str, store: Any) -> Outcome | None:
         """Store before reporting, so a lost report is re-sent, never re-computed. None: lost.
@@ -356,19 +372,7 @@ class JobProcessor:
         failed store is tried again a few times, on top of botocore's own retries. A retry after a
         write that landed but whose answer was lost finds our own STORED record: the same result.
         """
-        from workerless.aws.dynamo import OutcomeTooLargeError
-
-        for attempt in range(1, STORE_ATTEMPTS + 1):
-            try:
-                return self._store_once(job, outcome, owner=owner, store=store)
-            except OutcomeTooLargeError:
-                raise
-            except StoreError as exc:
-                if attempt == STORE_ATTEMPTS:
-                    raise
-                logger.warning("storing the result failed; trying again", extra={"error": str(exc)})
-                time.sleep(STORE_RETRY_SECONDS * attempt)
-        raise AssertionError("unreachable")  # pragma: no cover
+        return _retrying_store(lambda: self._store_once(job, outcome, owner=owner, store=store), "storing the result")
 
     def _store_once(self, job: ActivatedJob, outcome: Outcome, *, owner: str, store: Any) -> Outcome | None:
         from workerless.aws.dynamo import OutcomeTooLargeError
