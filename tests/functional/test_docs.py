@@ -381,7 +381,9 @@ def test_operating_names_every_alarm_and_metric() -> None:
     alarms = re.findall(r"^  (\w+):\n    Type: AWS::CloudWatch::Alarm", template, re.MULTILINE)
     assert alarms
     for alarm in alarms:
-        per_type = re.sub(r"^(ChargePayment|SendReceipt|GenerateReport)(DeadLetterQueueAlarm)$", r"<Type>\2", alarm)
+        per_type = re.sub(
+            r"^(ChargePayment|SendReceipt|GenerateReport)(DeadLetterQueueAlarm|QueueAgeAlarm)$", r"<Type>\2", alarm
+        )
         assert f"`{per_type}`" in text, f"operating.md does not describe {alarm}"
     metrics = {*observability.EVENT_METRICS.values()}
     metrics |= {observability.POLL_CYCLES, observability.POLLS, observability.EMPTY_POLLS, observability.POLL_ERRORS}

@@ -403,6 +403,25 @@ def test_poller_runs_on_a_watchdog_schedule_and_on_ticks(cfn: dict[str, Any]) ->
     assert set(_event_source_queues(cfn, "PollerFunction")) == {"TickerQueue"}
 
 
+def test_a_failed_watchdog_tick_is_not_retried(cfn: dict[str, Any]) -> None:
+    """EventBridge invokes the poller asynchronously: by default Lambda retries a failed invocation
+    twice and EventBridge retries delivery for a day. Either retry is a whole extra poller run racing
+    the next tick, which does the same work a minute later."""
+    (config,) = [
+        r["Properties"]
+        for r in _resources(cfn, "AWS::Lambda::EventInvokeConfig").values()
+        if _logical_id(r["Properties"]["FunctionName"]) == "PollerFunction"
+    ]
+    assert (config["MaximumRetryAttempts"], config["MaximumEventAgeInSeconds"]) == (0, 60)
+    (rule,) = [
+        r["Properties"]
+        for r in _resources(cfn, "AWS::Events::Rule").values()
+        if any(_logical_id(t["Arn"]) == "PollerFunction" for t in r["Properties"]["Targets"])
+    ]
+    (target,) = rule["Targets"]
+    assert target["RetryPolicy"] == {"MaximumRetryAttempts": 0, "MaximumEventAgeInSeconds": 60}
+
+
 @pytest.mark.parametrize("camel", sorted(JOB_TYPES.values()))
 def test_handler_event_source(cfn: dict[str, Any], camel: str) -> None:
     mappings = _event_source_queues(cfn, f"{camel}Function")
@@ -487,6 +506,24 @@ def test_jobs_table(cfn: dict[str, Any]) -> None:
     assert props["SSESpecification"]["SSEEnabled"] is True
 
 
+def test_job_records_and_dead_letters_outlive_the_stack(cfn: dict[str, Any]) -> None:
+    """The job table keeps redelivered jobs from running twice and holds results still owed; a
+    dead-letter queue may hold the only trace of a job. Neither goes with a stack deletion or a
+    replacing update, and the table refuses a DeleteTable."""
+    table = cfn["Resources"]["JobsTable"]
+    assert (table["DeletionPolicy"], table["UpdateReplacePolicy"]) == ("Retain", "Retain")
+    assert table["Properties"]["DeletionProtectionEnabled"] is True
+    dead_letter_queues = {
+        q["Properties"]["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0]
+        for q in _resources(cfn, "AWS::SQS::Queue").values()
+        if "RedrivePolicy" in q["Properties"]
+    }
+    assert len(dead_letter_queues) == 2 + len(JOB_TYPES)
+    for name in dead_letter_queues:
+        queue = cfn["Resources"][name]
+        assert (queue.get("DeletionPolicy"), queue.get("UpdateReplacePolicy")) == ("Retain", "Retain"), name
+
+
 # ----------------------------------------------------------------------------- parameters and outputs
 
 
@@ -512,6 +549,13 @@ def test_parameters_match_the_contract(cfn: dict[str, Any]) -> None:
         params["EngineSecretArn"]["AllowedPattern"],
         "arn:aws:secretsmanager:us-east-1:123456789012:secret:workerless/sheptra-AbCdEf",
     )
+    # A partial ARN (no random suffix) deploys, then every GetSecretValue is AccessDenied: the roles
+    # grant the ARN as given and IAM matches it literally. Refused at deploy instead.
+    for partial in (
+        "arn:aws:secretsmanager:us-east-1:123456789012:secret:workerless/sheptra",
+        "arn:aws:secretsmanager:us-east-1:123456789012:secret:workerless/sheptra-AbCd",
+    ):
+        assert not re.fullmatch(params["EngineSecretArn"]["AllowedPattern"], partial), partial
     # The job queues' visibility (720) is 6 x the largest HandlerTimeout allowed.
     assert params["HandlerTimeout"]["MaxValue"] * 6 <= 720
 

@@ -49,6 +49,14 @@ def dead_letter_queues(cfn: dict[str, Any]) -> set[str]:
     return targets
 
 
+def consumers(cfn: dict[str, Any]) -> dict[str, str]:
+    """Queue logical id -> the function its SQS event source mapping invokes."""
+    return {
+        mapping["Properties"]["EventSourceArn"]["Fn::GetAtt"][0]: mapping["Properties"]["FunctionName"]["Ref"]
+        for mapping in resources(cfn, "AWS::Lambda::EventSourceMapping").values()
+    }
+
+
 def job_queues() -> set[str]:
     return {f"{camel}Queue" for camel in JOB_TYPES.values()}
 
@@ -88,7 +96,8 @@ def test_the_dashboard_is_on_by_default_and_linked_from_the_outputs(cfn: dict[st
     assert resource["Condition"] == "HasDashboard"
     assert cfn["Conditions"]["HasDashboard"] == {"Fn::Equals": [{"Ref": "Dashboard"}, "true"]}
     assert cfn["Parameters"]["Dashboard"]["Default"] == "true"
-    assert resource["Properties"]["DashboardName"] == {"Ref": "AWS::StackName"}
+    # Dashboard names are account-wide: the same stack name in a second region must not collide.
+    assert resource["Properties"]["DashboardName"] == {"Fn::Sub": "${AWS::StackName}-${AWS::Region}"}
     output = cfn["Outputs"]["DashboardName"]
     assert output["Condition"] == "HasDashboard"
     assert output["Value"] == {"Ref": name}
@@ -143,6 +152,9 @@ def test_dashboard_shows_every_dead_letter_queue_and_job_queue(cfn: dict[str, An
     dlq_widget = widget(dashboard, "dead-letter queue depth")
     shown = {m[3] for m in widget_metrics(dlq_widget) if m[1] == "ApproximateNumberOfMessagesVisible"}
     assert shown == {f"ref:{q}.QueueName" for q in dead_letter_queues(cfn)}
+    # The job dead-letter queues are drained within seconds: what they received is what shows them.
+    received = {m[3] for m in widget_metrics(dlq_widget) if m[1] == "NumberOfMessagesReceived"}
+    assert received == {f"ref:{q}.QueueName" for q in set(consumers(cfn)) & dead_letter_queues(cfn)}
     age = widget(dashboard, "oldest message")
     aged = {m[3] for m in widget_metrics(age) if m[1] == "ApproximateAgeOfOldestMessage"}
     assert aged == {f"ref:{q}.QueueName" for q in job_queues()}
@@ -184,14 +196,25 @@ def test_every_alarm_exists_only_with_a_topic_and_notifies_it(cfn: dict[str, Any
         assert alarm["Properties"]["AlarmDescription"].startswith("workerless - "), name
 
 
-def test_a_dead_letter_queue_that_is_not_empty_alarms(cfn: dict[str, Any]) -> None:
-    watched = set()
+def test_every_dead_letter_queue_alarms_on_what_counts_its_dead_letters(cfn: dict[str, Any]) -> None:
+    """A dead-letter queue that a function drains (the job DLQs: DeadLetterFunction settles each
+    message within seconds) is empty at almost every sample, so its depth cannot alarm: those alarm on
+    the function's receives. The DLQs nothing consumes (heartbeat tickets, poller ticks) alarm on
+    their depth."""
+    drained = set(consumers(cfn)) & dead_letter_queues(cfn)
+    assert drained == {f"{c}DeadLetterQueue" for c in ("ChargePayment", "SendReceipt", "GenerateReport")}
+    watched: dict[str, str] = {}
     for alarm in alarms(cfn).values():
         props = alarm["Properties"]
-        if props.get("MetricName") == "ApproximateNumberOfMessagesVisible":
+        value = (props.get("Dimensions") or [{"Value": None}])[0]["Value"]
+        queue = value["Fn::GetAtt"][0] if isinstance(value, dict) and "Fn::GetAtt" in value else None
+        if queue in dead_letter_queues(cfn):
             assert (props["Threshold"], props["ComparisonOperator"]) == (0, "GreaterThanThreshold")
-            watched.add(props["Dimensions"][0]["Value"]["Fn::GetAtt"][0])
-    assert watched == dead_letter_queues(cfn)
+            watched[queue] = f"{props['MetricName']}/{props['Statistic']}"
+    assert set(watched) == dead_letter_queues(cfn)
+    for queue, metric in watched.items():
+        expected = "NumberOfMessagesReceived/Sum" if queue in drained else "ApproximateNumberOfMessagesVisible/Maximum"
+        assert metric == expected, queue
 
 
 def test_poller_errors_alarm_on_lambda_errors_and_on_failing_polls(cfn: dict[str, Any]) -> None:
@@ -212,16 +235,23 @@ def test_lease_lost_rate_alarm_divides_lost_by_activated(cfn: dict[str, Any]) ->
     assert alarm["Threshold"] == 5
 
 
-def test_oldest_message_age_alarm_covers_every_job_queue(cfn: dict[str, Any]) -> None:
-    alarm = alarms(cfn)["JobQueueAgeAlarm"]["Properties"]
-    queues = {
-        m["Dimensions"][0]["Value"]["Fn::GetAtt"][0]
-        for m in alarm_metrics(alarms(cfn)["JobQueueAgeAlarm"])
-        if m["MetricName"] == "ApproximateAgeOfOldestMessage"
-    }
-    assert queues == job_queues()
-    (expression,) = [m for m in alarm["Metrics"] if "Expression" in m]
-    assert expression["Expression"].startswith("MAX(")
+def test_every_job_queue_has_an_age_alarm_past_its_longest_legitimate_run(cfn: dict[str, Any]) -> None:
+    """A message is as old as its job's wait plus its run so far: each queue's threshold is its
+    consumer's longest run (the function's Timeout) plus 10 minutes, so a generate-report job that
+    legitimately runs 900 s does not page anyone."""
+    functions = resources(cfn, "AWS::Lambda::Function")
+    timeout_of = {queue: functions[function]["Properties"]["Timeout"] for queue, function in consumers(cfn).items()}
+    handler_timeout_max = cfn["Parameters"]["HandlerTimeout"]["MaxValue"]
+    ages = {}
+    for alarm in alarms(cfn).values():
+        props = alarm["Properties"]
+        if props.get("MetricName") == "ApproximateAgeOfOldestMessage":
+            ages[props["Dimensions"][0]["Value"]["Fn::GetAtt"][0]] = props["Threshold"]
+    assert set(ages) == job_queues()
+    for queue, threshold in ages.items():
+        timeout = timeout_of[queue]
+        longest = handler_timeout_max if timeout == {"Ref": "HandlerTimeout"} else timeout
+        assert threshold == longest + 600, queue
 
 
 def test_alarms_read_metrics_the_library_writes_with_its_service_rollup(cfn: dict[str, Any]) -> None:

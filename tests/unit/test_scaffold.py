@@ -62,7 +62,7 @@ def test_the_edit_only_adds_lines_except_the_one_routes_line() -> None:
         for line in old_lines[i1:i2]
     ]
     assert len(removed) == 1 and '{"type":"generate-report"' in removed[0]
-    assert added == [*resource_ids("ship-parcel"), "ShipParcelDeadLetterQueueAlarm"]
+    assert added == [*resource_ids("ship-parcel"), "ShipParcelDeadLetterQueueAlarm", "ShipParcelQueueAgeAlarm"]
     assert "  # ---------------------------------------------------------------- job type ship-parcel" in new_lines
 
 
@@ -112,6 +112,7 @@ def test_two_types_in_a_row_stay_in_the_job_type_section() -> None:
     order = list(_yaml().load(twice)["Resources"])
     assert order.index("TrackParcelQueue") == order.index("ShipParcelFunction") + 1
     assert order.index("TrackParcelDeadLetterQueueAlarm") == order.index("ShipParcelDeadLetterQueueAlarm") + 1
+    assert order.index("TrackParcelQueueAgeAlarm") == order.index("ShipParcelQueueAgeAlarm") + 1
 
 
 def test_the_generated_event_carries_one_job_of_the_type() -> None:

@@ -10,7 +10,7 @@ template.yaml gets what its header comment lists under "Adding a job type": the 
 DeadLetterQueue, their two QueuePolicies, LogGroup, Role and Function (after the last job type's
 function), the route in WORKERLESS_ROUTES, the queue in PollerFunctionRole's FanOut statement, the
 dead-letter queue as an event of DeadLetterFunction and in DeadLetterFunctionRole; plus its
-dead-letter alarm and its Outputs. The edit is a ruamel.yaml round trip (comments, order, quoting
+dead-letter and queue-age alarms and its Outputs. The edit is a ruamel.yaml round trip (comments, order, quoting
 and CloudFormation short tags survive byte for byte; the template round-trips unchanged), so the
 diff is only the additions. Nothing is written unless every check passed.
 
@@ -145,6 +145,9 @@ Resources:
   # {t} jobs that failed MaxReceiveCount deliveries: DeadLetterFunction fails them at the engine.
   {c}DeadLetterQueue:
     Type: AWS::SQS::Queue
+    # Kept when the stack is deleted or the queue replaced: it may hold the only trace of a job.
+    DeletionPolicy: Retain
+    UpdateReplacePolicy: Retain
     Properties:
       SqsManagedSseEnabled: true
       VisibilityTimeout: 360
@@ -247,16 +250,40 @@ Resources:
     Type: AWS::CloudWatch::Alarm
     Condition: HasAlarmTopic
     Properties:
-      AlarmDescription: workerless - {c} jobs were dead-lettered
+      AlarmDescription: workerless - {t} jobs were dead-lettered (DeadLetterFunction received them)
       Namespace: AWS/SQS
-      MetricName: ApproximateNumberOfMessagesVisible
+      MetricName: NumberOfMessagesReceived
       Dimensions:
         - Name: QueueName
           Value: !GetAtt {c}DeadLetterQueue.QueueName
-      Statistic: Maximum
+      Statistic: Sum
       Period: 300
       EvaluationPeriods: 1
       Threshold: 0
+      ComparisonOperator: GreaterThanThreshold
+      TreatMissingData: notBreaching
+      AlarmActions: [!Ref AlarmTopicArn]
+"""
+
+_AGE_ALARM = """\
+Resources:
+  {c}QueueAgeAlarm:
+    Type: AWS::CloudWatch::Alarm
+    Condition: HasAlarmTopic
+    Properties:
+      AlarmDescription: >-
+        workerless - a {t} job message is over 720 s old (HandlerTimeout's maximum of 120 s
+        plus 10 minutes) for 5 minutes running: handlers throttled at HandlerMaximumConcurrency,
+        failing, or a backlog. The engine's lease is extended meanwhile, up to WORKERLESS_MAX_HOLD_SECONDS.
+      Namespace: AWS/SQS
+      MetricName: ApproximateAgeOfOldestMessage
+      Dimensions:
+        - Name: QueueName
+          Value: !GetAtt {c}Queue.QueueName
+      Statistic: Maximum
+      Period: 60
+      EvaluationPeriods: 5
+      Threshold: 720
       ComparisonOperator: GreaterThanThreshold
       TreatMissingData: notBreaching
       AlarmActions: [!Ref AlarmTopicArn]
@@ -372,7 +399,8 @@ def add_job_type(text: str, job_type: str) -> tuple[str, list[str]]:
     routes = route_types(data)
     if any(t == job_type for t, _ in routes):
         raise ScaffoldError(f"job type {job_type!r} already exists: WORKERLESS_ROUTES routes it", key="TYPE")
-    added = [*resource_ids(job_type), f"{c}DeadLetterQueueAlarm"]
+    alarm_ids = [f"{c}DeadLetterQueueAlarm", f"{c}QueueAgeAlarm"]
+    added = [*resource_ids(job_type), *alarm_ids]
     taken = [rid for rid in added if rid in resources]
     if taken:
         raise ScaffoldError(f"job type {job_type!r} already exists: template.yaml has {', '.join(taken)}", key="TYPE")
@@ -422,11 +450,14 @@ def add_job_type(text: str, job_type: str) -> tuple[str, list[str]]:
     for key, value in yaml.load(_DEAD_LETTER_EVENT.replace("{c}", c)).items():
         events[key] = value
 
-    # 5. Its dead-letter alarm, after the other job types' (before the heartbeat's).
-    alarms = [f"{q[: -len('Queue')]}DeadLetterQueueAlarm" for _, q in routes]
-    last_alarm = next((a for a in reversed(alarms) if a in resources), None)
-    if last_alarm is not None:
-        _insert_after(resources, last_alarm, _snippet(yaml, _ALARM, job_type)["Resources"], lead="\n")
+    # 5. Its alarms, each after the other job types' alarms of its kind (where the template has them).
+    placed = []
+    for suffix, snippet in (("DeadLetterQueueAlarm", _ALARM), ("QueueAgeAlarm", _AGE_ALARM)):
+        alarms = [f"{q[: -len('Queue')]}{suffix}" for _, q in routes]
+        last_alarm = next((a for a in reversed(alarms) if a in resources), None)
+        if last_alarm is not None:
+            _insert_after(resources, last_alarm, _snippet(yaml, snippet, job_type)["Resources"], lead="\n")
+            placed.append(f"{c}{suffix}")
 
     # 6. Outputs: its queues and function, like the example types'.
     outputs = data.get("Outputs")
@@ -434,7 +465,7 @@ def add_job_type(text: str, job_type: str) -> tuple[str, list[str]]:
         for key, value in _snippet(yaml, _OUTPUTS, job_type).items():
             if key not in outputs:
                 outputs[key] = value
-    return _dump(yaml, data), [rid for rid in added if rid != f"{c}DeadLetterQueueAlarm" or last_alarm]
+    return _dump(yaml, data), [rid for rid in added if rid not in alarm_ids or rid in placed]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -548,7 +579,7 @@ def scaffold_handler(job_type: str, *, template: str | Path = "template.yaml") -
         path.write_text(content, encoding="utf-8")
     template_path.write_text(new_text, encoding="utf-8")
     notes = [
-        "not added: the dashboard's widgets and JobQueueAgeAlarm's metrics list the example types by name; "
+        "not added: the dashboard's widgets list the example types by name; "
         "add the new type's queue there by hand if you want it on them",
     ]
     return Scaffold(job_type, list(files), added, template_path, notes)
