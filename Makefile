@@ -52,7 +52,8 @@ validate: sam-venv
 	$(SAM) validate --region us-east-1
 
 # The layer's Makefile runs pip for the Lambda platform (arm64, CPython 3.12) under .venv-sam's
-# python: no Docker and no python3.12 needed on this machine.
+# python (no Docker), then compiles the layer's bytecode with a CPython 3.12, which it finds
+# (python3.12 on PATH, pyenv's 3.12) or is given as PYTHON312=; it says so if there is none.
 build: sam-venv
 	PYTHON=$(abspath $(SAM_VENV))/bin/python $(SAM) build
 
