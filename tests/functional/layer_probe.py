@@ -12,6 +12,8 @@ object on stdout. Two modes (ARGS is a JSON object with "mode"):
 
 from __future__ import annotations
 
+# The bootstrap importlib runs on (importlib._bootstrap_external is this same module object).
+import _frozen_importlib_external as _bootstrap_external
 import importlib
 import importlib.util
 import json
@@ -21,9 +23,6 @@ import sysconfig
 import time
 from pathlib import Path
 from typing import Any
-
-# The bootstrap importlib runs on (importlib._bootstrap_external is this same module object).
-import _frozen_importlib_external as _bootstrap_external
 
 #: A PEP 552 hash-based .pyc whose source is not checked: flags bit 0 (hash) set, bit 1 (check) clear.
 UNCHECKED_HASH_FLAGS = 0b01

@@ -71,8 +71,19 @@ def _runtime_packages(python312: str) -> Path:
         staging = target.with_name(f"{target.name}.tmp-{os.getpid()}")
         shutil.rmtree(staging, ignore_errors=True)
         _run(
-            [python312, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--only-binary=:all:"]
-            + ["--target", str(staging), "--requirement", str(pins)]
+            [
+                python312,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--only-binary=:all:",
+                "--target",
+                str(staging),
+                "--requirement",
+                str(pins),
+            ]
         )
         os.replace(staging, target)
     return target
@@ -90,8 +101,19 @@ def _swap_native_modules(python312: str, shipped: Path, runnable: Path, wheels: 
     for relative in native:
         requirement = owners[relative]
         _run(
-            [python312, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps"]
-            + ["--only-binary=:all:", "--dest", str(wheels), requirement]
+            [
+                python312,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--dest",
+                str(wheels),
+                requirement,
+            ]
         )
         stem = Path(relative).name.split(".", 1)[0]  # _pydantic_core.cpython-312-aarch64-linux-gnu.so
         name = requirement.split("==")[0].replace("-", "_")
@@ -112,8 +134,14 @@ def layer(tmp_path_factory: pytest.TempPathFactory) -> Layer:
     python312_path = python312.stdout.strip().splitlines()[-1]
     base = tmp_path_factory.mktemp("layer")
     _run(
-        ["make", "--no-print-directory", "build-WorkerlessLayer", f"ARTIFACTS_DIR={base / 'artifacts'}"]
-        + [f"PYTHON={sys.executable}", f"PYTHON312={python312_path}"],
+        [
+            "make",
+            "--no-print-directory",
+            "build-WorkerlessLayer",
+            f"ARTIFACTS_DIR={base / 'artifacts'}",
+            f"PYTHON={sys.executable}",
+            f"PYTHON312={python312_path}",
+        ],
         cwd=LAYER_SOURCE,
         env=_make_env(),
     )
@@ -208,7 +236,8 @@ def test_each_function_imports_from_the_layer_under_python312_with_only_the_runt
     leaked = {
         name: m["origin"]
         for name, m in modules.items()
-        if not _within(m["origin"], allowed) and (not _within(m["origin"], stdlib) or _within(m["origin"], report["site_packages"]))
+        if not _within(m["origin"], allowed)
+        and (not _within(m["origin"], stdlib) or _within(m["origin"], report["site_packages"]))
     }
     assert leaked == {}, "modules loaded from outside the function, the layer, the runtime's boto3 and the stdlib"
 
