@@ -28,6 +28,9 @@ from workerless.record import Decision, Status, decide, lease_of
 
 from tests.functional.pipeline import ROOT, TEMPLATE, Events, more_polls, topology, wait_counted, wait_final
 
+#: Runs the topology for seconds to minutes: `make test` runs it, `make test-fast` does not.
+pytestmark = pytest.mark.slow
+
 TEST_HANDLERS = Path(__file__).resolve().parent / "handlers_nodeflow"
 NS = "/v1/ns/default"
 #: A lease is 5 s and a heartbeat re-anchors it to now + 5 s: moving the emulator's clock by a bit

@@ -14,6 +14,9 @@ from workerless.emulators import sheptra
 
 from tests.functional.pipeline import topology, wait_counted, wait_final
 
+#: Runs the topology for seconds to minutes: `make test` runs it, `make test-fast` does not.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def emulator() -> Iterator[Any]:

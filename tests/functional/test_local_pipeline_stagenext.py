@@ -24,6 +24,9 @@ from workerless.model import Demand
 
 from tests.functional.pipeline import ROOT, Events, more_polls, topology, wait_counted, wait_final
 
+#: Runs the topology for seconds to minutes: `make test` runs it, `make test-fast` does not.
+pytestmark = pytest.mark.slow
+
 
 class Emulated:
     """A served StageNext emulator and the env file that points local mode at it."""
