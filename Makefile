@@ -10,7 +10,7 @@ SAM_VENV := .venv-sam
 SAM := $(SAM_VENV)/bin/sam
 SAM_STAMP := $(SAM_VENV)/.installed
 
-.PHONY: venv sam-venv demo test lint format bench chaos build validate clean
+.PHONY: venv sam-venv demo test test-fast lint format bench chaos build validate clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,8 +30,16 @@ sam-venv: $(SAM_STAMP)
 demo: venv
 	$(VENV)/bin/workerless demo
 
+# Everything, slow tests included (the layer build, the pipeline and chaos runs, the docs' commands):
+# under 15 minutes on 2 cores. The layer test needs a CPython 3.12 (found as layers/workerless/Makefile
+# finds it) and installs the Lambda runtime's boto3 for it into .cache/ on first use.
 test: venv sam-venv
 	WORKERLESS_SAM=$(abspath $(SAM)) $(PY) -m pytest -q
+
+# The inner loop: every test not marked slow (@pytest.mark.slow), in under two minutes on an idle
+# 2-core machine. Run `make test` before you submit.
+test-fast: venv sam-venv
+	WORKERLESS_SAM=$(abspath $(SAM)) $(PY) -m pytest -q -m "not slow"
 
 # A benchmark, not a test (nothing in `make test` asserts on a time): writes bench/results.json,
 # bench/RESULTS.md and bench/results.png in under 10 minutes. The plot needs matplotlib.
@@ -52,7 +60,8 @@ validate: sam-venv
 	$(SAM) validate --region us-east-1
 
 # The layer's Makefile runs pip for the Lambda platform (arm64, CPython 3.12) under .venv-sam's
-# python: no Docker and no python3.12 needed on this machine.
+# python (no Docker), then compiles the layer's bytecode with a CPython 3.12, which it finds
+# (python3.12 on PATH, pyenv's 3.12) or is given as PYTHON312=; it says so if there is none.
 build: sam-venv
 	PYTHON=$(abspath $(SAM_VENV))/bin/python $(SAM) build
 
@@ -73,4 +82,4 @@ audit:
 	$(AUDIT_VENV)/bin/pip-audit --strict --progress-spinner off -r layers/workerless/requirements.txt
 
 clean:
-	rm -rf $(VENV) $(SAM_VENV) .aws-sam .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SAM_VENV) .aws-sam .pytest_cache .mypy_cache .ruff_cache .cache

@@ -39,3 +39,29 @@ def wait_final(topo: LocalTopology, state: Callable[[str], dict[str, Any]], ids:
     done = topo.run_until(lambda: all(state(i)["state"] in FINAL for i in ids), max_seconds=seconds)
     states = {i: state(i)["state"] for i in ids}
     assert done, f"jobs not final after {seconds} s: {states}"
+
+
+def more_polls(topo: LocalTopology, polls: int = 2, seconds: float = 120) -> None:
+    """Run until the poller has been invoked ``polls`` more times: "a few more polls" as an event, not
+    a guess at how long they take on this machine."""
+    start = topo.invocations.get("PollerFunction", 0)
+    done = topo.run_until(lambda: topo.invocations.get("PollerFunction", 0) >= start + polls, max_seconds=seconds)
+    assert done, f"the poller was not invoked {polls} more times within {seconds} s"
+
+
+def wait_counted(topo: LocalTopology, expected: dict[str, dict[str, int]], seconds: float) -> dict[str, dict[str, int]]:
+    """Run until the local summary has counted at least ``expected`` ({job type: {event: n}}); return it.
+
+    The engine shows a job final as soon as it accepts the report; the handler records the outcome
+    (and, on StageNext, acknowledges the delivery) only after that call returns. A test that reads
+    the summary, the acks or the in-flight count waits for this, not for the engine's state.
+    """
+
+    def counted() -> bool:
+        summary = topo.summary
+        return all(summary.count(t, e) >= n for t, events in expected.items() for e, n in events.items())
+
+    done = topo.run_until(counted, max_seconds=seconds, poll_seconds=0.05)
+    summary = topo.summary.as_dict()
+    assert done, f"the summary did not count {expected} within {seconds} s: {summary}"
+    return summary

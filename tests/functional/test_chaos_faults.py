@@ -17,6 +17,9 @@ from workerless import observability
 from workerless.chaos.plan import Fault, FaultPlan
 from workerless.chaos.run import RunConfig, RunResult, run
 
+#: Runs the topology for seconds to minutes: `make test` runs it, `make test-fast` does not.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 LEASE = 5
 

@@ -15,6 +15,9 @@ import pytest
 from workerless.chaos.plan import FaultPlan
 from workerless.chaos.run import ENGINES, RunConfig, explain, run
 
+#: Runs the topology for seconds to minutes: `make test` runs it, `make test-fast` does not.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -13,6 +13,9 @@ from workerless.testing import FakeEngine
 
 from tests.functional.aws import Aws, FakeContext
 
+#: Runs the topology for seconds to minutes: `make test` runs it, `make test-fast` does not.
+pytestmark = pytest.mark.slow
+
 
 def deliver(aws: Aws, handler: Any) -> dict[str, Any]:
     event = aws.receive_event(aws.queues["send-receipt"])

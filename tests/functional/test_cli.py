@@ -88,6 +88,7 @@ def test_local_until_idle_runs_and_prints_the_summary(tmp_path: Path, capsys: py
 # workerless.runtime.reset() drops the engine without closing the httpx client get_engine() built
 # for it (the adapter's close() leaves the injected client to its owner): collect those sockets here,
 # under this filter, instead of failing whichever later test the garbage collector runs in.
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::ResourceWarning")
 def test_demo_completes_every_job(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """The demo against the real template and example handlers: every job completes at the emulator."""

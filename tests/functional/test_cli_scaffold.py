@@ -21,6 +21,10 @@ from workerless.devtools.status import topology_status
 from workerless.emulators import sheptra
 from workerless.local import LocalTopology
 
+#: Seconds per test (real commands, topologies or many generated cases): `make test` runs it,
+#: `make test-fast` does not.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 SUBPROCESS_TIMEOUT = 120
 

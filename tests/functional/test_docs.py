@@ -34,6 +34,10 @@ import pytest
 from workerless import cli, observability
 from workerless.emulators import sheptra
 
+#: Seconds per test (real commands, topologies or many generated cases): `make test` runs it,
+#: `make test-fast` does not.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [*sorted((ROOT / "docs").rglob("*.md")), ROOT / "README.md"]
 PROJECT_ENTRIES = ("template.yaml", "functions", "layers", "events", ".venv", ".venv-sam", "pyproject.toml")

@@ -132,6 +132,8 @@ def handler(event, context):
         for r in records:
             body = json.loads(r["body"])
             time.sleep(body.get("sleep", 0))
+            while body.get("until_file") and not os.path.exists(body["until_file"]):
+                time.sleep(0.02)
             if body.get("raise"):
                 raise RuntimeError("asked to raise")
             if int(r["attributes"]["ApproximateReceiveCount"]) <= body.get("fail_times", 0):
@@ -209,13 +211,34 @@ def send(top: LocalTopology, queue: str, *bodies: dict[str, Any]) -> None:
         sqs.send_message(QueueUrl=top.queue_url(queue), MessageBody=json.dumps(body))
 
 
+#: How long a test waits for the event it needs: generous, since the wait ends as soon as the event
+#: happens; only a run that never gets there waits it out (then the test fails, naming the event).
+WAIT_SECONDS = 120
+
+
+def echoed(app: Path) -> list[tuple[int, int]]:
+    """(id, ApproximateReceiveCount) of every record the echo function was handed, in order."""
+    return [(r["id"], r["count"]) for entry in lines(app, "echo.jsonl") for r in entry["records"]]
+
+
+def emptied(top: LocalTopology, queue: str) -> bool:
+    """No message left in the queue: every one was deleted (none visible, in flight or delayed)."""
+    depth = top.queue_depths()[queue]
+    return not depth.busy and depth.delayed == 0
+
+
+def wait_for(top: LocalTopology, what: str, done: Any) -> None:
+    """Run the topology until `done()` holds: the event itself, not a quiet spell after it."""
+    assert top.run_until(done, max_seconds=WAIT_SECONDS, poll_seconds=0.05), f"never happened: {what}"
+
+
 def test_batches_honour_batch_size_and_maximum_concurrency(app: Path) -> None:
     """GIVEN BatchSize 3 and MaximumConcurrency 2 WHEN 12 slow messages arrive THEN no batch holds more
     than 3 records, at most (and at some point exactly) 2 batches run at once, every message is
     processed once and deleted."""
     with topology(app) as top:
         send(top, "EchoQueue", *({"id": i, "sleep": 0.15} for i in range(12)))
-        top.run_until_idle(idle_seconds=0.5, max_seconds=15)
+        wait_for(top, "12 messages handled and deleted", lambda: len(echoed(app)) >= 12 and emptied(top, "EchoQueue"))
         depths = top.queue_depths()
     seen = lines(app, "echo.jsonl")
     assert max(len(entry["records"]) for entry in seen) <= 3
@@ -234,7 +257,11 @@ def test_partial_batch_response_redelivers_only_failed_items(app: Path) -> None:
     only that record comes back, with ApproximateReceiveCount 2; the others were deleted."""
     with topology(app) as top:
         send(top, "EchoQueue", {"id": 1}, {"id": 2, "fail_times": 1}, {"id": 3})
-        top.run_until_idle(idle_seconds=0.5, max_seconds=15)
+        wait_for(
+            top,
+            "the failed record redelivered and deleted",
+            lambda: (2, 2) in echoed(app) and emptied(top, "EchoQueue"),
+        )
         assert top.invocations["EchoFunction"] >= 2
     deliveries = [(r["id"], r["count"]) for entry in lines(app, "echo.jsonl") for r in entry["records"]]
     assert sorted(deliveries) == [(1, 1), (2, 1), (2, 2), (3, 1)]
@@ -245,7 +272,11 @@ def test_a_raised_exception_returns_the_batch_and_redrive_moves_it_to_the_dlq(ap
     SQS moves it to the dead-letter queue; the function saw it exactly twice."""
     with topology(app) as top:
         send(top, "EchoQueue", {"id": 7, "raise": True})
-        top.run_until_idle(idle_seconds=1.5, max_seconds=15)
+        wait_for(
+            top,
+            "two failed invocations and the message in the DLQ",
+            lambda: top.errors.get("EchoFunction", 0) >= 2 and top.queue_depths()["EchoDeadLetterQueue"].visible >= 1,
+        )
         dlq = top.client("sqs").receive_message(
             QueueUrl=top.queue_url("EchoDeadLetterQueue"), MaxNumberOfMessages=10, WaitTimeSeconds=0
         )
@@ -262,7 +293,14 @@ def test_recursive_loop_is_stopped_after_16_rounds_unless_allowed(app: Path, set
     # The template's 30 s visibility: a slow hop on a loaded machine must not be redelivered.
     with topology(app, parameters={"LoopSetting": setting}, visibility_seconds=None) as top:
         send(top, "LoopQueue", {"hop": 1, "stop": 20})
-        top.run_until_idle(idle_seconds=0.5, max_seconds=20)
+        if setting == "Allow":
+            wait_for(
+                top,
+                "20 hops, the last one deleted",
+                lambda: len(lines(app, "loop.jsonl")) >= 20 and emptied(top, "LoopQueue"),
+            )
+        else:
+            wait_for(top, "the loop stopped", lambda: bool(top.stopped_loops))
         stopped = top.stopped_loops
         assert top.invocations["LoopFunction"] == expected_hops
         assert top.queue_depths()["LoopQueue"].visible == 0
@@ -273,15 +311,42 @@ def test_recursive_loop_is_stopped_after_16_rounds_unless_allowed(app: Path, set
         assert [(s.function, s.depth, s.moved_to) for s in stopped] == [("LoopFunction", 16, None)]
 
 
+def test_a_loop_is_stopped_even_when_its_next_message_is_received_before_the_send_returns(
+    app: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GIVEN the event source receives each re-sent message before SendMessage has returned to the
+    function (a busy machine: the receiver's long poll wins the race) WHEN the chain passes the loop
+    limit THEN it is still stopped at depth 16: a message's depth does not wait for its MessageId."""
+    record_depth = LocalTopology.record_depth
+
+    def late_record_depth(self: LocalTopology, message_id: str, function_id: str, depth: int) -> None:
+        time.sleep(0.3)  # SendMessage's response reaches the function only after the delivery
+        record_depth(self, message_id, function_id, depth)
+
+    monkeypatch.setattr(LocalTopology, "record_depth", late_record_depth)
+    with topology(app, visibility_seconds=None) as top:
+        send(top, "LoopQueue", {"hop": 1, "stop": 20})
+        # Done when stopped, or when the chain has gone past the limit (then it was not stopped).
+        wait_for(
+            top, "the loop stopped or past 16", lambda: bool(top.stopped_loops) or len(lines(app, "loop.jsonl")) > 16
+        )
+        assert [(s.depth, s.moved_to) for s in top.stopped_loops] == [(16, None)]
+        assert top.invocations["LoopFunction"] == 16
+    assert [body["hop"] for body in lines(app, "loop.jsonl")] == list(range(1, 17))
+
+
 def test_run_until_idle_times_out_while_work_is_running(app: Path) -> None:
     """GIVEN an invocation that runs longer than max_seconds WHEN run_until_idle is asked to finish THEN
     it raises IdleTimeout instead of declaring the topology idle."""
+    release = app / "records" / "release"
     with topology(app) as top:
-        send(top, "EchoQueue", {"id": 1, "sleep": 1.5})
-        started = time.monotonic()
+        # The invocation runs until the test releases it: run_until_idle can only return by timing out.
+        send(top, "EchoQueue", {"id": 1, "until_file": str(release)})
         with pytest.raises(IdleTimeout):
             top.run_until_idle(idle_seconds=0.3, max_seconds=0.8)
-        assert time.monotonic() - started < 1.5
+        assert not release.exists()
+        release.touch()
+        wait_for(top, "the released message deleted", lambda: emptied(top, "EchoQueue"))
 
 
 def test_environment_is_the_union_with_the_env_file_and_is_restored(app: Path) -> None:
@@ -291,7 +356,7 @@ def test_environment_is_the_union_with_the_env_file_and_is_restored(app: Path) -
     before = dict(os.environ)
     with topology(app, schedule_seconds=0.2) as top:
         send(top, "EchoQueue", {"id": 1})
-        top.run_until_idle(idle_seconds=0.5, max_seconds=10)
+        wait_for(top, "an echo and a tick", lambda: bool(lines(app, "echo.jsonl")) and bool(lines(app, "tick.jsonl")))
         assert top.invocations.get("TickFunction", 0) >= 1
     env = lines(app, "echo.jsonl")[0]["env"]
     assert env == {
@@ -332,7 +397,11 @@ def test_a_stopped_loop_message_goes_to_the_source_queues_dlq(app: Path) -> None
     )
     with topology(app, visibility_seconds=None) as top:
         send(top, "LoopQueue", {"hop": 1, "stop": 18})
-        top.run_until_idle(idle_seconds=0.5, max_seconds=20)
+        wait_for(
+            top,
+            "the stopped delivery in the DLQ",
+            lambda: bool(top.stopped_loops) and top.queue_depths()["LoopDeadLetterQueue"].visible >= 1,
+        )
         dlq = top.client("sqs").receive_message(QueueUrl=top.queue_url("LoopDeadLetterQueue"), WaitTimeSeconds=0)
         assert [(s.depth, s.moved_to) for s in top.stopped_loops] == [(16, "LoopDeadLetterQueue")]
     assert [json.loads(m["Body"])["hop"] for m in dlq["Messages"]] == [17]
@@ -342,10 +411,11 @@ def test_an_invocation_outliving_the_drain_cannot_reach_aws(app: Path) -> None:
     """GIVEN an invocation still running when stop() gives up draining WHEN it then calls SQS THEN the
     call is refused (TopologyStoppedError) instead of going past the torn-down mock."""
     with topology(app, drain_seconds=0.2) as top:
-        send(top, "LoopQueue", {"hop": 1, "stop": 2, "sleep": 0.8})
-        top.run_until(lambda: bool(lines(app, "loop.jsonl")), max_seconds=5, poll_seconds=0.05)
+        # Sleeps well past the drain (stop() joins each event source for at least 0.1 s as well).
+        send(top, "LoopQueue", {"hop": 1, "stop": 2, "sleep": 3})
+        wait_for(top, "the first hop running", lambda: bool(lines(app, "loop.jsonl")))
     late = app / "records" / "late.txt"
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + WAIT_SECONDS
     while not late.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert late.read_text() == "TopologyStoppedError"

@@ -24,6 +24,9 @@ from workerless.chaos.run import ENGINES, RunConfig, run
 from workerless.emulators.http import Request, Response
 from workerless.observability import logger
 
+#: Runs the topology for seconds to minutes: `make test` runs it, `make test-fast` does not.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 SECRET_KEY = re.compile(r"token|secret|session|password|api[-_]?key|authorization", re.IGNORECASE)
 CREDENTIAL_HEADERS = ("authorization", "x-api-key", "x-worker-session")

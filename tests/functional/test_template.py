@@ -595,7 +595,7 @@ def test_layer_requirements_pin_the_tested_versions_without_boto3() -> None:
 
 def test_layer_build_asks_pip_for_lambda_wheels(tmp_path: Path) -> None:
     """GIVEN a stand-in for pip WHEN make builds the layer THEN pip is asked for arm64/cp312 binary wheels
-    into python/, and the package is copied beside them without bytecode."""
+    into python/, and the package is copied beside them with Python 3.12's bytecode only."""
     recorder = tmp_path / "fake-python"
     log = tmp_path / "pip-args.json"
     recorder.write_text(
@@ -629,7 +629,9 @@ def test_layer_build_asks_pip_for_lambda_wheels(tmp_path: Path) -> None:
     package = artifacts / "python" / "workerless"
     assert (package / "__init__.py").is_file()
     assert (package / "model.py").is_file()
-    assert not list(package.rglob("__pycache__"))
+    pycs = list(package.rglob("*.pyc"))
+    assert {p.name.rsplit(".", 2)[1] for p in pycs} == {"cpython-312"}
+    assert len(pycs) == len(list(package.rglob("*.py")))
 
 
 def _records(name: str) -> list[dict[str, Any]]:

@@ -32,6 +32,10 @@ from workerless.aws.dynamo import JobStore
 from workerless.model import Outcome
 from workerless.record import Decision, Status, decide
 
+#: Seconds per test (real commands, topologies or many generated cases): `make test` runs it,
+#: `make test-fast` does not.
+pytestmark = pytest.mark.slow
+
 TABLE = "jobs"
 #: A delivery's claim: the Lambda's remaining time plus the margin. The Lambda is dead by then.
 CLAIM = 30.0

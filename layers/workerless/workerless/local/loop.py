@@ -11,12 +11,18 @@ deep in its own chain the receiving function would be. The library's code knows 
   + 1, counted for that function.
 - Any other send (another function's queue, or outside an invocation): depth 0.
 
-The runtime checks the depth when it delivers a message (see ``runtime.LocalTopology``).
+The runtime checks the depth when it delivers a message (see ``runtime.LocalTopology``). On AWS the
+depth travels inside the message; here the MessageId is known only once SendMessage returns, and a
+long-polling event source can receive the message before that. So before the send, the hook also
+announces the depth under the queue and the body's MD5 (``expect_send``), which the runtime uses for
+a message whose id it does not know yet; after the send, ids replace the announcement (``sent``).
 """
 
 from __future__ import annotations
 
 import contextvars
+import hashlib
+import itertools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +38,10 @@ class LoopTracker(Protocol):
     def triggers(self, queue_name: str, function_id: str) -> bool: ...
 
     def record_depth(self, message_id: str, function_id: str, depth: int) -> None: ...
+
+    def expect_send(self, token: int, queue_name: str, body_md5s: list[str], function_id: str, depth: int) -> None: ...
+
+    def sent(self, token: int) -> None: ...
 
     def note_send(self, queue_name: str, function_id: str, self_send: bool, delay_seconds: int | None) -> None: ...
 
@@ -56,6 +66,7 @@ _CURRENT: contextvars.ContextVar[InvocationScope | None] = contextvars.ContextVa
     "workerless_local_invocation", default=None
 )
 _CONTEXT_KEY = "workerless_local_loop"
+_tokens = itertools.count(1)
 _installed = False
 _install_lock = threading.Lock()
 
@@ -85,7 +96,20 @@ def _before_send(params: dict[str, Any], context: dict[str, Any], **_: Any) -> N
     self_send = scope.tracker.triggers(name, scope.function_id)
     scope.tracker.note_send(name, scope.function_id, self_send, _delay_of(params))
     if self_send:
-        context[_CONTEXT_KEY] = (scope.tracker, scope.function_id, scope.depth + 1)
+        token = next(_tokens)
+        scope.tracker.expect_send(token, name, _body_md5s(params), scope.function_id, scope.depth + 1)
+        context[_CONTEXT_KEY] = (scope.tracker, scope.function_id, scope.depth + 1, token)
+
+
+def body_md5(body: str) -> str:
+    """The MD5 of a message body, as SQS reports it (MD5OfBody)."""
+    return hashlib.md5(body.encode("utf-8"), usedforsecurity=False).hexdigest()
+
+
+def _body_md5s(params: dict[str, Any]) -> list[str]:
+    entries = params.get("Entries")
+    requests = [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else [params]
+    return [body_md5(r["MessageBody"]) for r in requests if isinstance(r.get("MessageBody"), str)]
 
 
 def _delay_of(params: dict[str, Any]) -> int | None:
@@ -103,14 +127,22 @@ def _delay_of(params: dict[str, Any]) -> int | None:
 
 def _after_send(parsed: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
     stash = context.get(_CONTEXT_KEY)
-    if stash is None or not isinstance(parsed, dict):
+    if stash is None:
         return
-    tracker, function_id, depth = stash
-    message_ids = [parsed.get("MessageId")]
-    message_ids += [entry.get("MessageId") for entry in parsed.get("Successful") or [] if isinstance(entry, dict)]
-    for message_id in message_ids:
-        if isinstance(message_id, str) and message_id:
-            tracker.record_depth(message_id, function_id, depth)
+    tracker, function_id, depth, token = stash
+    if isinstance(parsed, dict):
+        message_ids = [parsed.get("MessageId")]
+        message_ids += [entry.get("MessageId") for entry in parsed.get("Successful") or [] if isinstance(entry, dict)]
+        for message_id in message_ids:
+            if isinstance(message_id, str) and message_id:
+                tracker.record_depth(message_id, function_id, depth)
+    tracker.sent(token)
+
+
+def _after_send_error(context: dict[str, Any], **_: Any) -> None:
+    stash = context.get(_CONTEXT_KEY)
+    if stash is not None:
+        stash[0].sent(stash[3])
 
 
 def _guard(**_: Any) -> None:
@@ -127,6 +159,8 @@ HOOKS: tuple[tuple[str, Callable[..., None]], ...] = (
     ("before-parameter-build.sqs.SendMessageBatch", _before_send),
     ("after-call.sqs.SendMessage", _after_send),
     ("after-call.sqs.SendMessageBatch", _after_send),
+    ("after-call-error.sqs.SendMessage", _after_send_error),
+    ("after-call-error.sqs.SendMessageBatch", _after_send_error),
 )
 
 

@@ -196,6 +196,8 @@ class LocalTopology:
         self._consumers: dict[str, set[str]] = {}  # queue name -> functions it triggers
         self._queue_by_name: dict[str, QueueSpec] = {}
         self._depths: dict[str, tuple[str, int]] = {}  # message id -> (function, depth in its chain)
+        # (queue name, body MD5) -> [(send token, function, depth)] of self-sends not yet returned.
+        self._expected: dict[tuple[str, str], list[tuple[int, str, int]]] = {}
         # Queues a function feeds itself with a delay: a timer (poller tick, heartbeat ticket), not work.
         self._timer_queues: set[str] = set()
         self._chain_queues: set[str] = set()  # ... and without one: a chain doing work
@@ -400,6 +402,34 @@ class LocalTopology:
     def record_depth(self, message_id: str, function_id: str, depth: int) -> None:
         with self._lock:
             self._depths[message_id] = (function_id, depth)
+
+    def expect_send(self, token: int, queue_name: str, body_md5s: list[str], function_id: str, depth: int) -> None:
+        with self._lock:
+            for md5 in body_md5s:
+                self._expected.setdefault((queue_name, md5), []).append((token, function_id, depth))
+
+    def sent(self, token: int) -> None:
+        with self._lock:
+            for key in [k for k, entries in self._expected.items() if any(e[0] == token for e in entries)]:
+                left = [e for e in self._expected[key] if e[0] != token]
+                if left:
+                    self._expected[key] = left
+                else:
+                    del self._expected[key]
+
+    def _depth_of(self, message: Mapping[str, Any], queue_name: str) -> tuple[str, int]:
+        """(function, depth) of a delivered message: by id, else by a self-send still returning."""
+        with self._lock:
+            known = self._depths.get(message["MessageId"])
+            if known is not None:
+                return known
+            expected = self._expected.get((queue_name, loop.body_md5(message["Body"])))
+            if not expected:
+                return ("", 0)
+            _, function_id, depth = expected[0]
+            # Keep it by id too: a redelivery of this message has the same depth.
+            self._depths[message["MessageId"]] = (function_id, depth)
+            return function_id, depth
 
     def accepts_calls(self) -> bool:
         return self._accepting
@@ -710,8 +740,7 @@ class LocalTopology:
             deliver: list[dict[str, Any]] = []
             depth = 0
             for message in messages:
-                with self._lock:
-                    owner, message_depth = self._depths.get(message["MessageId"], ("", 0))
+                owner, message_depth = self._depth_of(message, source.queue.name)
                 if owner != spec.logical_id:
                     message_depth = 0
                 if message_depth >= self.loop_limit and not spec.allows_recursion:
