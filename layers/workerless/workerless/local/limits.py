@@ -1,17 +1,16 @@
 """AWS's per-call limits, enforced in local mode where moto is more lenient than AWS.
 
 moto 5.2.5 already refuses most of what AWS refuses (a body over the queue's MaximumMessageSize
-counted in characters, DelaySeconds > 900, more than 10 batch entries, ReceiveMessage's
-MaxNumberOfMessages > 10, a visibility over 12 hours, BatchGetItem > 100 keys of one table,
-TransactWriteItems > 100). What it lets through, and AWS refuses, is refused here, with the
-``ClientError`` AWS returns (code, message, HTTP 400; per-entry ``Failed`` where AWS reports a batch
-entry on its own):
+counted in characters, DelaySeconds > 900, more than 10 SendMessageBatch entries, ReceiveMessage's
+MaxNumberOfMessages > 10, a visibility past 12 hours from the send, BatchGetItem > 100 keys of one
+table, TransactWriteItems > 100, an item over 405,000 bytes by its own measure). What it lets
+through, and AWS refuses, is refused here, with the ``ClientError`` AWS returns (code, message,
+HTTP 400; per-entry ``Failed`` where AWS reports a batch entry on its own):
 
 - SQS message size in **UTF-8 bytes of the body plus every message attribute's name, data type and
   value** (moto counts the body's characters and ignores attributes), against the queue's
   MaximumMessageSize; a SendMessageBatch's total the same way (1 MiB);
 - at most 10 message attributes a message;
-- ChangeMessageVisibility(Batch) past 12 hours from the receive (moto checks only the value);
 - DeleteMessageBatch / ChangeMessageVisibilityBatch with more than 10 entries;
 - CreateQueue / SetQueueAttributes values outside SQS's ranges (moto accepts a visibility of 13 h);
 - DynamoDB item size as AWS computes it (names + values, numbers by significant digits, 3 bytes
@@ -32,9 +31,7 @@ import base64
 import copy
 import functools
 import threading
-import time
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -44,7 +41,6 @@ SQS_MAX_MESSAGE_BYTES = 1_048_576
 SQS_MIN_MESSAGE_SIZE_SETTING = 1_024
 SQS_MAX_BATCH_ENTRIES = 10
 SQS_MAX_MESSAGE_ATTRIBUTES = 10
-#: A message's visibility cannot reach past 12 hours from the receive that gave its receipt handle.
 SQS_MAX_VISIBILITY_SECONDS = 43_200
 #: DynamoDB's item size limit (400 KB), names and values included.
 DYNAMODB_MAX_ITEM_BYTES = 400 * 1024
@@ -65,7 +61,6 @@ SQS_MAX_RECEIVE_COUNT_RANGE = (1, 1_000)
 
 _CONTEXT_KEY = "workerless_local_limits"
 _SQS_PREFIX = "AWS.SimpleQueueService."
-_RECEIPTS_KEPT = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,17 +91,12 @@ def _validation(message: str) -> Refusal:
 
 
 class LimitState:
-    """What the hooks need from the running topology: each queue's MaximumMessageSize (by queue
-    name; SQS's default for a queue the template does not declare) and when each receipt handle
-    was received (for the 12-hour visibility rule)."""
+    """What the hooks need from the running topology: each queue's MaximumMessageSize, by queue name
+    (as CreateQueue / SetQueueAttributes set it; SQS's default for any other queue)."""
 
-    def __init__(
-        self, maximum_message_sizes: Mapping[str, int] | None = None, *, clock: Callable[[], float] = time.monotonic
-    ):
+    def __init__(self, maximum_message_sizes: Mapping[str, int] | None = None) -> None:
         self._sizes = dict(maximum_message_sizes or {})
-        self._clock = clock
         self._lock = threading.Lock()
-        self._received: OrderedDict[str, float] = OrderedDict()
 
     def maximum_message_size(self, queue_name: str) -> int:
         with self._lock:
@@ -115,24 +105,6 @@ class LimitState:
     def set_maximum_message_size(self, queue_name: str, size: int) -> None:
         with self._lock:
             self._sizes[queue_name] = size
-
-    def received(self, receipt_handles: Iterable[str]) -> None:
-        now = self._clock()
-        with self._lock:
-            for handle in receipt_handles:
-                self._received[handle] = now
-            while len(self._received) > _RECEIPTS_KEPT:
-                self._received.popitem(last=False)
-
-    def forget(self, receipt_handles: Iterable[str]) -> None:
-        with self._lock:
-            for handle in receipt_handles:
-                self._received.pop(handle, None)
-
-    def seconds_since_receive(self, receipt_handle: str) -> float | None:
-        with self._lock:
-            at = self._received.get(receipt_handle)
-        return None if at is None else self._clock() - at
 
 
 _active: list[LimitState] = []
@@ -331,44 +303,7 @@ def _send_message_batch(params: dict[str, Any], state: LimitState) -> _Verdict:
     return _Verdict(failed=failed or None)
 
 
-def _visibility_refusal(receipt_handle: Any, seconds: Any, state: LimitState) -> str | None:
-    """AWS's 12-hour rule: from the receive, the visibility can reach at most 43,200 s."""
-    try:
-        wanted = int(seconds)
-    except (TypeError, ValueError):
-        return None
-    elapsed = state.seconds_since_receive(str(receipt_handle))
-    if elapsed is not None and wanted <= SQS_MAX_VISIBILITY_SECONDS and elapsed + wanted > SQS_MAX_VISIBILITY_SECONDS:
-        return (
-            f"Value {wanted} for parameter VisibilityTimeout is invalid. Reason: Total VisibilityTimeout for the "
-            f"message is beyond the limit [{SQS_MAX_VISIBILITY_SECONDS} seconds]."
-        )
-    return None
-
-
-def _change_message_visibility(params: dict[str, Any], state: LimitState) -> _Verdict:
-    problem = _visibility_refusal(params.get("ReceiptHandle"), params.get("VisibilityTimeout"), state)
-    return _Verdict(refusal=_sqs_refusal("InvalidParameterValue", problem) if problem else None)
-
-
-def _change_message_visibility_batch(params: dict[str, Any], state: LimitState) -> _Verdict:
-    entries = params.get("Entries")
-    refusal = _too_many_entries(entries)
-    if refusal is not None or not isinstance(entries, list):
-        return _Verdict(refusal=refusal)
-    failed = []
-    for entry in entries:
-        if not isinstance(entry, Mapping):
-            continue
-        problem = _visibility_refusal(entry.get("ReceiptHandle"), entry.get("VisibilityTimeout"), state)
-        if problem:
-            failed.append(
-                {"Id": entry.get("Id"), "SenderFault": True, "Code": "InvalidParameterValue", "Message": problem}
-            )
-    return _Verdict(failed=failed or None)
-
-
-def _delete_message_batch(params: dict[str, Any], state: LimitState) -> _Verdict:
+def _too_many_batch_entries(params: dict[str, Any], state: LimitState) -> _Verdict:
     return _Verdict(refusal=_too_many_entries(params.get("Entries")))
 
 
@@ -461,9 +396,8 @@ def _transact_write_items(params: dict[str, Any], state: LimitState) -> _Verdict
 _CHECKS: Mapping[tuple[str, str], Callable[[dict[str, Any], LimitState], _Verdict]] = {
     ("sqs", "SendMessage"): _send_message,
     ("sqs", "SendMessageBatch"): _send_message_batch,
-    ("sqs", "ChangeMessageVisibility"): _change_message_visibility,
-    ("sqs", "ChangeMessageVisibilityBatch"): _change_message_visibility_batch,
-    ("sqs", "DeleteMessageBatch"): _delete_message_batch,
+    ("sqs", "ChangeMessageVisibilityBatch"): _too_many_batch_entries,
+    ("sqs", "DeleteMessageBatch"): _too_many_batch_entries,
     ("sqs", "CreateQueue"): _queue_attributes,
     ("sqs", "SetQueueAttributes"): _queue_attributes,
     ("dynamodb", "PutItem"): _put_item,
@@ -503,18 +437,13 @@ def _before_parameter_build(params: dict[str, Any], model: Any, context: dict[st
 
 
 def _follow_sqs(operation: str, params: dict[str, Any], state: LimitState) -> None:
-    """Keep the state in step with the queues: their MaximumMessageSize as set, and the receipt
-    handles that need no 12-hour clock any more (deleted)."""
+    """Keep the state in step with the queues' MaximumMessageSize as CreateQueue / SetQueueAttributes set it."""
     attributes = params.get("Attributes")
     size = attributes.get("MaximumMessageSize") if isinstance(attributes, Mapping) else None
     if operation in ("CreateQueue", "SetQueueAttributes") and size is not None:
         name = str(params.get("QueueName") or _queue_name(params))
         if queue_attribute_problem("MaximumMessageSize", size) is None:
             state.set_maximum_message_size(name, int(str(size).strip()))
-    elif operation == "DeleteMessage":
-        state.forget([str(params.get("ReceiptHandle", ""))])
-    elif operation == "DeleteMessageBatch":
-        state.forget(str(e.get("ReceiptHandle", "")) for e in params.get("Entries") or [] if isinstance(e, Mapping))
 
 
 def _before_call(model: Any, context: dict[str, Any], **_: Any) -> Any:
@@ -552,9 +481,6 @@ def _after_call(parsed: Any, model: Any, context: dict[str, Any], **_: Any) -> N
         return
     if isinstance(verdict, _Verdict) and verdict.failed:
         parsed["Failed"] = [*(parsed.get("Failed") or []), *verdict.failed]
-    state = _current()
-    if state is not None and _operation(model) == ("sqs", "ReceiveMessage"):
-        state.received(str(m["ReceiptHandle"]) for m in parsed.get("Messages") or [] if "ReceiptHandle" in m)
 
 
 HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
