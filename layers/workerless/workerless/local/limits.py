@@ -531,7 +531,10 @@ def check_update_item_size(lock: Any) -> None:
         if _current() is None:
             return original(self, table_name, key, *args, **kwargs)
         with lock:
-            before = self.get_item(table_name, key)
+            try:
+                before = self.get_item(table_name, key)
+            except Exception:  # noqa: BLE001 - no such table or a bad key: the update itself says so
+                return original(self, table_name, key, *args, **kwargs)
             saved = copy.deepcopy(before.to_json()["Attributes"]) if before is not None else None
             result = original(self, table_name, key, *args, **kwargs)
             after = self.get_item(table_name, key)

@@ -635,6 +635,7 @@ class LocalTopology:
             name=f"{spec.logical_id}:{context.aws_request_id[:8]}",
             daemon=True,
         )
+        finished = False
         try:
             thread.start()
             finished = run.wait(spec.timeout)
