@@ -65,7 +65,8 @@ def pickup_latency(
                 "WORKERLESS_ENGINE=sheptra\n" + "".join(f"{k}={v}\n" for k, v in values.items()), encoding="utf-8"
             )
             parameters = {"EngineName": "sheptra", "LogLevel": "ERROR", "TickSeconds": str(tick)}
-            topology = LocalTopology(template, env_file, parameters=parameters, schedule_seconds=60.0)
+            # The template as written: the watchdog at its rate (1 minute), the tick at TickSeconds.
+            topology = LocalTopology(template, env_file, parameters=parameters)
             with topology:
                 # Let the first watchdog poll and the tick chain start, as a deployment that has been up a while.
                 time.sleep(2.0)

@@ -1,5 +1,6 @@
 """What the end-to-end pipeline tests share: the real template run by local mode with test-sized
-timings, a listener on the pipeline's lifecycle events, and a bounded wait for jobs to settle."""
+timings (passed as template parameters), a listener on the pipeline's lifecycle events, and a
+bounded wait for jobs to settle."""
 
 from __future__ import annotations
 
@@ -16,22 +17,37 @@ FINAL = {"completed", "failed", "thrown"}
 Events = list[tuple[str, str, dict[str, Any]]]
 
 
+def job_timings(seconds: int) -> dict[str, str]:
+    """Template parameters that make a failed job delivery come back after ``seconds`` instead of the
+    template's 720 s (5400 s for generate-report): each job queue's visibility timeout, and each
+    handler's Timeout equal to it, the most Lambda allows (a function's timeout may not exceed its
+    queue's visibility). Keep ``seconds`` well above the longest handler run of the test: local mode
+    abandons an invocation at its Timeout, as Lambda does."""
+    value = str(seconds)
+    return {
+        "HandlerTimeout": value,
+        "JobQueueVisibilityTimeout": value,
+        "GenerateReportTimeout": value,
+        "GenerateReportVisibilityTimeout": value,
+    }
+
+
 def topology(
     env_file: Path,
     *,
-    visibility_seconds: int,
+    job_visibility_seconds: int,
     template: Path = TEMPLATE,
     max_in_flight: int | None = None,
 ) -> LocalTopology:
-    """The template with test-sized timings: a 5 s lease makes "several lease lengths" a matter of
-    seconds, a 1 s tick and schedule keep pickup fast, and the SQS visibility timeout is short but
-    longer than any handler run in the test (as the template's 6x rule keeps it)."""
-    parameters = {"LeaseSeconds": "5", "TickSeconds": "1"}
+    """The template with test-sized timings, all template parameters but the schedule's: a 5 s lease
+    makes "several lease lengths" a matter of seconds, a 1 s tick keeps pickup fast, and the job
+    queues' visibility (with the handlers' timeouts) is :func:`job_timings`. The 1-minute watchdog
+    fires every second (``schedule_seconds``, the one departure from the template: EventBridge
+    cannot express it)."""
+    parameters = {"LeaseSeconds": "5", "TickSeconds": "1", **job_timings(job_visibility_seconds)}
     if max_in_flight is not None:
         parameters["MaxInFlight"] = str(max_in_flight)
-    return LocalTopology(
-        template, env_file, parameters=parameters, visibility_seconds=visibility_seconds, schedule_seconds=1
-    )
+    return LocalTopology(template, env_file, parameters=parameters, schedule_seconds=1)
 
 
 def wait_final(topo: LocalTopology, state: Callable[[str], dict[str, Any]], ids: list[str], seconds: float) -> None:

@@ -194,7 +194,6 @@ def test_local_mode_runs_the_new_route_against_the_sheptra_emulator(
         project / "template.yaml",
         env_file,
         parameters={"LeaseSeconds": "5", "TickSeconds": "1", "LogLevel": "WARNING"},
-        visibility_seconds=3,
         schedule_seconds=1,
     )
     with topology as topo:

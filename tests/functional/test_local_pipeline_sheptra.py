@@ -43,7 +43,7 @@ def test_example_handlers_complete_fail_terminally_and_are_summarised(
     report = emulator.create_job("generate-report", {"seconds": 1})
     declined = emulator.create_job("charge-payment", {"orderId": "bad", "amount": 0})
 
-    with topology(env_file, visibility_seconds=3) as topo:
+    with topology(env_file, job_visibility_seconds=10) as topo:
         wait_final(topo, emulator.job_state, [*charged, *receipts, report, declined], 40)
         # The engine shows a job final before the handler has counted it: wait for the count itself.
         summary = wait_counted(
@@ -81,7 +81,7 @@ def test_long_job_is_kept_alive_by_the_heartbeat_past_several_leases(
     its retries untouched, and nobody else is handed it."""
     job_id = emulator.create_job("generate-report", {"seconds": 17}, retries=3)
 
-    with topology(env_file, visibility_seconds=60) as topo:
+    with topology(env_file, job_visibility_seconds=60) as topo:
         wait_final(topo, emulator.job_state, [job_id], 45)
 
     state = emulator.job_state(job_id)
@@ -105,7 +105,7 @@ def test_redelivered_job_is_rereported_not_rerun(
         json={"method": "POST", "path": f"/cells/{emulator.cell}/v1/jobs/{job_id}/complete", "status": 503, "times": 4},
     ).raise_for_status()
 
-    with topology(env_file, visibility_seconds=3) as topo:
+    with topology(env_file, job_visibility_seconds=10) as topo:
         wait_final(topo, emulator.job_state, [job_id], 40)
 
     assert emulator.job_state(job_id)["state"] == "completed"

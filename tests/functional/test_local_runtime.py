@@ -29,6 +29,9 @@ Parameters:
   BatchSize:
     Type: Number
     Default: 3
+  EchoVisibility:
+    Type: Number
+    Default: 2
 Globals:
   Function:
     Runtime: python3.12
@@ -43,7 +46,7 @@ Resources:
   EchoQueue:
     Type: AWS::SQS::Queue
     Properties:
-      VisibilityTimeout: 360
+      VisibilityTimeout: !Ref EchoVisibility
       SqsManagedSseEnabled: true
       RedrivePolicy:
         deadLetterTargetArn: !GetAtt EchoDeadLetterQueue.Arn
@@ -55,6 +58,8 @@ Resources:
     Properties:
       CodeUri: functions/echo/
       Handler: app.handler
+      # At most its queue's visibility, as Lambda requires: a failed batch comes back in 2 s.
+      Timeout: 2
       Environment:
         Variables:
           ECHO_ONLY: "yes"
@@ -195,8 +200,6 @@ def app(tmp_path: Path) -> Path:
 def topology(app: Path, **options: Any) -> LocalTopology:
     parameters = {"RecordDir": str(app / "records"), "SecretArn": "arn:aws:secretsmanager:us-east-1:1:secret:x"}
     parameters.update(options.pop("parameters", {}))
-    options.setdefault("visibility_seconds", 1)
-    options.setdefault("schedule_seconds", 60)
     return LocalTopology(app / "template.yaml", app / ".env", parameters=parameters, **options)
 
 
@@ -247,7 +250,7 @@ def test_batches_honour_batch_size_and_maximum_concurrency(app: Path) -> None:
     assert depths["EchoQueue"].visible == depths["EchoQueue"].in_flight == 0
     first = seen[0]
     assert first["function_name"] == "workerless-local-EchoFunction"
-    assert 0 < first["remaining_ms"] <= 5000
+    assert 0 < first["remaining_ms"] <= 2000
     assert first["records"][0]["source"] == "arn:aws:sqs:us-east-1:123456789012:workerless-local-EchoQueue"
     assert len(first["records"][0]["md5"]) == 32
 
@@ -291,7 +294,7 @@ def test_recursive_loop_is_stopped_after_16_rounds_unless_allowed(app: Path, set
     """GIVEN a function that re-sends to its own queue for 20 rounds WHEN RecursiveLoop is Allow THEN all
     20 rounds run; WHEN it is not THEN the 17th delivery is stopped (16 invocations) and recorded."""
     # The template's 30 s visibility: a slow hop on a loaded machine must not be redelivered.
-    with topology(app, parameters={"LoopSetting": setting}, visibility_seconds=None) as top:
+    with topology(app, parameters={"LoopSetting": setting}) as top:
         send(top, "LoopQueue", {"hop": 1, "stop": 20})
         if setting == "Allow":
             wait_for(
@@ -395,7 +398,7 @@ def test_a_stopped_loop_message_goes_to_the_source_queues_dlq(app: Path) -> None
             "  LoopDeadLetterQueue:\n    Type: AWS::SQS::Queue\n",
         )
     )
-    with topology(app, visibility_seconds=None) as top:
+    with topology(app) as top:
         send(top, "LoopQueue", {"hop": 1, "stop": 18})
         wait_for(
             top,

@@ -193,14 +193,6 @@ def _event_source_queues(cfn: dict[str, Any], function: str) -> dict[str, dict[s
     }
 
 
-def _resolve_worst(cfn: dict[str, Any], value: Any, *, bound: str) -> int:
-    """A number, or a parameter Ref resolved to its bound (MaxValue/MinValue), else its Default."""
-    if isinstance(value, int):
-        return value
-    param = cfn["Parameters"][value["Ref"]]
-    return int(param.get(bound, param["Default"]))
-
-
 def _sub_routes(cfn: dict[str, Any], value: Any) -> list[dict[str, Any]]:
     """Evaluate WORKERLESS_ROUTES' Fn::Sub with each resource's Ref shown as `ref:<LogicalId>`."""
     template = value["Fn::Sub"]
@@ -444,19 +436,38 @@ def test_dead_letter_function_reads_every_job_dead_letter_queue(cfn: dict[str, A
 # ----------------------------------------------------------------------------- queues and table
 
 
+def _default(cfn: dict[str, Any], value: Any) -> int:
+    """A number, or a parameter Ref resolved to its Default."""
+    if isinstance(value, int):
+        return value
+    return int(cfn["Parameters"][value["Ref"]]["Default"])
+
+
 def test_visibility_timeout_is_at_least_six_times_the_consumer_timeout(cfn: dict[str, Any]) -> None:
-    """Checked at the worst case: a Ref'd Timeout counts at its parameter's MaxValue."""
+    """At the template's defaults: Lambda's guidance (6 x). Every timeout and its queue's visibility
+    are parameters (tests run shorter ones); Lambda itself refuses visibility < timeout, and so does
+    local mode (tests/unit/test_local_rules.py)."""
     pairs = 0
     for function in ALL_FUNCTIONS:
-        timeout = _resolve_worst(cfn, cfn["Resources"][function]["Properties"]["Timeout"], bound="MaxValue")
+        timeout = _default(cfn, cfn["Resources"][function]["Properties"]["Timeout"])
         for queue in _event_source_queues(cfn, function):
-            visibility = cfn["Resources"][queue]["Properties"]["VisibilityTimeout"]
-            assert isinstance(visibility, int), queue
+            visibility = _default(cfn, cfn["Resources"][queue]["Properties"]["VisibilityTimeout"])
             assert visibility >= 6 * timeout, (queue, visibility, function, timeout)
             pairs += 1
     assert pairs == len(ALL_FUNCTIONS) + 2  # DeadLetterFunction reads three queues
-    assert cfn["Resources"]["GenerateReportFunction"]["Properties"]["Timeout"] == 900
-    assert cfn["Resources"]["GenerateReportQueue"]["Properties"]["VisibilityTimeout"] == 5400
+    resources = cfn["Resources"]
+    assert _default(cfn, resources["GenerateReportFunction"]["Properties"]["Timeout"]) == 900
+    assert _default(cfn, resources["GenerateReportQueue"]["Properties"]["VisibilityTimeout"]) == 5400
+    # The largest HandlerTimeout still has 6 x under the job queues' default visibility (720).
+    assert cfn["Parameters"]["HandlerTimeout"]["MaxValue"] * 6 <= _default(
+        cfn, resources["ChargePaymentQueue"]["Properties"]["VisibilityTimeout"]
+    )
+
+
+def test_every_queue_sets_sqs_maximum_message_size(cfn: dict[str, Any]) -> None:
+    """1 MiB: SQS's default and maximum since 2025, written out so the library reads one value."""
+    for name, queue in _resources(cfn, "AWS::SQS::Queue").items():
+        assert queue["Properties"]["MaximumMessageSize"] == 1_048_576, name
 
 
 def test_every_queue_has_a_dead_letter_queue(cfn: dict[str, Any]) -> None:
@@ -557,7 +568,15 @@ def test_parameters_match_the_contract(cfn: dict[str, Any]) -> None:
     ):
         assert not re.fullmatch(params["EngineSecretArn"]["AllowedPattern"], partial), partial
     # The job queues' visibility (720) is 6 x the largest HandlerTimeout allowed.
-    assert params["HandlerTimeout"]["MaxValue"] * 6 <= 720
+    assert params["HandlerTimeout"]["MaxValue"] * 6 <= params["JobQueueVisibilityTimeout"]["Default"] == 720
+    timings = {
+        "JobQueueVisibilityTimeout": 720,
+        "GenerateReportTimeout": 900,
+        "GenerateReportVisibilityTimeout": 5400,
+        "HeartbeatTimeout": 60,
+        "HeartbeatVisibilityTimeout": 360,
+    }
+    assert {name: params[name]["Default"] for name in timings} == timings, "the template's timings as before"
 
 
 def test_outputs_name_the_table_queues_and_functions(cfn: dict[str, Any]) -> None:

@@ -77,7 +77,6 @@ def test_a_handler_runs_through_the_whole_local_pipeline_against_an_emulator(
         sheptra_emulator.env_file,
         ROOT / "template.yaml",
         parameters={"TickSeconds": "1"},
-        visibility_seconds=5,
         schedule_seconds=1,
     )
     done = topology.run_until(lambda: sheptra_emulator.job_state(job_id)["state"] in FINAL, max_seconds=30)

@@ -109,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="print the topology's status (per route: waiting, in flight, DLQ, last poll) to stderr this often",
     )
-    _add_timing_options(local)
+    _add_schedule_option(local)
     local.set_defaults(run=cmd_local)
 
     emulate = commands.add_parser(
@@ -137,39 +137,24 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--jobs", type=int, default=9, help="jobs to create, spread over the example types (default 9)")
     demo.add_argument("--template", default="template.yaml")
     demo.add_argument("--max-seconds", type=float, default=50.0, help="give up after this long (default 50)")
-    _add_timing_options(demo, schedule=2.0, visibility=10, tick=1)
+    _add_schedule_option(demo, default=2.0)
+    demo.add_argument("--tick-seconds", type=int, default=1, help="TickSeconds parameter for the demo (default 1)")
     demo.set_defaults(run=cmd_demo)
     _add_daily_loop_commands(commands)
     return parser
 
 
-def _add_timing_options(
-    parser: argparse.ArgumentParser,
-    *,
-    schedule: float | None = None,
-    visibility: int | None = None,
-    tick: int | None = None,
-) -> None:
+def _add_schedule_option(parser: argparse.ArgumentParser, *, default: float | None = None) -> None:
+    """``--schedule-seconds``: the one timing local mode takes from the command line rather than the
+    template (a schedule's rate cannot be under a minute); every other timing is a template
+    parameter (``--parameter-overrides``)."""
     parser.add_argument(
         "--schedule-seconds",
         type=float,
-        default=schedule,
-        help="fire Schedule events this often (default: the template's rate, capped at 5 s locally)"
-        if schedule is None
-        else f"fire Schedule events this often (default {schedule:g})",
+        default=default,
+        help="fire Schedule events this often instead of at the template's rate (a departure, for quick runs; "
+        + ("default: the template's rate)" if default is None else f"default {default:g})"),
     )
-    parser.add_argument(
-        "--visibility-seconds",
-        type=int,
-        default=visibility,
-        help="cap every queue's VisibilityTimeout (default: the template's)"
-        if visibility is None
-        else f"cap every queue's VisibilityTimeout (default {visibility})",
-    )
-    if tick is not None:
-        parser.add_argument(
-            "--tick-seconds", type=int, default=tick, help=f"TickSeconds parameter for the demo (default {tick})"
-        )
 
 
 def _configure_logging(level: str | None) -> Callable[[], None]:
@@ -210,7 +195,6 @@ def cmd_local(args: argparse.Namespace) -> int:
         args.template,
         env_file,
         parameters=parse_overrides(args.parameter_overrides),
-        visibility_seconds=args.visibility_seconds,
         schedule_seconds=args.schedule_seconds,
     )
     print(_describe(topology), file=sys.stderr)
@@ -441,7 +425,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 template,
                 env_file,
                 parameters=parameters,
-                visibility_seconds=args.visibility_seconds,
                 schedule_seconds=args.schedule_seconds,
             )
             print(f"{args.engine} emulator on {server.url}; {args.jobs} job(s) of {', '.join(DEMO_JOB_TYPES)}")
@@ -471,12 +454,26 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return EXIT_FAILED
 
 
+#: The demo's timings, as template parameters, in (timeout, visibility) pairs: a failed delivery
+#: comes back in 10 s, not minutes, and each function's timeout stays within its queue's visibility
+#: as Lambda requires (a pair is set only where the template declares both).
+DEMO_TIMINGS: tuple[tuple[tuple[str, str], tuple[str, str]], ...] = (
+    (("HandlerTimeout", "10"), ("JobQueueVisibilityTimeout", "10")),
+    (("GenerateReportTimeout", "10"), ("GenerateReportVisibilityTimeout", "10")),
+    (("HeartbeatTimeout", "10"), ("HeartbeatVisibilityTimeout", "10")),
+)
+
+
 def _demo_parameters(template: Path, args: argparse.Namespace) -> dict[str, str]:
-    """Demo-friendly parameter values, for the parameters this template declares."""
+    """Demo-friendly parameter values (:data:`DEMO_TIMINGS`, a 1 s tick, WARNING logs), for the
+    parameters this template declares."""
     from workerless.local.template import parse_template_text
 
     declared = parse_template_text(template.read_text(encoding="utf-8"), source=str(template)).get("Parameters") or {}
     wanted = {"EngineName": args.engine, "TickSeconds": str(args.tick_seconds), "LogLevel": "WARNING"}
+    for pair in DEMO_TIMINGS:
+        if all(name in declared for name, _ in pair):
+            wanted.update(pair)
     return {key: value for key, value in wanted.items() if key in declared}
 
 

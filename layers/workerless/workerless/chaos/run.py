@@ -9,6 +9,7 @@ docs/guarantees.md states the windows in those terms). Everything else is the pr
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import sys
@@ -193,6 +194,26 @@ def start_emulator(engine: str, *, lease_seconds: int) -> Emulator:
 # The run
 
 
+def chaos_timings(config: RunConfig) -> dict[str, str]:
+    """The template parameters that scale the run's Lambda timings down (local mode holds them to
+    Lambda's rule: a function's timeout at most its queue's visibility).
+
+    Handlers time out at ``handler_timeout`` and their messages come back 2 s after that; the
+    heartbeat gets room for a slow round (it may wait a lease and a second before extending) and
+    its ticket comes back right after its timeout.
+    """
+    handler = math.ceil(config.handler_timeout)
+    heartbeat = max(handler + 2, 2 * config.lease_seconds + 2)
+    return {
+        "HandlerTimeout": str(handler),
+        "JobQueueVisibilityTimeout": str(handler + 2),
+        "GenerateReportTimeout": str(handler),
+        "GenerateReportVisibilityTimeout": str(handler + 2),
+        "HeartbeatTimeout": str(heartbeat),
+        "HeartbeatVisibilityTimeout": str(heartbeat),
+    }
+
+
 @contextmanager
 def _scaled_time(config: RunConfig) -> Iterator[None]:
     """Test-sized timings for the library (restored afterwards)."""
@@ -290,8 +311,8 @@ def run(config: RunConfig) -> RunResult:
                     "MaxReceiveCount": "20",
                     "MaxInFlight": str(config.max_in_flight),
                     "LogLevel": config.log_level,
+                    **chaos_timings(config),
                 },
-                visibility_seconds=int(config.handler_timeout) + 2,
                 schedule_seconds=1,
                 state=state,
                 handler_timeout=config.handler_timeout,

@@ -8,8 +8,9 @@ real template's topology and the real example handlers:
   boundary (the whole batch returns to its queue after the visibility timeout, as when a Lambda
   runtime dies); the engine adapter the runtime built is wrapped in :class:`ChaosEngine`;
 - job handlers: the user function is wrapped (crash before / after its side effect, a run past the
-  Lambda timeout), and writes the ledger; the Lambda context counts down from ``handler_timeout``
-  (time scaling: tests cannot wait for the template's 120 s timeouts);
+  Lambda timeout), and writes the ledger; the Lambda context counts down from ``handler_timeout``,
+  which a chaos run also sets as the template's handler Timeouts (``run.chaos_timings``), so local
+  mode abandons a run there as Lambda would;
 - heartbeat: dies, or runs late by more than a lease (its extensions then meet a lapsed lease);
 - SQS event source: a message is made visible again while its first delivery is still running.
 """

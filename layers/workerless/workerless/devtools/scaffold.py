@@ -121,7 +121,8 @@ Resources:
     Type: AWS::SQS::Queue
     Properties:
       SqsManagedSseEnabled: true
-      VisibilityTimeout: 720
+      MaximumMessageSize: 1048576
+      VisibilityTimeout: !Ref JobQueueVisibilityTimeout
       RedrivePolicy:
         deadLetterTargetArn: !GetAtt {c}DeadLetterQueue.Arn
         maxReceiveCount: !Ref MaxReceiveCount
@@ -150,6 +151,7 @@ Resources:
     UpdateReplacePolicy: Retain
     Properties:
       SqsManagedSseEnabled: true
+      MaximumMessageSize: 1048576
       VisibilityTimeout: 360
       MessageRetentionPeriod: 1209600
 
@@ -413,7 +415,7 @@ def add_job_type(text: str, job_type: str) -> tuple[str, list[str]]:
     lead = (
         f"\n{SECTION_RULE} job type {job_type}\n\n"
         f"Jobs of type {job_type}, one message per job (ActivatedJob.to_message).\n"
-        "Visibility 720 = 6 x HandlerTimeout's maximum (120 s)."
+        "Visibility 720 = 6 x HandlerTimeout's maximum (120 s): JobQueueVisibilityTimeout."
     )
     _insert_after(resources, last_function, _snippet(yaml, _RESOURCES, job_type)["Resources"], lead=lead)
 

@@ -8,7 +8,7 @@ Modules are imported lazily so a function only pays for the engine it talks to.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from workerless.errors import ConfigurationError
@@ -49,6 +49,28 @@ def build_engine(
     return engine
 
 
+#: Checks run before every request of a client from :func:`new_http_client`; one raising stops the
+#: request. Empty in Lambda; local mode adds one that refuses requests from an invocation it
+#: abandoned at its Timeout (Lambda would have stopped that code).
+_request_guards: list[Callable[[], None]] = []
+
+
+def add_request_guard(guard: Callable[[], None]) -> None:
+    """Run ``guard()`` before every engine request (idempotent); it raises to refuse the request."""
+    if guard not in _request_guards:
+        _request_guards.append(guard)
+
+
+def remove_request_guard(guard: Callable[[], None]) -> None:
+    if guard in _request_guards:
+        _request_guards.remove(guard)
+
+
+def _run_request_guards(request: httpx.Request) -> None:
+    for guard in tuple(_request_guards):
+        guard()
+
+
 def new_http_client(timeout_seconds: float) -> httpx.Client:
     """The HTTP client every adapter gets: explicit timeouts shorter than any Lambda's, and a
     small keep-alive pool (a warm container reuses its connection to the engine)."""
@@ -60,4 +82,5 @@ def new_http_client(timeout_seconds: float) -> httpx.Client:
         limits=httpx.Limits(max_connections=20, max_keepalive_connections=10),
         follow_redirects=False,
         headers={"User-Agent": "workerless/0.1"},
+        event_hooks={"request": [_run_request_guards]},
     )

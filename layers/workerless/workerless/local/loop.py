@@ -25,7 +25,7 @@ import hashlib
 import itertools
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 #: Lambda's documented threshold: the chain is stopped after about 16 invocations.
@@ -53,6 +53,12 @@ class TopologyStoppedError(RuntimeError):
     down: refused, so it cannot reach a real endpoint with whatever credentials the process has."""
 
 
+class InvocationAbandonedError(RuntimeError):
+    """An invocation outlived its function's Timeout: Lambda stops the function there (freezes or
+    kills its sandbox), so nothing it would do afterwards reaches AWS or the engine. A thread cannot
+    be killed, so local mode abandons it instead and refuses every later call it makes."""
+
+
 @dataclass(frozen=True, slots=True)
 class InvocationScope:
     """Set while a local invocation runs: who runs, and how deep in its own chain it is."""
@@ -60,6 +66,9 @@ class InvocationScope:
     tracker: LoopTracker
     function_id: str
     depth: int
+    #: Set when the invocation reached its Timeout and was abandoned.
+    abandoned: threading.Event = field(default_factory=threading.Event)
+    timeout: int = 0
 
 
 _CURRENT: contextvars.ContextVar[InvocationScope | None] = contextvars.ContextVar(
@@ -150,6 +159,18 @@ def _guard(**_: Any) -> None:
     if scope is not None and not scope.tracker.accepts_calls():
         raise TopologyStoppedError(
             f"{scope.function_id}: the local topology has stopped; AWS calls from this invocation are refused"
+        )
+    refuse_if_abandoned("AWS")
+
+
+def refuse_if_abandoned(what: str) -> None:
+    """Raise :class:`InvocationAbandonedError` when the current invocation has been abandoned at its
+    Timeout (``what``: the kind of call refused, for the message)."""
+    scope = _CURRENT.get()
+    if scope is not None and scope.abandoned.is_set():
+        raise InvocationAbandonedError(
+            f"{scope.function_id}: the invocation outlived its Timeout ({scope.timeout} s) and was abandoned, as "
+            f"Lambda stops it; {what} calls from it are refused"
         )
 
 

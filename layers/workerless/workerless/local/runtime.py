@@ -10,12 +10,21 @@
 - emulates Lambda's SQS event source mapping per SQS event: long-polls up to BatchSize messages,
   runs at most MaximumConcurrency batches at once, deletes what succeeded (honouring
   ReportBatchItemFailures), leaves the rest to the visibility timeout; moto does the redelivery,
-  the ApproximateReceiveCount and the redrive to the DLQ;
-- fires Schedule events as EventBridge scheduled events (faster than the template's rate locally);
+  the ApproximateReceiveCount and the redrive to the DLQ (at the template's maxReceiveCount);
+- fires Schedule events as EventBridge scheduled events, at the template's rate;
+- stops waiting for an invocation at its function's Timeout, as Lambda does: the invocation failed
+  ("Task timed out"), its batch returns after the visibility timeout, and every AWS or engine call
+  the abandoned code makes afterwards is refused;
+- holds the template to AWS's rules before it starts (:mod:`workerless.local.rules`) and every call to
+  AWS's limits where moto is lenient (:mod:`workerless.local.limits`);
 - reproduces Lambda's recursive loop detection (see :mod:`workerless.local.loop`).
 
+It runs the template as written. A test that needs shorter timings passes them as template
+parameters (``parameters={"JobQueueVisibilityTimeout": "10", "HandlerTimeout": "10"}``); the only
+timing departure is ``schedule_seconds``, which a schedule's rate cannot express below a minute.
+
 Example:
-    >>> with LocalTopology("template.yaml", ".env", visibility_seconds=5) as topology:  # doctest: +SKIP
+    >>> with LocalTopology("template.yaml", ".env") as topology:  # doctest: +SKIP
     ...     summary = topology.run_until_idle(idle_seconds=3, max_seconds=60)
     ...     print(summary.table())
 """
@@ -24,6 +33,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import contextvars
 import importlib.util
 import json
 import logging
@@ -41,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from workerless.errors import ConfigurationError
-from workerless.local import loop
+from workerless.local import limits, loop, rules
 from workerless.local.context import LocalLambdaContext
 from workerless.local.summary import Summary, get_summary, reset_summary
 from workerless.local.template import (
@@ -81,8 +91,6 @@ REMOVED_ENV: tuple[str, ...] = (
     "WORKERLESS_AWS_ENDPOINT_URL",
     "WORKERLESS_SECRET_ARN",
 )
-#: Local schedules fire at most this far apart unless ``schedule_seconds`` says otherwise.
-DEFAULT_MAX_SCHEDULE_SECONDS = 5.0
 
 
 class FunctionLoadError(ConfigurationError):
@@ -135,14 +143,17 @@ class LocalTopology:
         template_path: the SAM template.
         env_file: dotenv file with the engine's connection values (``WORKERLESS_ENV_FILE``); the
             engine is its ``WORKERLESS_ENGINE`` or is inferred from its keys.
-        parameters: template parameter overrides (``{"TickSeconds": "2"}``).
-        visibility_seconds: cap every queue's VisibilityTimeout at this (the template's 360 s /
-            5400 s make redelivery tests wait minutes); None keeps the template's values.
-        schedule_seconds: fire every Schedule event this often; None: the template's rate capped at
-            ``max_schedule_seconds``. Schedules fire once at start, then at that interval.
+        parameters: template parameter overrides (``{"TickSeconds": "2"}``), checked as
+            CloudFormation checks them; shorter timings for a test go here.
+        schedule_seconds: a departure from the template, for tests: fire every Schedule event this
+            often instead of at its rate (EventBridge's finest is a minute). None: the template's
+            rate; a cron schedule then does not fire locally. Schedules fire once at start, then at
+            that interval.
         wait_seconds: the long poll of each event source's ReceiveMessage (bounds shutdown too).
-        max_batching_window_seconds: cap on MaximumBatchingWindowInSeconds.
-        default_concurrency: concurrent batches for an SQS event without ScalingConfig.
+        max_batching_window_seconds: a departure: cap MaximumBatchingWindowInSeconds at this.
+            None: the template's window.
+        default_concurrency: concurrent batches for an SQS event without ScalingConfig (Lambda
+            scales such a mapping up to the account's concurrency; local mode caps it).
         loop_limit: depth at which a recursive chain is stopped (Lambda: about 16).
         drain_seconds: how long :meth:`stop` waits for running invocations.
         reset_summary: zero the process-wide summary at start.
@@ -154,26 +165,22 @@ class LocalTopology:
         env_file: str | Path | None = None,
         *,
         parameters: Mapping[str, str] | None = None,
-        visibility_seconds: int | None = None,
         schedule_seconds: float | None = None,
-        max_schedule_seconds: float = DEFAULT_MAX_SCHEDULE_SECONDS,
         wait_seconds: int = 1,
-        max_batching_window_seconds: float = 1.0,
+        max_batching_window_seconds: float | None = None,
         default_concurrency: int = 10,
         loop_limit: int = loop.LOOP_LIMIT,
         drain_seconds: float = 10.0,
         stack_name: str = STACK_NAME,
         reset_summary: bool = True,
     ) -> None:
-        if visibility_seconds is not None and not 0 <= visibility_seconds <= 43_200:
-            raise ConfigurationError("visibility_seconds must be between 0 and 43200", key="visibility_seconds")
         if schedule_seconds is not None and schedule_seconds <= 0:
             raise ConfigurationError("schedule_seconds must be positive", key="schedule_seconds")
         self.template: LocalTemplate = load_template(template_path, parameters=parameters, stack_name=stack_name)
+        # What AWS would refuse to deploy must not run locally either.
+        rules.check_template(self.template)
         self.env_file = Path(env_file).resolve() if env_file is not None else None
-        self.visibility_seconds = visibility_seconds
         self.schedule_seconds = schedule_seconds
-        self.max_schedule_seconds = max_schedule_seconds
         self.wait_seconds = max(0, min(20, wait_seconds))
         self.max_batching_window_seconds = max_batching_window_seconds
         self.default_concurrency = default_concurrency
@@ -209,6 +216,7 @@ class LocalTopology:
         self._invocations: Counter[str] = Counter()
         self._errors: Counter[str] = Counter()
         self._stopped_loops: list[StoppedLoop] = []
+        self._limits = limits.LimitState()
 
     # ------------------------------------------------------------------------------------------
     # Public API
@@ -290,10 +298,16 @@ class LocalTopology:
         from moto import mock_aws
 
         loop.install_hooks()
+        limits.install_hooks()
+        limits.check_update_item_size(_moto_write_lock)
         serialise_moto_dynamodb_writes()
         self._mock = mock_aws()
         self._mock.start()
         self._started = True
+        limits.activate(self._limits)
+        from workerless.engines import add_request_guard
+
+        add_request_guard(_refuse_abandoned_engine_call)
         try:
             self._apply_environment()
             self._create_resources()
@@ -326,6 +340,10 @@ class LocalTopology:
         # reaching past the torn-down mock.
         self._accepting = False
         self._listen(False)
+        limits.deactivate(self._limits)
+        from workerless.engines import remove_request_guard
+
+        remove_request_guard(_refuse_abandoned_engine_call)
         self._reset_library()
         self._restore_environment()
         clear_settings()
@@ -555,10 +573,11 @@ class LocalTopology:
                 )
 
     def _create_queue(self, spec: QueueSpec) -> None:
-        visibility = spec.visibility_timeout
-        if self.visibility_seconds is not None:
-            visibility = min(visibility, self.visibility_seconds)
-        attributes = {"VisibilityTimeout": str(visibility), "DelaySeconds": str(spec.delay_seconds)}
+        attributes = {
+            "VisibilityTimeout": str(spec.visibility_timeout),
+            "DelaySeconds": str(spec.delay_seconds),
+            "MaximumMessageSize": str(spec.maximum_message_size),
+        }
         if spec.message_retention_seconds is not None:
             attributes["MessageRetentionPeriod"] = str(spec.message_retention_seconds)
         if spec.receive_wait_seconds is not None:
@@ -567,8 +586,10 @@ class LocalTopology:
             attributes["FifoQueue"] = "true"
         if spec.dead_letter_queue_id is not None:
             target = self.template.queue(spec.dead_letter_queue_id)
+            # SQS's default maxReceiveCount is 10; the template's value is passed as written.
+            max_receive = spec.max_receive_count if spec.max_receive_count is not None else 10
             attributes["RedrivePolicy"] = json.dumps(
-                {"deadLetterTargetArn": target.arn, "maxReceiveCount": spec.max_receive_count or 10}
+                {"deadLetterTargetArn": target.arn, "maxReceiveCount": max_receive}
             )
         url = self._sqs.create_queue(QueueName=spec.name, Attributes=attributes)["QueueUrl"]
         if loop.queue_name_of(url) != spec.name:  # pragma: no cover - moto names queues as asked
@@ -599,8 +620,17 @@ class LocalTopology:
                 )
                 self._spawn(f"sqs:{spec.logical_id}:{event.name}", self._pump, source)
             for schedule in spec.schedule_events:
-                if schedule.enabled:
-                    self._spawn(f"schedule:{spec.logical_id}:{schedule.name}", self._schedule, spec, schedule)
+                if not schedule.enabled:
+                    continue
+                if schedule_interval(schedule, self.schedule_seconds) is None:
+                    log.info(
+                        "%s: schedule %s (%s) is not emulated locally without schedule_seconds",
+                        spec.logical_id,
+                        schedule.name,
+                        schedule.expression,
+                    )
+                    continue
+                self._spawn(f"schedule:{spec.logical_id}:{schedule.name}", self._schedule, spec, schedule)
 
     def _spawn(self, name: str, target: Callable[..., None], *args: Any) -> None:
         thread = threading.Thread(target=target, args=args, name=name, daemon=True)
@@ -611,6 +641,15 @@ class LocalTopology:
     # Invocation
 
     def _invoke(self, spec: FunctionSpec, event: Any, *, depth: int, work: bool) -> tuple[bool, Any]:
+        """Run one invocation and wait for it at most the function's Timeout, as Lambda does.
+
+        The handler runs on its own thread. At the Timeout the caller stops waiting: the invocation
+        failed ("Task timed out"), its concurrency slot is free, and (for an SQS batch) nothing is
+        deleted, so its messages return after the visibility timeout. Lambda would have stopped the
+        function there; a thread cannot be stopped, so it is abandoned: every AWS or engine call it
+        makes from then on is refused (:class:`~workerless.local.loop.InvocationAbandonedError`) and
+        whatever it returns is discarded.
+        """
         handler = self._handlers[spec.logical_id]
         context = LocalLambdaContext(spec)
         with self._lock:
@@ -619,30 +658,37 @@ class LocalTopology:
             if work:
                 self._work_running += 1
                 self._last_activity = time.monotonic()
-        token = loop.enter_scope(loop.InvocationScope(self, spec.logical_id, depth))
-        started = time.monotonic()
-        ok = True
-        result: Any
+        run = _Run(handler, event, context, loop.InvocationScope(self, spec.logical_id, depth, timeout=spec.timeout))
+        thread = threading.Thread(
+            target=contextvars.copy_context().run,
+            args=(run,),
+            name=f"{spec.logical_id}:{context.aws_request_id[:8]}",
+            daemon=True,
+        )
+        finished = False
         try:
-            result = handler(event, context)
-        except Exception as exc:
-            ok, result = False, exc
-            log.warning(
-                "%s failed: %s: %s", spec.logical_id, type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG)
-            )
+            thread.start()
+            finished = run.wait(spec.timeout)
         finally:
-            loop.exit_scope(token)
-            elapsed = time.monotonic() - started
             with self._lock:
                 self._running -= 1
                 if work:
                     self._work_running -= 1
                     self._last_activity = time.monotonic()
-        if ok and elapsed > spec.timeout:
-            # Lambda would have killed it at the timeout; a thread cannot be killed, so the result is
-            # discarded instead: the invocation failed, as it would have in AWS.
-            ok, result = False, TimeoutError(f"Task timed out after {spec.timeout} seconds")
-            log.warning("%s: task timed out (%.2f s > Timeout %d s)", spec.logical_id, elapsed, spec.timeout)
+        if not finished:
+            # Lambda's own words for it.
+            ok, result = False, TimeoutError(f"Task timed out after {spec.timeout:.2f} seconds")
+            log.warning("%s: task timed out after %d s (Timeout): abandoned", spec.logical_id, spec.timeout)
+        else:
+            ok, result = run.ok, run.result
+            if not ok:
+                log.warning(
+                    "%s failed: %s: %s",
+                    spec.logical_id,
+                    type(result).__name__,
+                    result,
+                    exc_info=result if log.isEnabledFor(logging.DEBUG) else None,
+                )
         if not ok:
             with self._lock:
                 self._errors[spec.logical_id] += 1
@@ -669,10 +715,9 @@ class LocalTopology:
     # -- schedules ------------------------------------------------------------------------------
 
     def _schedule(self, spec: FunctionSpec, schedule: ScheduleEventSpec) -> None:
-        if self.schedule_seconds is not None:
-            interval = self.schedule_seconds
-        else:
-            interval = min(schedule.seconds or self.max_schedule_seconds, self.max_schedule_seconds)
+        interval = schedule_interval(schedule, self.schedule_seconds)
+        if interval is None:  # pragma: no cover - _start_sources does not start these
+            return
         next_run = time.monotonic()  # fire at start: a local run should not wait a minute for the first tick
         while not self._stopping.wait(max(0.0, next_run - time.monotonic())):
             event = schedule.input if schedule.input is not None else _scheduled_event(spec, schedule)
@@ -711,7 +756,9 @@ class LocalTopology:
             thread.start()
 
     def _receive(self, url: str, source: _Source) -> list[dict[str, Any]]:
-        window = min(source.event.batching_window_seconds, self.max_batching_window_seconds)
+        window = source.event.batching_window_seconds
+        if self.max_batching_window_seconds is not None:
+            window = min(window, self.max_batching_window_seconds)
         deadline = time.monotonic() + window
         messages: list[dict[str, Any]] = []
         while len(messages) < source.event.batch_size and not self._stopping.is_set():
@@ -821,6 +868,67 @@ class LocalTopology:
 
 # ------------------------------------------------------------------------------------------------
 # Helpers
+
+
+class _Run:
+    """One invocation's call of its handler, run on a thread of its own so that the caller can stop
+    waiting at the function's Timeout (:meth:`wait`); a result that comes after that is discarded."""
+
+    def __init__(self, handler: Handler, event: Any, context: LocalLambdaContext, scope: loop.InvocationScope) -> None:
+        self._handler = handler
+        self._event = event
+        self._context = context
+        self._scope = scope
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self.ok = False
+        self.result: Any = None
+
+    def __call__(self) -> None:
+        token = loop.enter_scope(self._scope)
+        started = time.monotonic()
+        ok, result = False, None
+        try:
+            result = self._handler(self._event, self._context)
+            ok = True
+        except BaseException as exc:  # noqa: BLE001 - whatever ends the handler ends the invocation
+            result = exc
+        finally:
+            loop.exit_scope(token)
+        with self._lock:
+            if not self._scope.abandoned.is_set():
+                self.ok, self.result = ok, result
+                self._done.set()
+                return
+        log.info(
+            "%s: an invocation abandoned at its Timeout returned after %.1f s; its result is discarded",
+            self._scope.function_id,
+            time.monotonic() - started,
+        )
+
+    def wait(self, timeout: float) -> bool:
+        """True once the handler has returned; False at ``timeout``, having abandoned the invocation."""
+        if self._done.wait(timeout):
+            return True
+        with self._lock:
+            if self._done.is_set():
+                return True
+            self._scope.abandoned.set()
+            return False
+
+
+def _refuse_abandoned_engine_call() -> None:
+    """The engine clients' request guard (workerless.engines): an abandoned invocation's engine
+    requests are refused as its AWS calls are (Lambda would have stopped the code making them)."""
+    loop.refuse_if_abandoned("engine")
+
+
+def schedule_interval(schedule: ScheduleEventSpec, override: float | None) -> float | None:
+    """Seconds between a schedule's local firings: ``override`` (``schedule_seconds``) when given,
+    else the template's rate; None for a cron schedule without an override (not emulated)."""
+    if override is not None:
+        return override
+    return schedule.seconds
 
 
 def _count_lifecycle_event(job_type: str, event: str, fields: Mapping[str, Any]) -> None:

@@ -169,6 +169,8 @@ class QueueSpec:
     dead_letter_queue_id: str | None = None
     max_receive_count: int | None = None
     fifo: bool = False
+    #: SQS's default and maximum since 2025 when the template sets none (1 MiB).
+    maximum_message_size: int = 1_048_576
 
     @property
     def url(self) -> str:
@@ -591,6 +593,7 @@ class _Resolver:
             delay_seconds=number("DelaySeconds", 0) or 0,
             message_retention_seconds=number("MessageRetentionPeriod", None),
             receive_wait_seconds=number("ReceiveMessageWaitTimeSeconds", None),
+            maximum_message_size=number("MaximumMessageSize", 1_048_576) or 0,
             dead_letter_queue_id=dlq_id,
             max_receive_count=max_receive,
             fifo=_truthy(self.resolve(props.get("FifoQueue", False), f"{lid}.FifoQueue")),

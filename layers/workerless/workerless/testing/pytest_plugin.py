@@ -118,8 +118,9 @@ def stagenext_emulator(workerless_emulator: EmulatorFactory) -> Emulator:
 def workerless_local() -> Iterator[Callable[..., Any]]:
     """Factory: ``workerless_local(emulator.env_file, parameters={"LeaseSeconds": "5"})`` starts the
     template's functions in this process; they are stopped (and the environment restored) after
-    the test. Options are :class:`~workerless.local.LocalTopology`'s (``visibility_seconds``,
-    ``schedule_seconds``, ...)."""
+    the test. Options are :class:`~workerless.local.LocalTopology`'s: shorter timings are template
+    parameters (``parameters={"HandlerTimeout": "10", "JobQueueVisibilityTimeout": "10"}``), and
+    ``schedule_seconds`` fires the template's schedules more often than their rate."""
     started: list[Any] = []
 
     def start(env_file: str | Path | None, template: str | Path = "template.yaml", **options: Any) -> Any:

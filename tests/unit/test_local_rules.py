@@ -1,0 +1,139 @@
+"""Local mode runs a template only if AWS would accept it, at the timings it declares.
+
+Each rule here is one CloudFormation, Lambda, SQS or EventBridge applies when the stack is
+deployed (see workerless/local/rules.py); a topology that breaks one is refused when it is built,
+before anything starts. With no options, local mode runs the template's own timings.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from workerless import cli
+from workerless.local.runtime import LocalTopology, schedule_interval
+from workerless.local.template import ScheduleEventSpec, TemplateError, load_template
+
+from tests.functional.pipeline import TEMPLATE, job_timings
+
+BASE = """\
+Resources:
+  Queue:
+    Type: AWS::SQS::Queue
+    Properties:
+      VisibilityTimeout: {visibility}
+  F:
+    Type: AWS::Serverless::Function
+    Properties:
+      CodeUri: f/
+      Handler: app.handler
+      Timeout: {timeout}
+      MemorySize: {memory}
+      Events:
+        Jobs:
+          Type: SQS
+          Properties:
+            Queue: !GetAtt Queue.Arn
+            BatchSize: {batch}
+            MaximumBatchingWindowInSeconds: {window}
+            ScalingConfig: {{MaximumConcurrency: {concurrency}}}
+        Tick:
+          Type: Schedule
+          Properties: {{Schedule: "{schedule}"}}
+"""
+GOOD = {
+    "visibility": 30,
+    "timeout": 30,
+    "memory": 128,
+    "batch": 10,
+    "window": 0,
+    "concurrency": 2,
+    "schedule": "rate(1 minute)",
+}
+
+
+def build(tmp_path: Path, **changes: object) -> LocalTopology:
+    path = tmp_path / "template.yaml"
+    path.write_text(BASE.format(**{**GOOD, **changes}))
+    return LocalTopology(path)
+
+
+def test_a_template_within_aws_rules_is_accepted(tmp_path: Path) -> None:
+    assert build(tmp_path).template.function("F").timeout == 30
+    assert build(tmp_path, batch=11, window=1, concurrency=1000, schedule="rate(5 minutes)")
+    assert build(tmp_path, batch=10_000, window=300, schedule="cron(0 12 * * ? *)")
+    assert build(tmp_path, timeout=900, visibility=43_200, memory=10_240, schedule="rate(1 day)")
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"visibility": 29},
+            r"F\.Events\.Jobs: Invalid request provided: Queue visibility timeout: 29 seconds is less than "
+            r"Function timeout: 30 seconds \(Queue feeds F\)",
+        ),
+        (
+            {"batch": 11},
+            r"F\.Events\.Jobs: Maximum batch window in seconds must be greater than 0 if maximum batch size",
+        ),
+        ({"batch": 10_001, "window": 1}, r"F\.Events\.Jobs\.BatchSize: Lambda accepts 1 to 10000"),
+        ({"batch": 0}, r"BatchSize: Lambda accepts 1 to 10000 for Queue, got 0"),
+        ({"window": 301}, r"MaximumBatchingWindowInSeconds: Lambda accepts whole seconds from 0 to 300, got 301"),
+        ({"concurrency": 1}, r"ScalingConfig\.MaximumConcurrency: Lambda accepts 2 to 1000, got 1"),
+        ({"concurrency": 1001}, r"ScalingConfig\.MaximumConcurrency: Lambda accepts 2 to 1000, got 1001"),
+        ({"timeout": 901, "visibility": 1000}, r"F\.Timeout: Lambda accepts 1 to 900 seconds, got 901"),
+        ({"memory": 127}, r"F\.MemorySize: Lambda accepts 128 to 10240 MB, got 127"),
+        ({"visibility": 43_201, "timeout": 30}, r"Queue\.VisibilityTimeout: SQS refuses 43201"),
+        ({"schedule": "rate(30 seconds)"}, r"F\.Events\.Tick: .*a schedule fires at most once a minute"),
+        ({"schedule": "rate(0 minutes)"}, r"the value must be a positive whole number"),
+        ({"schedule": "rate(1 minutes)"}, r"1 takes a singular unit"),
+        ({"schedule": "rate(5 minute)"}, r"1 takes a singular unit"),
+        ({"schedule": "cron(0 12 * * ?)"}, r"cron needs six fields"),
+    ],
+)
+def test_what_aws_refuses_does_not_run_locally(tmp_path: Path, changes: dict[str, object], message: str) -> None:
+    with pytest.raises(TemplateError, match=message):
+        build(tmp_path, **changes)
+
+
+def test_the_real_templates_timings_hold_at_defaults_and_at_the_test_and_demo_values() -> None:
+    as_written = LocalTopology(TEMPLATE).template
+    assert as_written.queue("ChargePaymentQueue").visibility_timeout == 720
+    assert as_written.function("ChargePaymentFunction").timeout == 120
+    assert as_written.queue("GenerateReportQueue").visibility_timeout == 5400
+    assert as_written.function("GenerateReportFunction").timeout == 900
+    assert as_written.queue("HeartbeatQueue").visibility_timeout == 360
+    assert as_written.function("HeartbeatFunction").timeout == 60
+    assert {q.maximum_message_size for q in as_written.queues} == {1_048_576}
+    assert LocalTopology(TEMPLATE, parameters=job_timings(10)).template.function("GenerateReportFunction").timeout == 10
+    demo = {name: value for pair in cli.DEMO_TIMINGS for name, value in pair}
+    assert LocalTopology(TEMPLATE, parameters=demo).template.queue("HeartbeatQueue").visibility_timeout == 10
+    # A handler timeout longer than its queue's visibility is what Lambda refuses.
+    with pytest.raises(TemplateError, match=r"ChargePaymentFunction\.Events\.Jobs: .*Queue visibility timeout: 100"):
+        LocalTopology(TEMPLATE, parameters={"JobQueueVisibilityTimeout": "100"})
+
+
+def test_with_no_options_schedules_fire_at_the_templates_rate() -> None:
+    """The poller's ``rate(1 minute)`` watchdog fires every 60 s locally, as deployed; a test may
+    still ask for faster (a stated departure), and a cron schedule fires only when asked."""
+    poller = load_template(TEMPLATE).function("PollerFunction")
+    (watchdog,) = poller.schedule_events
+    assert LocalTopology(TEMPLATE).schedule_seconds is None
+    assert schedule_interval(watchdog, None) == 60.0
+    assert schedule_interval(watchdog, 1.0) == 1.0
+    cron = ScheduleEventSpec(name="Nightly", expression="cron(0 3 * * ? *)", seconds=None)
+    assert schedule_interval(cron, None) is None
+    assert schedule_interval(cron, 5.0) == 5.0
+
+
+def test_the_cli_has_no_timing_defaults_of_its_own() -> None:
+    """`workerless local` with no options runs the template as written: no visibility cap, no
+    schedule speed-up. Timings are template parameters (--parameter-overrides)."""
+    parser = cli.build_parser()
+    local = parser.parse_args(["local"])
+    assert local.schedule_seconds is None
+    assert not hasattr(local, "visibility_seconds")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["local", "--visibility-seconds", "5"])
+    assert parser.parse_args(["demo"]).schedule_seconds == 2.0
