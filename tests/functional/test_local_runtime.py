@@ -327,7 +327,7 @@ def test_a_loop_is_stopped_even_when_its_next_message_is_received_before_the_sen
         record_depth(self, message_id, function_id, depth)
 
     monkeypatch.setattr(LocalTopology, "record_depth", late_record_depth)
-    with topology(app, visibility_seconds=None) as top:
+    with topology(app) as top:
         send(top, "LoopQueue", {"hop": 1, "stop": 20})
         # Done when stopped, or when the chain has gone past the limit (then it was not stopped).
         wait_for(
