@@ -225,3 +225,16 @@ def _parse(document: Any, source: str) -> tuple[Statement, ...]:
         return parse_statements(document, source)
     except PolicyError as exc:
         raise TemplateError(str(exc)) from None
+
+
+def secret_parameter(template: LocalTemplate, variable: str = "WORKERLESS_SECRET_ARN") -> str | None:
+    """The template parameter the functions' ``variable`` is ``!Ref`` of (Globals or a function), else None."""
+    source = parse_template_text(template.path.read_text(encoding="utf-8"), source=str(template.path))
+    declared = source.get("Parameters") or {}
+    blocks = [(source.get("Globals") or {}).get("Function") or {}]
+    blocks += [(r.get("Properties") or {}) for r in (source.get("Resources") or {}).values() if isinstance(r, dict)]
+    for props in blocks:
+        value = (((props.get("Environment") or {}).get("Variables")) or {}).get(variable)
+        if isinstance(value, dict) and set(value) == {"Ref"} and value["Ref"] in declared:
+            return str(value["Ref"])
+    return None
