@@ -34,7 +34,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -261,6 +261,22 @@ class LocalTopology:
             raise RuntimeError("the topology is not running")
         session: Any = boto3.session.Session(region_name=REGION)
         return session.client(service)
+
+    @contextlib.contextmanager
+    def as_function(self, function_id: str) -> Iterator[None]:
+        """Make this thread's AWS calls as ``function_id`` does in an invocation: held to its role
+        (and tracked for loops). For tests and debugging a refusal outside a whole invocation.
+
+        Example:
+            >>> with topology.as_function("PollerFunction"):                    # doctest: +SKIP
+            ...     topology.client("sqs").send_message(QueueUrl=url, MessageBody="x")
+        """
+        self.template.function(function_id)  # KeyError for a function the template does not have
+        token = loop.enter_scope(loop.InvocationScope(self, function_id, 0, iam=self.iam))
+        try:
+            yield
+        finally:
+            loop.exit_scope(token)
 
     def queue_depths(self) -> dict[str, QueueDepth]:
         """Every queue's approximate depth, by logical id."""
