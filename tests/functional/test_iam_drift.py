@@ -110,9 +110,11 @@ def _scenario(engine: str, tmp: Path) -> Run:
         with topology as topo:
             assert topo.iam is not None, "local mode enforces IAM by default"
             topo.run_until(
-                lambda: all(state(j) in FINAL for j in jobs)
-                and topo.invocations.get("DeadLetterFunction", 0) > 0
-                and topo.invocations.get("HeartbeatFunction", 0) > 0,
+                lambda: (
+                    all(state(j) in FINAL for j in jobs)
+                    and topo.invocations.get("DeadLetterFunction", 0) > 0
+                    and topo.invocations.get("HeartbeatFunction", 0) > 0
+                ),
                 max_seconds=SCENARIO_SECONDS,
             )
             enforcer = topo.iam
@@ -130,9 +132,9 @@ def _scenario(engine: str, tmp: Path) -> Run:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Run]]:
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
     tmp = tmp_path_factory.mktemp("iam-drift")
-    yield {engine: _scenario(engine, tmp) for engine in ENGINES}
+    return {engine: _scenario(engine, tmp) for engine in ENGINES}
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -192,11 +194,7 @@ def test_every_grant_of_the_role_is_used(runs: dict[str, Run], function: str) ->
         }
         # Pairs are keyed without the resource text, which may differ per run (the secret ARN).
         keys = {(source, action, index) for source, action, index, _ in here}
-        unused = (
-            here
-            if unused is None
-            else {pair for pair in unused if (pair[0], pair[1], pair[2]) in keys}
-        )
+        unused = here if unused is None else {pair for pair in unused if (pair[0], pair[1], pair[2]) in keys}
     assert unused is not None
     listing = sorted(f"{source}: {action} on {resource}" for source, action, _, resource in unused)
     assert listing == [], f"{function}'s role grants what nothing used:\n" + "\n".join(listing)

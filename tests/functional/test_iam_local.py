@@ -92,7 +92,9 @@ def test_a_removed_grant_is_refused_in_the_running_topology_with_awss_error(
     emulator, env_file = sheptra_env
     emulator.create_job("send-receipt", {"orderId": "o1"})
     path = template_copy(tmp_path, without_statement(TEMPLATE.read_text(encoding="utf-8"), "PollerFunctionRole", sid))
-    principal = f"arn:aws:sts::{ACCOUNT}:assumed-role/workerless-local-PollerFunctionRole/workerless-local-PollerFunction"
+    principal = (
+        f"arn:aws:sts::{ACCOUNT}:assumed-role/workerless-local-PollerFunctionRole/workerless-local-PollerFunction"
+    )
     with LocalTopology(
         path, env_file, parameters={"TickSeconds": "1"}, visibility_seconds=5, schedule_seconds=1, engine_secret=True
     ) as topo:

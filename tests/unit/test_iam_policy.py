@@ -258,7 +258,8 @@ Resources:
   OwnRole:
     Type: AWS::IAM::Role
     Properties:
-      AssumeRolePolicyDocument: {Statement: [{Effect: Allow, Principal: {Service: lambda.amazonaws.com}, Action: sts:AssumeRole}]}
+      AssumeRolePolicyDocument:
+        Statement: [{Effect: Allow, Principal: {Service: lambda.amazonaws.com}, Action: sts:AssumeRole}]
       Policies:
         - PolicyName: own
           PolicyDocument:
@@ -333,9 +334,7 @@ def test_a_role_that_is_not_in_the_template_or_an_unknown_managed_policy_is_an_e
     outside = TEMPLATE.replace("Role: !GetAtt OwnRole.Arn", "Role: arn:aws:iam::123456789012:role/elsewhere")
     with pytest.raises(TemplateError, match="not a role of this template"):
         _roles(tmp_path, outside)
-    managed = TEMPLATE.replace(
-        "      Policies:\n        - PolicyName: own",
-        "      ManagedPolicyArns: [arn:aws:iam::aws:policy/AmazonSQSFullAccess]\n      Policies:\n        - PolicyName: own",
-    )
+    own = "      Policies:\n        - PolicyName: own"
+    managed = TEMPLATE.replace(own, "      ManagedPolicyArns: [arn:aws:iam::aws:policy/AmazonSQSFullAccess]\n" + own)
     with pytest.raises(TemplateError, match="AmazonSQSFullAccess"):
         _roles(tmp_path, managed)

@@ -42,8 +42,8 @@ from typing import Any
 
 from workerless.errors import ConfigurationError
 from workerless.local import loop
-from workerless.local.iam.enforce import IamEnforcer
 from workerless.local.context import LocalLambdaContext
+from workerless.local.iam.enforce import IamEnforcer
 from workerless.local.summary import Summary, get_summary, reset_summary
 from workerless.local.template import (
     ACCOUNT_ID,

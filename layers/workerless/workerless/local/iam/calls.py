@@ -35,7 +35,12 @@ _SQS_BATCH = {
     "DeleteMessageBatch": "DeleteMessage",
     "ChangeMessageVisibilityBatch": "ChangeMessageVisibility",
 }
-_TRANSACT_WRITE = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem", "ConditionCheck": "ConditionCheckItem"}
+_TRANSACT_WRITE = {
+    "Put": "PutItem",
+    "Update": "UpdateItem",
+    "Delete": "DeleteItem",
+    "ConditionCheck": "ConditionCheckItem",
+}
 _NO_PERMISSION = {("sts", "GetCallerIdentity")}
 
 
@@ -153,5 +158,9 @@ def _secret(operation: str, params: Mapping[str, Any], secret_arn: Callable[[str
     if full is None:
         # Not a secret local mode knows: an ARN is evaluated as given; a bare name as the ARN a secret
         # of that name would have, its random suffix unknown (only patterns ending in * match it).
-        full = secret_id if secret_id.startswith("arn:") else f"arn:aws:secretsmanager:{REGION}:{ACCOUNT_ID}:secret:{secret_id}"
+        full = (
+            secret_id
+            if secret_id.startswith("arn:")
+            else f"arn:aws:secretsmanager:{REGION}:{ACCOUNT_ID}:secret:{secret_id}"
+        )
     return Need(action, full, secret_id)

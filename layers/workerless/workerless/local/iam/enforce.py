@@ -105,7 +105,11 @@ class Refusal:
             )
             return 403, {"x-amzn-requestid": request_id, "content-type": "text/xml"}, xml.encode()
         content_type = "application/x-amz-json-1.1" if self.prefix == "secretsmanager" else "application/x-amz-json-1.0"
-        return status, {"x-amzn-requestid": request_id, "content-type": content_type, **headers}, json.dumps(body).encode()
+        return (
+            status,
+            {"x-amzn-requestid": request_id, "content-type": content_type, **headers},
+            json.dumps(body).encode(),
+        )
 
 
 class IamEnforcer:
@@ -185,7 +189,9 @@ class IamEnforcer:
                 entries += [(f"event source {event.name}", Need(action, arn, arn)) for action in EVENT_SOURCE_ACTIONS]
             group = log_group_arn(role.log_group)
             stream = f"{group}:log-stream:{_LOG_STREAM}"
-            entries += [("logs", Need(action, stream, stream)) for action in ("logs:CreateLogStream", "logs:PutLogEvents")]
+            entries += [
+                ("logs", Need(action, stream, stream)) for action in ("logs:CreateLogStream", "logs:PutLogEvents")
+            ]
             if not role.log_group_in_template:
                 # Lambda creates a log group the template does not: that needs the role too.
                 entries.append(("logs", Need("logs:CreateLogGroup", group, group)))
@@ -256,13 +262,13 @@ def _answer(model: Any, context: Any = None, **_: Any) -> Any:
     refusal: Refusal | None = context.get(_REFUSAL_KEY)
     if refusal is None:
         return None
-    from botocore.awsrequest import AWSResponse
+    from botocore.awsrequest import AWSResponse, HTTPHeaders
     from botocore.endpoint import convert_to_response_dict
     from botocore.parsers import create_parser
 
     protocol = str(model.service_model.resolved_protocol)
     status, headers, body = refusal.wire(protocol)
-    http = AWSResponse("https://local.workerless.invalid/", status, headers, _Raw(body))
+    http = AWSResponse("https://local.workerless.invalid/", status, HTTPHeaders.from_dict(headers), _Raw(body))
     parsed = create_parser(protocol).parse(convert_to_response_dict(http, model), model.output_shape)
     parsed.setdefault("ResponseMetadata", {})["RetryAttempts"] = 0
     return http, parsed

@@ -95,7 +95,9 @@ def render_roles(
     log_groups = {
         str(resolve({"Ref": lid}, lid)): lid for lid, r in resources.items() if r.get("Type") == "AWS::Logs::LogGroup"
     }
-    role_ids = {str(resolve({"Fn::GetAtt": [lid, "Arn"]}, lid)): lid for lid, r in resources.items() if r.get("Type") == _ROLE}
+    role_ids = {
+        str(resolve({"Fn::GetAtt": [lid, "Arn"]}, lid)): lid for lid, r in resources.items() if r.get("Type") == _ROLE
+    }
     roles: dict[str, FunctionRole] = {}
     for spec in template.functions:
         function = resources.get(spec.logical_id) or {}
@@ -177,7 +179,9 @@ def _generated_roles(source: Mapping[str, Any]) -> set[str]:
     return {
         lid
         for lid, r in (source.get("Resources") or {}).items()
-        if r.get("Type") == "AWS::Serverless::Function" and not global_role and "Role" not in (r.get("Properties") or {})
+        if r.get("Type") == "AWS::Serverless::Function"
+        and not global_role
+        and "Role" not in (r.get("Properties") or {})
     }
 
 
@@ -205,8 +209,10 @@ def _role_statements(role_id: str, resources: Mapping[str, Any], resolve: Any) -
 
 
 def _managed_statements(arn: Any, where: str, resources: Mapping[str, Any], resolve: Any) -> tuple[Statement, ...]:
-    if isinstance(arn, dict) and set(arn) == {"Ref"} and (resources.get(arn["Ref"]) or {}).get("Type") == (
-        "AWS::IAM::ManagedPolicy"
+    if (
+        isinstance(arn, dict)
+        and set(arn) == {"Ref"}
+        and (resources.get(arn["Ref"]) or {}).get("Type") == ("AWS::IAM::ManagedPolicy")
     ):
         lid = arn["Ref"]  # a customer managed policy of this template (its Ref is its ARN)
         return _parse(resolve((resources[lid].get("Properties") or {}).get("PolicyDocument"), lid), lid)
