@@ -193,3 +193,23 @@ def test_a_failed_stagenext_lease_acquire_gives_the_claim_back_and_the_redeliver
     assert state["state"] == "completed", state["history"]
     started = [f for _, e, f in events if e == "started" and f.get("job_id") == stage_id]
     assert [f.get("receive_count") for f in started] == [2], started
+
+
+def test_workerless_local_reports_each_refused_call_once(capsys: pytest.CaptureFixture[str]) -> None:
+    """GIVEN a run in which a function was refused a call (twice) WHEN `workerless local` prints its
+    report THEN the refusal is listed once, naming the function, the action and the resource."""
+    from types import SimpleNamespace
+
+    from workerless import cli
+    from workerless.local.iam.enforce import Refusal
+    from workerless.local.summary import Summary
+
+    refusal = Refusal("PollerFunction", "sqs", "sqs:SendMessage", "arn:aws:sqs:us-east-1:1:q", "p", explicit=False)
+    fake = SimpleNamespace(
+        summary=Summary(), invocations={}, errors={}, stopped_loops=[], iam=SimpleNamespace(refusals=[refusal, refusal])
+    )
+    cli._print_report(fake)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("IAM refused")]
+    assert lines == [
+        "IAM refused: PollerFunction sqs:SendMessage on arn:aws:sqs:us-east-1:1:q (its role does not allow it)"
+    ]

@@ -158,7 +158,11 @@ class IamEnforcer:
                     explicit=decision.explicit_deny,
                 )
                 with self._lock:
+                    first = refusal not in self._refusals
                     self._refusals.append(refusal)
+                if first:
+                    # Loud once per distinct refusal: the caller's own handling may only log a code.
+                    _log().warning("IAM: %s: %s", function_id, refusal.message)
                 return refusal
         origin = _origin()
         with self._lock:
