@@ -338,3 +338,28 @@ def test_a_role_that_is_not_in_the_template_or_an_unknown_managed_policy_is_an_e
     managed = TEMPLATE.replace(own, "      ManagedPolicyArns: [arn:aws:iam::aws:policy/AmazonSQSFullAccess]\n" + own)
     with pytest.raises(TemplateError, match="AmazonSQSFullAccess"):
         _roles(tmp_path, managed)
+
+
+def test_a_scaffolded_job_types_role_grants_what_the_shipped_handlers_roles_grant(tmp_path: Path) -> None:
+    """GIVEN template.yaml with a job type added by `workerless new-handler` WHEN the roles are rendered
+    THEN the new handler's role has the same statements as charge-payment's, on its own queue and log
+    group: the scaffold's copy of the role cannot drift from the template's (the drift test measures
+    the template's)."""
+    from workerless.devtools.scaffold import add_job_type
+
+    root = Path(__file__).resolve().parents[2]
+    text, _ = add_job_type((root / "template.yaml").read_text(encoding="utf-8"), "ship-parcel")
+    for name in ("functions", "layers"):
+        (tmp_path / name).symlink_to(root / name)
+    (tmp_path / "functions-extra").mkdir()
+    (tmp_path / "template.yaml").write_text(
+        text.replace("CodeUri: functions/ship-parcel/", "CodeUri: functions-extra/"), encoding="utf-8"
+    )
+    roles = render_roles(load_template(tmp_path / "template.yaml"))
+
+    def shape(function: str, own: str) -> list[tuple[str | None, tuple[str, ...], tuple[str, ...]]]:
+        return [
+            (s.sid, s.actions, tuple(r.replace(own, "<own>") for r in s.resources)) for s in roles[function].statements
+        ]
+
+    assert shape("ShipParcelFunction", "ShipParcel") == shape("ChargePaymentFunction", "ChargePayment")
