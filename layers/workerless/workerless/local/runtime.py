@@ -12,7 +12,10 @@
   ReportBatchItemFailures), leaves the rest to the visibility timeout; moto does the redelivery,
   the ApproximateReceiveCount and the redrive to the DLQ;
 - fires Schedule events as EventBridge scheduled events (faster than the template's rate locally);
-- reproduces Lambda's recursive loop detection (see :mod:`workerless.local.loop`).
+- reproduces Lambda's recursive loop detection (see :mod:`workerless.local.loop`);
+- holds every AWS call of a function to its own role as SAM renders it, and refuses what the role
+  does not allow with AWS's error; refuses at start an SQS event whose queue the role cannot poll
+  (see :mod:`workerless.local.iam`).
 
 Example:
     >>> with LocalTopology("template.yaml", ".env", visibility_seconds=5) as topology:  # doctest: +SKIP
