@@ -133,9 +133,9 @@ def render_roles(
 def translate(source: Mapping[str, Any], parameters: Mapping[str, str]) -> dict[str, Any]:
     """SAM's translation of ``source`` (a parsed template), offline: local code locations become S3
     URIs (the translator accepts only those) and managed policies are never looked up."""
-    transform = source.get("Transform")
-    transforms = transform if isinstance(transform, list) else [transform] if transform else []
-    if "AWS::Serverless-2016-10-31" not in transforms:
+    resources = source.get("Resources") or {}
+    serverless = any(str((r or {}).get("Type", "")).startswith("AWS::Serverless::") for r in resources.values())
+    if not serverless:
         return copy.deepcopy(dict(source))  # plain CloudFormation: nothing to translate
     from boto3.session import Session
     from samtranslator.model.exceptions import InvalidDocumentException
@@ -143,15 +143,28 @@ def translate(source: Mapping[str, Any], parameters: Mapping[str, str]) -> dict[
     from samtranslator.translator.translator import Translator
 
     template = copy.deepcopy(dict(source))
+    # Local mode runs SAM resources whether or not the template declares the transform (sam deploy
+    # would not); the translator needs it declared.
+    transform = template.get("Transform")
+    transforms = transform if isinstance(transform, list) else [transform] if transform else []
+    if "AWS::Serverless-2016-10-31" not in transforms:
+        template["Transform"] = (
+            [*transforms, "AWS::Serverless-2016-10-31"] if transforms else "AWS::Serverless-2016-10-31"
+        )
+    globals_function = (template.get("Globals") or {}).get("Function")
+    global_runtime = isinstance(globals_function, dict) and "Runtime" in globals_function
     for resource in (template.get("Resources") or {}).values():
         if not isinstance(resource, dict):
             continue
         props = resource.setdefault("Properties", {})
         if resource.get("Type") == "AWS::Serverless::Function" and "InlineCode" not in props:
             props["CodeUri"] = "s3://workerless-local/function.zip"
+            if "Runtime" not in props and not global_runtime:
+                # Local mode runs a function without one (sam deploy would refuse it); it does not
+                # change the role, which is all this translation is for.
+                props["Runtime"] = "python3.12"
         elif resource.get("Type") == "AWS::Serverless::LayerVersion":
             props["ContentUri"] = "s3://workerless-local/layer.zip"
-    globals_function = (template.get("Globals") or {}).get("Function")
     if isinstance(globals_function, dict) and "CodeUri" in globals_function:
         globals_function["CodeUri"] = "s3://workerless-local/function.zip"
 
