@@ -9,7 +9,10 @@ deployed. Each scenario takes the failure paths that make the rarer calls, on pu
   the job lost, the handler's lease check sees it, the engine hands the job out again);
 - a receipt whose report fails for two whole deliveries (MaxReceiveCount 2): dead-lettered, the
   dead-letter function re-reports the stored result;
-- StageNext: a stage whose lease acquire fails every try (the claim is given back: issue 10, 2.1).
+- StageNext: a stage whose lease acquire fails every try (the claim is given back: issue 10, 2.1);
+- a job activated outside the topology and put straight into a dead-letter queue, as SQS's redrive
+  puts a message whose handler never claimed it: the dead-letter function fails it at the engine
+  and writes its record (the PutItem of a job with none).
 
 The check records every (function, action, resource) it authorised. Then, per function:
 
@@ -33,11 +36,14 @@ from typing import Any
 
 import httpx
 import pytest
-from workerless import cli
+from workerless import cli, observability
+from workerless.engines import build_engine
 from workerless.local import LocalTopology
 from workerless.local.iam.enforce import Grant, Refusal
 from workerless.local.iam.policy import action_matches, resource_matches
 from workerless.local.iam.roles import FunctionRole
+from workerless.model import Demand
+from workerless.settings import parse_env_text
 
 from tests.functional.pipeline import FINAL, TEMPLATE
 
@@ -59,28 +65,55 @@ class Run:
     platform: dict[str, list[tuple[str, Any]]]
     invocations: dict[str, int]
     states: dict[str, str] = field(default_factory=dict)
+    #: The failure paths the scenario must have taken, and whether it did.
+    paths: dict[str, bool] = field(default_factory=dict)
 
 
 def _fault(url: str, path: str, **fault: Any) -> None:
     httpx.post(f"{url}/_admin/faults", json={"method": "POST", "path": path, **fault}).raise_for_status()
 
 
+def _activate_one(engine: str, env_file: Path, job_type: str) -> str:
+    """Activate one job of ``job_type`` outside the topology (a standalone adapter), as a poller
+    would: its SQS message, for the test to put in a dead-letter queue as SQS's redrive does."""
+    values = parse_env_text(env_file.read_text(encoding="utf-8"))
+    with httpx.Client(timeout=10) as client:
+        adapter = build_engine(engine, values, client)
+        try:
+            activated = adapter.activate([Demand(job_type, 1)], 60)
+        finally:
+            adapter.close()
+    assert len(activated) == 1, activated
+    return activated[0].to_message()
+
+
 def _scenario(engine: str, tmp: Path) -> Run:
     module = cli.load_emulator_module(engine)
     emulator = module.create(lease_seconds=5) if engine == "stagenext" else cli.create_emulator(module, auth=None)
     server = emulator.serve(port=0)
+    seen: list[tuple[str, str]] = []
+
+    def listen(job_type: str, event: str, fields: dict[str, Any]) -> None:
+        seen.append((event, str(fields.get("job_id"))))
+
+    observability.add_listener(listen)
     try:
         env_file = tmp / f"{engine}.env"
         env_file.write_text(
             f"WORKERLESS_ENGINE={engine}\n" + cli.env_lines(emulator.engine_values(server.url)), encoding="utf-8"
         )
         create = emulator.create_job
+        # Created and activated first and alone, so that the standalone activation takes this one.
+        dead = create("charge-payment", {"orderId": "o0", "amount": 5})
+        dead_message = _activate_one(engine, env_file, "charge-payment")
         charge = create("charge-payment", {"orderId": "o1", "amount": 12})
         declined = create("charge-payment", {"orderId": "o2", "amount": 0})
         receipt = create("send-receipt", {"orderId": "o3"})
-        report = create("generate-report", {"seconds": 3})
+        # Longer than a lease: it cannot finish before the heartbeat's first extension.
+        report = create("generate-report", {"seconds": 6})
         jobs = [charge, declined, receipt, report]
-        # Each report path's try, twice over (CALLS tries 4 times per delivery, MaxReceiveCount 2).
+        # Each try of the receipt's report, twice over (CALLS tries 4 times a delivery, MaxReceiveCount
+        # 2): its message may be dead-lettered with a stored result. The report's first extension: 409.
         if engine == "sheptra":
             base = f"/cells/{emulator.cell}/v1/jobs"
             _fault(server.url, f"{base}/{receipt}/complete", status=503, times=8)
@@ -109,11 +142,15 @@ def _scenario(engine: str, tmp: Path) -> Run:
         )
         with topology as topo:
             assert topo.iam is not None, "local mode enforces IAM by default"
+            # A job whose handler never claimed it, dead-lettered (the test plays SQS's redrive).
+            topo.client("sqs").send_message(
+                QueueUrl=topo.queue_url("ChargePaymentDeadLetterQueue"), MessageBody=dead_message
+            )
             topo.run_until(
                 lambda: (
                     all(state(j) in FINAL for j in jobs)
-                    and topo.invocations.get("DeadLetterFunction", 0) > 0
-                    and topo.invocations.get("HeartbeatFunction", 0) > 0
+                    and ("dead_lettered", dead) in seen
+                    and any(event == "lease_lost" and job == report for event, job in seen)
                 ),
                 max_seconds=SCENARIO_SECONDS,
             )
@@ -126,8 +163,13 @@ def _scenario(engine: str, tmp: Path) -> Run:
                 platform=enforcer.platform_needs(topo.template),
                 invocations=topo.invocations,
                 states={j: state(j) for j in jobs},
+                paths={
+                    "dead letter settled": ("dead_lettered", dead) in seen,
+                    "heartbeat lease lost": any(e == "lease_lost" and j == report for e, j in seen),
+                },
             )
     finally:
+        observability.remove_listener(listen)
         server.stop()
 
 
@@ -143,6 +185,7 @@ def test_the_scenario_took_its_paths_and_no_call_was_refused(runs: dict[str, Run
     function ran, the dead-letter path was taken, and no AWS call was refused."""
     run = runs[engine]
     assert run.refusals == [], "\n".join(r.message for r in run.refusals)
+    assert all(run.paths.values()), run.paths
     assert all(s in FINAL for s in run.states.values()), run.states
     assert set(run.invocations) == set(run.roles), f"functions never invoked: {set(run.roles) - set(run.invocations)}"
 
