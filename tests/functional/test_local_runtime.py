@@ -82,6 +82,10 @@ Resources:
       CodeUri: functions/loop-back/
       Handler: app.handler
       RecursiveLoop: !Ref LoopSetting
+      # SAM's generated role (local mode enforces it): a SAM policy template lets it send to its queue.
+      Policies:
+        - SQSSendMessagePolicy:
+            QueueName: !GetAtt LoopQueue.QueueName
       Environment:
         Variables:
           LOOP_QUEUE_URL: !Sub "${LoopQueue}"

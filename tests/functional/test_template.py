@@ -352,9 +352,8 @@ def test_function_uses_the_table_and_the_secret(cfn: dict[str, Any], function: s
     statements = list(_statements(_role_of(cfn, function)))
     table = [s for s in statements if any(_logical_id(r) == "JobsTable" for r in _as_list(s["Resource"]))]
     assert table, f"{function} cannot reach JobsTable"
-    # Exactly what workerless/aws/dynamo.py calls: conditional Put/Update claims, Get/BatchGet reads.
-    table_actions = {a for s in table for a in _as_list(s["Action"])}
-    assert table_actions == {"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}
+    # Which table actions: exactly what the code calls, measured under local mode's IAM check by
+    # tests/functional/test_iam_drift.py (not read from the template's comments here).
     secret = [s for s in statements if {"Ref": "EngineSecretArn"} in _as_list(s["Resource"])]
     assert [a for s in secret for a in _as_list(s["Action"])] == ["secretsmanager:GetSecretValue"]
     logs = [s for s in statements if any(str(a).startswith("logs:") for a in _as_list(s["Action"]))]

@@ -171,7 +171,10 @@ class JobRecordMachine(RuleBasedStateMachine):
         ours = before is not None and before.status is Status.CLAIMED and before.owner == d.owner
         assert released == (ours and not d.begun), f"release answered {released} for {d} on {before}"
         if released:
-            assert self.store.get(self.key) is None
+            record = self.store.get(self.key)
+            assert record is not None and record.status is Status.CLAIMED and not record.claim_live(self.now), (
+                f"a released claim must be expired, so the redelivery claims at once: {record}"
+            )
         d.phase = "dead"
 
     @rule(data=st.data())

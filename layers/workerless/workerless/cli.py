@@ -288,6 +288,11 @@ def _print_report(topology: Any) -> None:
         )
     for stopped in topology.stopped_loops:
         print(f"recursive loop stopped: {stopped.function} (queue {stopped.queue}, depth {stopped.depth})")
+    iam = getattr(topology, "iam", None)
+    refused = sorted({(r.function, r.action, r.resource) for r in iam.refusals}) if iam is not None else []
+    for function, action, resource in refused:
+        # What the deployed stack would refuse too: the role in template.yaml lacks it.
+        print(f"IAM refused: {function} {action} on {resource} (its role does not allow it)")
 
 
 @contextlib.contextmanager

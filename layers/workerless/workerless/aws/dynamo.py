@@ -202,15 +202,26 @@ class JobStore:
     def release(self, key: str, *, owner: str) -> bool:
         """Give up this delivery's claim before its engine lease began (a failed lease acquire), so
         the redelivery need not wait for the claim to expire. False when it was not ours to give up.
+
+        The claim is expired rather than the record deleted: the claim condition (:meth:`claim`)
+        takes over an expired claim at once, and the handlers' roles need no DeleteItem (an
+        UpdateItem, which they already hold; one write unit either way).
         """
         try:
             self._call(
-                "delete_item",
+                "update_item",
                 TableName=self.table,
                 Key={"pk": {"S": key}},
+                UpdateExpression="SET claim_expires_at = :expired, released_at = :now",
                 ConditionExpression="#s = :claimed AND #owner = :owner AND attribute_not_exists(begun_at)",
                 ExpressionAttributeNames={"#s": "status", "#owner": "owner"},
-                ExpressionAttributeValues={":claimed": {"S": Status.CLAIMED.value}, ":owner": {"S": owner}},
+                ExpressionAttributeValues={
+                    ":claimed": {"S": Status.CLAIMED.value},
+                    ":owner": {"S": owner},
+                    # Epoch 0: expired for any clock, so no container's skew can keep the claim alive.
+                    ":expired": {"N": "0"},
+                    ":now": {"N": repr(self._clock())},
+                },
             )
         except _ConditionFailed:
             return False

@@ -297,6 +297,7 @@ def run(config: RunConfig) -> RunResult:
     first_activated: dict[str, float] = {}
     final_at: dict[str, float] = {}
     ids: list[str] = []
+    refused: list[str] = []
     started = time.monotonic()
     try:
         with tempfile.TemporaryDirectory(prefix="workerless-chaos-") as tmp, _scaled_time(config):
@@ -339,12 +340,19 @@ def run(config: RunConfig) -> RunResult:
                         break
                     time.sleep(0.2)
                 config.plan.enabled = False
+            # Local mode holds every function to its role: a refused call is a fault of the template
+            # or the code, never one the plan injected.
+            if topology.iam is not None:
+                refused = sorted(
+                    {f"IAM refused {r.function}: {r.action} on {r.resource}" for r in topology.iam.refusals}
+                )
     finally:
         activate(None)
         emulator.stop()
     elapsed = time.monotonic() - started
     states = {job_id: emulator.emulator.job_state(job_id) for job_id in ids}
     figures = _figures(config, states, state, ids, final_at, first_activated, elapsed)
+    figures.problems.extend(refused)
     return RunResult(figures, state, states, final_at, emulator.emulator)
 
 

@@ -208,13 +208,14 @@ Resources:
                   - sqs:DeleteMessage
                   - sqs:GetQueueAttributes
                 Resource: !GetAtt {c}Queue.Arn
-              # Job records and the engines' shared state (tokens, sessions) share the table; claims are
-              # conditional Put/Update. No Scan, Query, DeleteItem or batch writes.
+              # Claims (conditional PutItem), the result, the lease stamp, giving a claim back and the
+              # reported mark (conditional UpdateItem), the lease check (GetItem); the engines' shared
+              # state (tokens, sessions) is in the same table. Exactly what the code calls
+              # (tests/functional/test_iam_drift.py): no batch reads, no Scan, Query or DeleteItem.
               - Sid: JobRecords
                 Effect: Allow
                 Action:
                   - dynamodb:GetItem
-                  - dynamodb:BatchGetItem
                   - dynamodb:PutItem
                   - dynamodb:UpdateItem
                 Resource: !GetAtt JobsTable.Arn

@@ -26,7 +26,10 @@ import itertools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from workerless.local.iam.enforce import IamEnforcer
 
 #: Lambda's documented threshold: the chain is stopped after about 16 invocations.
 LOOP_LIMIT = 16
@@ -69,6 +72,8 @@ class InvocationScope:
     #: Set when the invocation reached its Timeout and was abandoned.
     abandoned: threading.Event = field(default_factory=threading.Event)
     timeout: int = 0
+    #: The function's role check (workerless.local.iam); None: the topology does not enforce IAM.
+    iam: IamEnforcer | None = None
 
 
 _CURRENT: contextvars.ContextVar[InvocationScope | None] = contextvars.ContextVar(
@@ -97,10 +102,15 @@ def queue_name_of(url: str) -> str:
     return url.rstrip("/").rsplit("/", 1)[-1]
 
 
-def _before_send(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+def _before_send(params: dict[str, Any], context: dict[str, Any], model: Any = None, **_: Any) -> None:
     scope = _CURRENT.get()
     if scope is None or not isinstance(params, dict):
         return
+    if scope.iam is not None:
+        from workerless.local.iam.enforce import authorise_call
+
+        if authorise_call(params, model, context) is not None:
+            return  # refused by the role: nothing is sent (botocore's more specific hooks run first)
     name = queue_name_of(str(params.get("QueueUrl", "")))
     self_send = scope.tracker.triggers(name, scope.function_id)
     scope.tracker.note_send(name, scope.function_id, self_send, _delay_of(params))
@@ -198,5 +208,8 @@ def install_hooks() -> None:
             return
         from botocore.handlers import BUILTIN_HANDLERS
 
-        BUILTIN_HANDLERS.extend(HOOKS)
+        from workerless.local.iam.enforce import HOOKS as IAM_HOOKS
+
+        # The IAM check answers a refused call at before-call, after the stopped-topology guard.
+        BUILTIN_HANDLERS.extend((*HOOKS, *IAM_HOOKS))
         _installed = True

@@ -17,6 +17,9 @@
   the abandoned code makes afterwards is refused;
 - holds the template to AWS's rules before it starts (:mod:`workerless.local.rules`) and every call to
   AWS's limits where moto is lenient (:mod:`workerless.local.limits`);
+- holds every AWS call of a function to its own role as SAM renders it, and refuses what the role
+  does not allow with AWS's error; refuses at start an SQS event whose queue the role cannot poll
+  (see :mod:`workerless.local.iam`);
 - reproduces Lambda's recursive loop detection (see :mod:`workerless.local.loop`).
 
 It runs the template as written. A test that needs shorter timings passes them as template
@@ -44,7 +47,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -53,6 +56,7 @@ from typing import Any
 from workerless.errors import ConfigurationError
 from workerless.local import limits, loop, rules
 from workerless.local.context import LocalLambdaContext
+from workerless.local.iam.enforce import IamEnforcer
 from workerless.local.summary import Summary, get_summary, reset_summary
 from workerless.local.template import (
     ACCOUNT_ID,
@@ -157,6 +161,12 @@ class LocalTopology:
         loop_limit: depth at which a recursive chain is stopped (Lambda: about 16).
         drain_seconds: how long :meth:`stop` waits for running invocations.
         reset_summary: zero the process-wide summary at start.
+        enforce_iam: hold every AWS call of a function to its role as SAM renders it, refusing what
+            the role does not allow with AWS's own error (:mod:`workerless.local.iam`); at start,
+            refuse an SQS event its role cannot poll. On by default: AWS's rules, not moto's.
+        engine_secret: put the env file's engine values in an embedded Secrets Manager secret and
+            give the functions its ARN (WORKERLESS_SECRET_ARN, the parameter it is ``!Ref`` of), so
+            they read them as the deployed stack does (``secretsmanager:GetSecretValue`` checked).
     """
 
     def __init__(
@@ -173,13 +183,23 @@ class LocalTopology:
         drain_seconds: float = 10.0,
         stack_name: str = STACK_NAME,
         reset_summary: bool = True,
+        enforce_iam: bool = True,
+        engine_secret: bool = False,
     ) -> None:
         if schedule_seconds is not None and schedule_seconds <= 0:
             raise ConfigurationError("schedule_seconds must be positive", key="schedule_seconds")
         self.template: LocalTemplate = load_template(template_path, parameters=parameters, stack_name=stack_name)
         # What AWS would refuse to deploy must not run locally either.
         rules.check_template(self.template)
+        self.stack_name = stack_name
         self.env_file = Path(env_file).resolve() if env_file is not None else None
+        self.enforce_iam = enforce_iam
+        self.engine_secret = engine_secret
+        if engine_secret and self.env_file is None:
+            raise ConfigurationError("engine_secret needs an env file to fill the secret with", key="engine_secret")
+        #: The IAM check of this topology (built at start; None when enforce_iam is off).
+        self.iam: IamEnforcer | None = None
+        self._secret_arn: str | None = None
         self.schedule_seconds = schedule_seconds
         self.wait_seconds = max(0, min(20, wait_seconds))
         self.max_batching_window_seconds = max_batching_window_seconds
@@ -255,6 +275,22 @@ class LocalTopology:
         session: Any = boto3.session.Session(region_name=REGION)
         return session.client(service)
 
+    @contextlib.contextmanager
+    def as_function(self, function_id: str) -> Iterator[None]:
+        """Make this thread's AWS calls as ``function_id`` does in an invocation: held to its role
+        (and tracked for loops). For tests and debugging a refusal outside a whole invocation.
+
+        Example:
+            >>> with topology.as_function("PollerFunction"):                    # doctest: +SKIP
+            ...     topology.client("sqs").send_message(QueueUrl=url, MessageBody="x")
+        """
+        self.template.function(function_id)  # KeyError for a function the template does not have
+        token = loop.enter_scope(loop.InvocationScope(self, function_id, 0, iam=self.iam))
+        try:
+            yield
+        finally:
+            loop.exit_scope(token)
+
     def queue_depths(self) -> dict[str, QueueDepth]:
         """Every queue's approximate depth, by logical id."""
         depths: dict[str, QueueDepth] = {}
@@ -311,6 +347,10 @@ class LocalTopology:
         try:
             self._apply_environment()
             self._create_resources()
+            if self.engine_secret:
+                self._create_engine_secret()
+            if self.enforce_iam:
+                self._enable_iam()
             self._load_functions()
         except BaseException:
             self.stop()
@@ -488,7 +528,8 @@ class LocalTopology:
                     f"env file {str(self.env_file)!r} cannot be read: {exc.strerror}", key="WORKERLESS_ENV_FILE"
                 ) from None
             values = parse_env_text(text, source=str(self.env_file))
-            env["WORKERLESS_ENV_FILE"] = str(self.env_file)
+            if not self.engine_secret:  # else the functions read the values from the embedded secret
+                env["WORKERLESS_ENV_FILE"] = str(self.env_file)
             env["WORKERLESS_ENGINE"] = infer_engine(values)
         return env
 
@@ -571,6 +612,38 @@ class LocalTopology:
                     TableName=table.name,
                     TimeToLiveSpecification={"Enabled": True, "AttributeName": table.ttl_attribute},
                 )
+
+    def _create_engine_secret(self) -> None:
+        """The env file's engine values as an embedded secret, named to the functions as in AWS."""
+        import boto3
+
+        assert self.env_file is not None  # checked in __init__
+        client: Any = boto3.session.Session(region_name=REGION).client("secretsmanager")
+        answer = client.create_secret(
+            Name=f"{self.stack_name}/engine", SecretString=self.env_file.read_text(encoding="utf-8")
+        )
+        self._secret_arn = str(answer["ARN"])
+        os.environ["WORKERLESS_SECRET_ARN"] = self._secret_arn  # restored at stop (REMOVED_ENV saved it)
+        self._reset_library()
+
+    def _enable_iam(self) -> None:
+        """Render every function's role and refuse (or warn about) what AWS would, before anything runs."""
+        from workerless.local.iam.roles import render_roles, secret_parameter
+
+        overrides: dict[str, str] = {}
+        if self._secret_arn is not None:
+            name = secret_parameter(self.template)
+            if name is None:
+                raise TemplateError(
+                    "engine_secret: the functions' WORKERLESS_SECRET_ARN must be !Ref of a template parameter, "
+                    "so that their roles can name the secret"
+                )
+            overrides[name] = self._secret_arn
+        roles = render_roles(self.template, parameters=overrides, stack_name=self.stack_name)
+        enforcer = IamEnforcer(roles, secret_arn=_embedded_secret_arn)
+        for warning in enforcer.check_platform(self.template):
+            log.warning("IAM: %s", warning)
+        self.iam = enforcer
 
     def _create_queue(self, spec: QueueSpec) -> None:
         attributes = {
@@ -658,7 +731,8 @@ class LocalTopology:
             if work:
                 self._work_running += 1
                 self._last_activity = time.monotonic()
-        run = _Run(handler, event, context, loop.InvocationScope(self, spec.logical_id, depth, timeout=spec.timeout))
+        scope = loop.InvocationScope(self, spec.logical_id, depth, timeout=spec.timeout, iam=self.iam)
+        run = _Run(handler, event, context, scope)
         thread = threading.Thread(
             target=contextvars.copy_context().run,
             args=(run,),
@@ -933,6 +1007,17 @@ def schedule_interval(schedule: ScheduleEventSpec, override: float | None) -> fl
 
 def _count_lifecycle_event(job_type: str, event: str, fields: Mapping[str, Any]) -> None:
     get_summary().record(job_type, event)
+
+
+def _embedded_secret_arn(secret_id: str) -> str | None:
+    """The full ARN of the embedded Secrets Manager's secret named or ARN'd ``secret_id``, if any."""
+    try:
+        from moto.secretsmanager.models import secretsmanager_backends
+
+        secret = secretsmanager_backends[ACCOUNT_ID][REGION].secrets.get(secret_id)
+    except Exception:  # noqa: BLE001 - unknown to moto (or moto changed): evaluated as given
+        return None
+    return str(secret.arn) if secret is not None else None
 
 
 _moto_write_lock = threading.RLock()

@@ -248,6 +248,19 @@ def queue_arn(name: str) -> str:
     return f"arn:aws:sqs:{REGION}:{ACCOUNT_ID}:{name}"
 
 
+def table_arn(name: str) -> str:
+    return f"arn:aws:dynamodb:{REGION}:{ACCOUNT_ID}:table/{name}"
+
+
+def log_group_arn(name: str) -> str:
+    """A log group's ARN without the ``:*`` its CloudFormation ``Arn`` attribute carries."""
+    return f"arn:aws:logs:{REGION}:{ACCOUNT_ID}:log-group:{name}"
+
+
+def role_arn(name: str) -> str:
+    return f"arn:aws:iam::{ACCOUNT_ID}:role/{name}"
+
+
 def load_template(
     path: str | Path,
     *,
@@ -278,6 +291,17 @@ def resolve_template(
     return _Resolver(data, base_dir=base_dir, parameters=parameters or {}, stack_name=stack_name).build(
         path or base_dir / "template.yaml"
     )
+
+
+def intrinsic_resolver(
+    data: Mapping[str, Any], *, parameters: Mapping[str, str] | None = None, stack_name: str = STACK_NAME
+) -> Any:
+    """A function ``(value, where) -> value`` evaluating the intrinsic functions in ``value`` against
+    ``data`` (a parsed template, e.g. SAM's translation of one) with local mode's names and ARNs.
+
+    ``where`` names the property in errors. Used to resolve IAM statements (workerless.local.iam).
+    """
+    return _Resolver(data, base_dir=Path("."), parameters=parameters or {}, stack_name=stack_name).resolve
 
 
 # --------------------------------------------------------------------------------------------------
@@ -358,6 +382,8 @@ class _Resolver:
             "AWS::Serverless::SimpleTable": "TableName",
             "AWS::Serverless::Function": "FunctionName",
             "AWS::Lambda::Function": "FunctionName",
+            "AWS::Logs::LogGroup": "LogGroupName",
+            "AWS::IAM::Role": "RoleName",
         }.get(rtype)
         if key and props.get(key) is not None:
             return str(self.resolve(props[key], f"{logical_id}.{key}"))
@@ -398,6 +424,9 @@ class _Resolver:
         physical = self.physical_name(logical_id)
         table = f"arn:aws:dynamodb:{REGION}:{ACCOUNT_ID}:table/{physical}"
         known: dict[str, dict[str, Any]] = {
+            # A log group's Arn attribute ends in ":*" (the group's streams), as CloudFormation's does.
+            "AWS::Logs::LogGroup": {"Arn": f"{log_group_arn(physical)}:*"},
+            "AWS::IAM::Role": {"Arn": role_arn(physical)},
             QUEUE_TYPE: {"Arn": queue_arn(physical), "QueueName": physical, "QueueUrl": queue_url(physical)},
             "AWS::DynamoDB::Table": {"Arn": table, "StreamArn": f"{table}/stream/local"},
             "AWS::Serverless::SimpleTable": {"Arn": table},

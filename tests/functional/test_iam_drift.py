@@ -1,0 +1,243 @@
+"""Each function's role grants exactly what its code calls: measured, not read from comments.
+
+One bounded pipeline scenario per engine runs template.yaml under local mode's IAM check
+(:mod:`workerless.local.iam`) with the engine values in an embedded Secrets Manager secret, as
+deployed. Each scenario takes the failure paths that make the rarer calls, on purpose:
+
+- a charge that can never succeed (a terminal failure is reported);
+- a report that runs past a lease, whose first lease extension is refused (409: the heartbeat marks
+  the job lost, the handler's lease check sees it, the engine hands the job out again);
+- a receipt whose report fails for two whole deliveries (MaxReceiveCount 2): dead-lettered, the
+  dead-letter function re-reports the stored result;
+- StageNext: a stage whose lease acquire fails every try (the claim is given back: issue 10, 2.1);
+- a job activated outside the topology and put straight into a dead-letter queue, as SQS's redrive
+  puts a message whose handler never claimed it: the dead-letter function fails it at the engine
+  and writes its record (the PutItem of a job with none).
+
+The check records every (function, action, resource) it authorised. Then, per function:
+
+- no call was refused (a new boto3 call without a grant fails here);
+- every (action, resource) pair of every Allow statement of the role was used (a grant nothing uses
+  fails here). "Used" is what the function's code called, plus what Lambda itself does with the
+  role (the SQS event source mapping's ReceiveMessage / DeleteMessage / GetQueueAttributes on each
+  event queue, the runtime's log writes), plus what every container calls while building and using
+  the engine adapter (the secret, the engines' shared state): in Lambda each function's container
+  makes those calls; in one local process only the first function to need them does.
+
+This replaces reading the action lists from template comments (tests/functional/test_template.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from workerless import cli, observability
+from workerless.engines import build_engine
+from workerless.local import LocalTopology
+from workerless.local.iam.enforce import Grant, Refusal
+from workerless.local.iam.policy import action_matches, resource_matches
+from workerless.local.iam.roles import FunctionRole
+from workerless.model import Demand
+from workerless.settings import parse_env_text
+
+from tests.functional.pipeline import FINAL, TEMPLATE
+
+pytestmark = pytest.mark.slow
+
+ENGINES = ("sheptra", "nodeflow", "stagenext")
+#: Each scenario settles in about 20 s here; the bound keeps three of them inside the test timeout.
+SCENARIO_SECONDS = 75
+
+
+@dataclass
+class Run:
+    """What one engine's scenario left: the grants, refusals, roles and platform needs."""
+
+    engine: str
+    grants: frozenset[Grant]
+    refusals: list[Refusal]
+    roles: dict[str, FunctionRole]
+    platform: dict[str, list[tuple[str, Any]]]
+    invocations: dict[str, int]
+    states: dict[str, str] = field(default_factory=dict)
+    #: The failure paths the scenario must have taken, and whether it did.
+    paths: dict[str, bool] = field(default_factory=dict)
+
+
+def _fault(url: str, path: str, **fault: Any) -> None:
+    httpx.post(f"{url}/_admin/faults", json={"method": "POST", "path": path, **fault}).raise_for_status()
+
+
+def _activate_one(engine: str, env_file: Path, job_type: str) -> str:
+    """Activate one job of ``job_type`` outside the topology (a standalone adapter), as a poller
+    would: its SQS message, for the test to put in a dead-letter queue as SQS's redrive does."""
+    values = parse_env_text(env_file.read_text(encoding="utf-8"))
+    with httpx.Client(timeout=10) as client:
+        adapter = build_engine(engine, values, client)
+        try:
+            activated = adapter.activate([Demand(job_type, 1)], 60)
+        finally:
+            adapter.close()
+    assert len(activated) == 1, activated
+    return activated[0].to_message()
+
+
+def _scenario(engine: str, tmp: Path) -> Run:
+    module = cli.load_emulator_module(engine)
+    emulator = module.create(lease_seconds=5) if engine == "stagenext" else cli.create_emulator(module, auth=None)
+    server = emulator.serve(port=0)
+    seen: list[tuple[str, str]] = []
+
+    def listen(job_type: str, event: str, fields: dict[str, Any]) -> None:
+        seen.append((event, str(fields.get("job_id"))))
+
+    observability.add_listener(listen)
+    try:
+        env_file = tmp / f"{engine}.env"
+        env_file.write_text(
+            f"WORKERLESS_ENGINE={engine}\n" + cli.env_lines(emulator.engine_values(server.url)), encoding="utf-8"
+        )
+        create = emulator.create_job
+        # Created and activated first and alone, so that the standalone activation takes this one.
+        dead = create("charge-payment", {"orderId": "o0", "amount": 5})
+        dead_message = _activate_one(engine, env_file, "charge-payment")
+        charge = create("charge-payment", {"orderId": "o1", "amount": 12})
+        declined = create("charge-payment", {"orderId": "o2", "amount": 0})
+        receipt = create("send-receipt", {"orderId": "o3"})
+        # Longer than a lease: it cannot finish before the heartbeat's first extension.
+        report = create("generate-report", {"seconds": 6})
+        jobs = [charge, declined, receipt, report]
+        # Each try of the receipt's report, twice over (CALLS tries 4 times a delivery, MaxReceiveCount
+        # 2): its message may be dead-lettered with a stored result. The report's first extension: 409.
+        if engine == "sheptra":
+            base = f"/cells/{emulator.cell}/v1/jobs"
+            _fault(server.url, f"{base}/{receipt}/complete", status=503, times=8)
+            _fault(server.url, f"{base}/{report}/extend-lease", status=409, times=1)
+        elif engine == "nodeflow":
+            base = "/v1/ns/default/tasks"
+            _fault(server.url, f"{base}/{receipt}/report", status=503, times=8)
+            _fault(server.url, f"{base}/{report}/heartbeat", status=409, times=1)
+        else:
+            acquire_fails = create("send-receipt", {"orderId": "o4"}, retries=3)
+            jobs.append(acquire_fails)
+            _fault(server.url, f"/stages/{receipt}/result", status=503, times=8)
+            _fault(server.url, f"/stages/{report}/lease/renew", status=409, times=1)
+            _fault(server.url, f"/stages/{acquire_fails}/lease/acquire", status=503, times=4)
+
+        def state(job_id: str) -> str:
+            return str(emulator.job_state(job_id)["state"])
+
+        topology = LocalTopology(
+            TEMPLATE,
+            env_file,
+            parameters={"EngineName": engine, "LeaseSeconds": "5", "TickSeconds": "1", "MaxReceiveCount": "2"},
+            visibility_seconds=8,
+            schedule_seconds=1,
+            engine_secret=True,
+        )
+        with topology as topo:
+            assert topo.iam is not None, "local mode enforces IAM by default"
+            # A job whose handler never claimed it, dead-lettered (the test plays SQS's redrive).
+            topo.client("sqs").send_message(
+                QueueUrl=topo.queue_url("ChargePaymentDeadLetterQueue"), MessageBody=dead_message
+            )
+            topo.run_until(
+                lambda: (
+                    all(state(j) in FINAL for j in jobs)
+                    and ("dead_lettered", dead) in seen
+                    and any(event == "lease_lost" and job == report for event, job in seen)
+                ),
+                max_seconds=SCENARIO_SECONDS,
+            )
+            enforcer = topo.iam
+            return Run(
+                engine=engine,
+                grants=enforcer.grants,
+                refusals=enforcer.refusals,
+                roles=enforcer.roles,
+                platform=enforcer.platform_needs(topo.template),
+                invocations=topo.invocations,
+                states={j: state(j) for j in jobs},
+                paths={
+                    "dead letter settled": ("dead_lettered", dead) in seen,
+                    "heartbeat lease lost": any(e == "lease_lost" and j == report for e, j in seen),
+                },
+            )
+    finally:
+        observability.remove_listener(listen)
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
+    tmp = tmp_path_factory.mktemp("iam-drift")
+    return {engine: _scenario(engine, tmp) for engine in ENGINES}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_scenario_took_its_paths_and_no_call_was_refused(runs: dict[str, Run], engine: str) -> None:
+    """GIVEN the engine's scenario WHEN it ran under the IAM check THEN every job is final, every
+    function ran, the dead-letter path was taken, and no AWS call was refused."""
+    run = runs[engine]
+    assert run.refusals == [], "\n".join(r.message for r in run.refusals)
+    assert all(run.paths.values()), run.paths
+    assert all(s in FINAL for s in run.states.values()), run.states
+    assert set(run.invocations) == set(run.roles), f"functions never invoked: {set(run.roles) - set(run.invocations)}"
+
+
+def _used(function: str, run: Run) -> set[tuple[str, str]]:
+    used: set[tuple[str, str]] = set()
+    for grant in run.grants:
+        # Container calls: every invoked function's container makes them (see the module docstring).
+        if grant.function == function or (grant.origin == "container" and function in run.invocations):
+            used.add((grant.action, grant.resource))
+    used |= {(need.action, need.resource) for _, need in run.platform.get(function, [])}
+    return used
+
+
+def _pairs(role: FunctionRole) -> Iterator[tuple[str, str, int, str]]:
+    """(statement, action pattern, resource index, resource pattern) of every unconditional Allow."""
+    for statement in role.statements:
+        if statement.effect == "Allow" and not statement.conditional:
+            for action in statement.actions:
+                for index, resource in enumerate(statement.resources):
+                    yield statement.source, action, index, resource
+
+
+FUNCTIONS = [
+    "PollerFunction",
+    "HeartbeatFunction",
+    "DeadLetterFunction",
+    "ChargePaymentFunction",
+    "SendReceiptFunction",
+    "GenerateReportFunction",
+]
+
+
+@pytest.mark.parametrize("function", FUNCTIONS)
+def test_every_grant_of_the_role_is_used(runs: dict[str, Run], function: str) -> None:
+    """GIVEN the three scenarios WHEN the role's Allow statements are read pair by pair (each action
+    pattern with each resource pattern) THEN each pair covers something the function used in one of
+    them: the role grants nothing its code, its event sources, its logs or its engine adapter does
+    not need. (A resource is compared within its own run: the secret's ARN differs per run.)"""
+    unused: set[tuple[str, str, int, str]] | None = None
+    for run in runs.values():
+        role = run.roles[function]
+        assert all(not s.not_actions and not s.not_resources for s in role.statements), "NotAction/NotResource"
+        used = _used(function, run)
+        here = {
+            (source, action, index, resource)
+            for source, action, index, resource in _pairs(role)
+            if not any(action_matches(action, a) and resource_matches(resource, r) for a, r in used)
+        }
+        # Pairs are keyed without the resource text, which may differ per run (the secret ARN).
+        keys = {(source, action, index) for source, action, index, _ in here}
+        unused = here if unused is None else {pair for pair in unused if (pair[0], pair[1], pair[2]) in keys}
+    assert unused is not None
+    listing = sorted(f"{source}: {action} on {resource}" for source, action, _, resource in unused)
+    assert listing == [], f"{function}'s role grants what nothing used:\n" + "\n".join(listing)

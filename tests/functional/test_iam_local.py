@@ -1,0 +1,215 @@
+"""Local mode holds each function to its role (workerless.local.iam), in a running topology.
+
+A copy of template.yaml with one grant removed sees that call refused with the error boto3 raises
+on AWS; a role that cannot poll its event queue is refused at start, as CreateEventSourceMapping
+refuses it; a role that cannot write its logs is warned about; and the StageNext lease-acquire
+failure path gives its claim back within the handler role's grants (issue 10, section 2, item 1).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from botocore.exceptions import ClientError
+from workerless.emulators import sheptra, stagenext
+from workerless.local import LocalTopology, TemplateError
+
+from tests.functional.pipeline import FINAL, ROOT, TEMPLATE, Events, topology
+
+ACCOUNT = "123456789012"
+
+
+def without_statement(text: str, role: str, sid: str) -> str:
+    """``text`` with the statement ``sid`` of ``role``'s policy cut out (the rest of the file as is)."""
+    start = text.index(f"\n  {role}:\n")
+    head = text.index(f"- Sid: {sid}\n", start)
+    line_start = text.rindex("\n", 0, head) + 1
+    indent = head - line_start
+    lines = text[line_start:].split("\n")
+    end = 1
+    while end < len(lines) and (len(lines[end]) - len(lines[end].lstrip()) > indent or not lines[end].strip()):
+        end += 1
+    # Comment lines just above the statement belong to it.
+    before = text[:line_start].rstrip("\n").split("\n")
+    while before and before[-1].strip().startswith("#"):
+        before.pop()
+    return "\n".join(before) + "\n" + "\n".join(lines[end:])
+
+
+def template_copy(tmp_path: Path, text: str) -> Path:
+    """A template next to the real functions and layer (its CodeUri paths resolve as in the repo)."""
+    for name in ("functions", "layers"):
+        link = tmp_path / name
+        if not link.exists():
+            link.symlink_to(ROOT / name)
+    path = tmp_path / "template.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def sheptra_env(tmp_path: Path) -> Iterator[tuple[Any, Path]]:
+    emulator = sheptra.create(auth=True)
+    server = emulator.serve(port=0)
+    env_file = tmp_path / "sheptra.env"
+    env_file.write_text(emulator.env_block(emulator.base_url) + "\nWORKERLESS_ENGINE=sheptra\n")
+    try:
+        yield emulator, env_file
+    finally:
+        server.stop()
+
+
+def test_the_without_statement_helper_cuts_exactly_one_statement() -> None:
+    text = TEMPLATE.read_text(encoding="utf-8")
+    cut = without_statement(text, "PollerFunctionRole", "HeartbeatTickets")
+    assert "Sid: HeartbeatTickets" not in cut
+    assert cut.count("- Sid:") == text.count("- Sid:") - 1
+    assert "Sid: NextTick" in cut and "Sid: JobRecords" in cut
+
+
+@pytest.mark.parametrize(
+    ("sid", "code", "status", "action"),
+    [
+        ("HeartbeatTickets", "AccessDenied", 403, "sqs:sendmessage"),
+        ("JobRecords", "AccessDeniedException", 400, "dynamodb:GetItem"),
+        ("EngineSecret", "AccessDeniedException", 400, "secretsmanager:GetSecretValue"),
+    ],
+)
+def test_a_removed_grant_is_refused_in_the_running_topology_with_awss_error(
+    tmp_path: Path, sheptra_env: tuple[Any, Path], sid: str, code: str, status: int, action: str
+) -> None:
+    """GIVEN template.yaml without one statement of the poller's role, run with the engine values in
+    an embedded secret (as deployed) and a job to dispatch
+    WHEN the poller runs THEN its call that needed the statement is refused, and the same call made
+    as the poller raises the ClientError boto3 raises on AWS: the code, the HTTP status and the message
+    naming the role session, the action and the resource."""
+    emulator, env_file = sheptra_env
+    emulator.create_job("send-receipt", {"orderId": "o1"})
+    path = template_copy(tmp_path, without_statement(TEMPLATE.read_text(encoding="utf-8"), "PollerFunctionRole", sid))
+    principal = (
+        f"arn:aws:sts::{ACCOUNT}:assumed-role/workerless-local-PollerFunctionRole/workerless-local-PollerFunction"
+    )
+    with LocalTopology(
+        path, env_file, parameters={"TickSeconds": "1"}, visibility_seconds=5, schedule_seconds=1, engine_secret=True
+    ) as topo:
+        assert topo.iam is not None
+        iam = topo.iam
+        refused = topo.run_until(
+            lambda: any(r.function == "PollerFunction" and r.action.lower() == action.lower() for r in iam.refusals),
+            max_seconds=30,
+        )
+        assert refused, f"no refusal of {action}: {iam.refusals}"
+        calls = {
+            "HeartbeatTickets": lambda: topo.client("sqs").send_message(
+                QueueUrl=topo.queue_url("HeartbeatQueue"), MessageBody="{}"
+            ),
+            "JobRecords": lambda: topo.client("dynamodb").get_item(
+                TableName="workerless-local-JobsTable", Key={"pk": {"S": "state#x"}}
+            ),
+            "EngineSecret": lambda: topo.client("secretsmanager").get_secret_value(SecretId="workerless-local/engine"),
+        }
+        with topo.as_function("PollerFunction"), pytest.raises(ClientError) as caught:
+            calls[sid]()
+        # Outside an invocation (the test's own client) the same call is not checked.
+        calls[sid]()
+    error = caught.value.response["Error"]
+    assert error["Code"] == code
+    assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == status
+    resource = {
+        "HeartbeatTickets": f"arn:aws:sqs:us-east-1:{ACCOUNT}:workerless-local-HeartbeatQueue",
+        "JobRecords": f"arn:aws:dynamodb:us-east-1:{ACCOUNT}:table/workerless-local-JobsTable",
+        "EngineSecret": "workerless-local/engine",
+    }[sid]
+    assert error["Message"] == (
+        f"User: {principal} is not authorized to perform: {action} on resource: {resource} "
+        f"because no identity-based policy allows the {action} action"
+    )
+    assert str(caught.value).startswith(f"An error occurred ({code}) when calling the ")
+
+
+def test_a_role_that_cannot_poll_its_event_queue_is_refused_at_start(tmp_path: Path) -> None:
+    """GIVEN a handler role without its event source statement WHEN the topology starts THEN it is
+    refused as Lambda's CreateEventSourceMapping refuses it, naming the function, event and queue."""
+    text = without_statement(TEMPLATE.read_text(encoding="utf-8"), "ChargePaymentFunctionRole", "JobEventSource")
+    topo = LocalTopology(template_copy(tmp_path, text), None)
+    with pytest.raises(TemplateError) as caught:
+        topo.start()
+    message = str(caught.value)
+    assert "ChargePaymentFunction.Events.Jobs" in message
+    assert "does not have permissions to call ReceiveMessage on SQS" in message
+    assert "workerless-local-ChargePaymentQueue" in message
+    assert topo.iam is None or not topo.invocations
+
+
+def test_a_role_that_cannot_write_its_logs_is_warned_about_loudly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """GIVEN a role without its log-group statement WHEN the topology starts THEN a warning says its
+    logs would be silently dropped on AWS (Lambda runs the function anyway)."""
+    text = without_statement(TEMPLATE.read_text(encoding="utf-8"), "HeartbeatFunctionRole", "OwnLogGroup")
+    with caplog.at_level(logging.WARNING, logger="workerless.local"):
+        topo = LocalTopology(template_copy(tmp_path, text), None, schedule_seconds=3600)
+        with topo:
+            pass
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "IAM" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert re.search(r"HeartbeatFunction: .*logs:CreateLogStream, logs:PutLogEvents.*silently dropped", warnings[0])
+
+
+def test_a_failed_stagenext_lease_acquire_gives_the_claim_back_and_the_redelivery_claims_at_once(
+    tmp_path: Path, events: Events
+) -> None:
+    """GIVEN every try of the first delivery's lease acquire answered 503 (issue 10, 2.1)
+    WHEN the delivery gives up THEN giving the claim back is allowed by the handler's role (no
+    AccessDenied: it expires the claim with an UpdateItem instead of a DeleteItem the role lacks),
+    and the first redelivery claims, acquires and runs the stage: it is started once, on its second
+    delivery, instead of waiting out the claim (the Lambda's remaining time + 30 s)."""
+    emulator = stagenext.create(lease_seconds=6)
+    server = emulator.serve(port=0)
+    try:
+        values = {"WORKERLESS_ENGINE": "stagenext", **emulator.engine_values(server.url)}
+        env_file = tmp_path / "stagenext.env"
+        env_file.write_text("".join(f"{k}={v}\n" for k, v in values.items()), encoding="utf-8")
+        stage_id = emulator.create_job("send-receipt", {"orderId": "r1"}, retries=3)
+        httpx.post(
+            f"{server.url}/_admin/faults",
+            json={"method": "POST", "path": f"/stages/{stage_id}/lease/acquire", "status": 503, "times": 4},
+        ).raise_for_status()
+        with topology(env_file, visibility_seconds=3) as topo:
+            assert topo.iam is not None
+            iam = topo.iam
+            topo.run_until(lambda: emulator.job_state(stage_id)["state"] in FINAL or bool(iam.refusals), 60)
+            refusals = iam.refusals
+            state = emulator.job_state(stage_id)
+    finally:
+        server.stop()
+    assert refusals == [], "\n".join(r.message for r in refusals)
+    assert state["state"] == "completed", state["history"]
+    started = [f for _, e, f in events if e == "started" and f.get("job_id") == stage_id]
+    assert [f.get("receive_count") for f in started] == [2], started
+
+
+def test_workerless_local_reports_each_refused_call_once(capsys: pytest.CaptureFixture[str]) -> None:
+    """GIVEN a run in which a function was refused a call (twice) WHEN `workerless local` prints its
+    report THEN the refusal is listed once, naming the function, the action and the resource."""
+    from types import SimpleNamespace
+
+    from workerless import cli
+    from workerless.local.iam.enforce import Refusal
+    from workerless.local.summary import Summary
+
+    refusal = Refusal("PollerFunction", "sqs", "sqs:SendMessage", "arn:aws:sqs:us-east-1:1:q", "p", explicit=False)
+    fake = SimpleNamespace(
+        summary=Summary(), invocations={}, errors={}, stopped_loops=[], iam=SimpleNamespace(refusals=[refusal, refusal])
+    )
+    cli._print_report(fake)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("IAM refused")]
+    assert lines == [
+        "IAM refused: PollerFunction sqs:SendMessage on arn:aws:sqs:us-east-1:1:q (its role does not allow it)"
+    ]

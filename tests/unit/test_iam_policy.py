@@ -1,0 +1,365 @@
+"""Local mode's IAM evaluation (workerless.local.iam): the evaluator, what each call needs, and the
+roles rendered from a template by the SAM translator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from workerless.local.iam.calls import UNMODELLED, Need, needs, sqs_queue_arn
+from workerless.local.iam.policy import (
+    PolicyError,
+    action_matches,
+    evaluate,
+    parse_statements,
+    resource_matches,
+)
+from workerless.local.iam.roles import render_roles
+from workerless.local.template import TemplateError, load_template
+
+QUEUE = "arn:aws:sqs:us-east-1:123456789012:jobs"
+TABLE = "arn:aws:dynamodb:us-east-1:123456789012:table/records"
+
+
+def statements(*items: dict[str, Any]) -> Any:
+    return parse_statements({"Version": "2012-10-17", "Statement": list(items)}, "test")
+
+
+def allow(action: Any, resource: Any, **extra: Any) -> dict[str, Any]:
+    return {"Effect": "Allow", "Action": action, "Resource": resource, **extra}
+
+
+def deny(action: Any, resource: Any, **extra: Any) -> dict[str, Any]:
+    return {"Effect": "Deny", "Action": action, "Resource": resource, **extra}
+
+
+# ---------------------------------------------------------------- matching
+
+
+@pytest.mark.parametrize(
+    ("pattern", "action", "expected"),
+    [
+        ("sqs:SendMessage", "sqs:SendMessage", True),
+        ("sqs:sendmessage", "sqs:SendMessage", True),  # actions are case-insensitive
+        ("SQS:SendMessage", "sqs:SendMessage", True),
+        ("sqs:Send*", "sqs:SendMessage", True),
+        ("sqs:*", "sqs:DeleteMessage", True),
+        ("*", "dynamodb:GetItem", True),
+        ("sqs:SendMessage", "sqs:SendMessageBatch", False),  # the call name is mapped first (calls.py)
+        ("sqs:Get?ueueAttributes", "sqs:GetQueueAttributes", True),
+        ("sqs:Get?QueueAttributes", "sqs:GetQueueAttributes", False),  # ? is exactly one character
+        ("dynamodb:GetItem", "dynamodb:GetItems", False),  # the whole action, not a prefix
+        ("sqs:SendMessage", "sns:SendMessage", False),
+    ],
+)
+def test_action_matching(pattern: str, action: str, expected: bool) -> None:
+    assert action_matches(pattern, action) is expected
+
+
+@pytest.mark.parametrize(
+    ("pattern", "arn", "expected"),
+    [
+        ("*", QUEUE, True),
+        (QUEUE, QUEUE, True),
+        ("arn:aws:sqs:us-east-1:123456789012:Jobs", QUEUE, False),  # ARNs are case-sensitive
+        ("arn:aws:sqs:*:123456789012:jobs", QUEUE, True),
+        ("arn:aws:sqs:us-east-1:123456789012:jo?s", QUEUE, True),
+        ("arn:aws:sqs:us-east-1:123456789012:j*", QUEUE, True),
+        ("arn:aws:sqs:us-east-1:123456789012:job", QUEUE, False),
+        # A log group's Arn attribute ends in ":*": its streams (the * runs across the colons).
+        (
+            "arn:aws:logs:us-east-1:123456789012:log-group:fn:*",
+            "arn:aws:logs:us-east-1:123456789012:log-group:fn:log-stream:2025/01/01/[$LATEST]abc",
+            True,
+        ),
+        (
+            "arn:aws:logs:us-east-1:123456789012:log-group:fn:*",
+            "arn:aws:logs:us-east-1:123456789012:log-group:fn-other:log-stream:x",
+            False,
+        ),
+        # Mid-segment, a wildcard stays in its segment.
+        ("arn:aws:sqs:us-*-1:123456789012:jobs", "arn:aws:sqs:us-east:x-1:123456789012:jobs", False),
+        (f"{TABLE}/index/*", f"{TABLE}/index/by-type", True),
+        (TABLE, f"{TABLE}/index/by-type", False),  # an index needs its own grant
+        ("", QUEUE, False),  # a parameter left empty names nothing
+    ],
+)
+def test_resource_matching(pattern: str, arn: str, expected: bool) -> None:
+    assert resource_matches(pattern, arn) is expected
+
+
+# ---------------------------------------------------------------- evaluation
+
+
+def test_an_allow_that_matches_allows_and_nothing_else_does() -> None:
+    policy = statements(allow(["sqs:SendMessage"], [QUEUE]))
+    assert evaluate(policy, "sqs:SendMessage", QUEUE).allowed
+    denied = evaluate(policy, "sqs:DeleteMessage", QUEUE)
+    assert not denied.allowed and not denied.explicit_deny and denied.statement is None
+    assert not evaluate(policy, "sqs:SendMessage", QUEUE + "-dlq").allowed
+
+
+def test_an_explicit_deny_beats_any_allow() -> None:
+    policy = statements(allow("sqs:*", "*"), deny("sqs:DeleteMessage", QUEUE, Sid="NoDelete"))
+    decision = evaluate(policy, "sqs:DeleteMessage", QUEUE)
+    assert not decision.allowed and decision.explicit_deny
+    assert decision.statement is not None and decision.statement.sid == "NoDelete"
+    assert evaluate(policy, "sqs:SendMessage", QUEUE).allowed
+
+
+def test_not_action_and_not_resource() -> None:
+    policy = statements(
+        {"Effect": "Allow", "NotAction": "sqs:DeleteMessage", "Resource": QUEUE},
+        {"Effect": "Allow", "Action": "dynamodb:GetItem", "NotResource": TABLE},
+    )
+    assert evaluate(policy, "sqs:SendMessage", QUEUE).allowed
+    assert not evaluate(policy, "sqs:DeleteMessage", QUEUE).allowed
+    assert not evaluate(policy, "dynamodb:GetItem", TABLE).allowed
+    assert evaluate(policy, "dynamodb:GetItem", TABLE + "-other").allowed
+
+
+def test_conditions_are_not_evaluated_so_a_conditional_allow_does_not_allow_and_a_conditional_deny_denies() -> None:
+    condition = {"Condition": {"Bool": {"aws:SecureTransport": "true"}}}
+    assert not evaluate(statements(allow("sqs:SendMessage", QUEUE, **condition)), "sqs:SendMessage", QUEUE).allowed
+    both = statements(allow("sqs:SendMessage", QUEUE), deny("sqs:*", "*", **condition))
+    decision = evaluate(both, "sqs:SendMessage", QUEUE)
+    assert not decision.allowed and decision.explicit_deny
+
+
+def test_an_unmodelled_resource_compares_actions_only() -> None:
+    policy = statements(allow("s3:GetObject", "arn:aws:s3:::bucket/*"))
+    assert evaluate(policy, "s3:GetObject", None).allowed
+    assert not evaluate(policy, "s3:PutObject", None).allowed
+
+
+@pytest.mark.parametrize(
+    ("statement", "problem"),
+    [
+        ({"Action": "sqs:SendMessage", "Resource": QUEUE}, "Effect"),
+        ({"Effect": "Allow", "Resource": QUEUE}, "Action or NotAction"),
+        ({"Effect": "Allow", "Action": "sqs:SendMessage"}, "Resource or NotResource"),
+        ({"Effect": "Allow", "Action": "a:b", "NotAction": "a:c", "Resource": QUEUE}, "exactly one"),
+        ({"Effect": "Allow", "Action": {"Ref": "X"}, "Resource": QUEUE}, "expected a string"),
+        ({"Effect": "Allow", "Action": [], "Resource": QUEUE}, "empty list"),
+    ],
+)
+def test_a_statement_iam_would_reject_is_an_error_naming_it(statement: dict[str, Any], problem: str) -> None:
+    with pytest.raises(PolicyError, match=problem) as caught:
+        parse_statements({"Statement": [statement]}, "MyRole/inline")
+    assert "MyRole/inline" in str(caught.value)
+
+
+# ---------------------------------------------------------------- what a call needs
+
+
+def test_sqs_batch_calls_are_authorised_as_their_single_actions() -> None:
+    url = "https://sqs.us-east-1.amazonaws.com/123456789012/jobs"
+    assert sqs_queue_arn(url) == QUEUE
+    for operation, action in (
+        ("SendMessage", "sqs:SendMessage"),
+        ("SendMessageBatch", "sqs:SendMessage"),
+        ("DeleteMessageBatch", "sqs:DeleteMessage"),
+        ("ChangeMessageVisibilityBatch", "sqs:ChangeMessageVisibility"),
+        ("GetQueueAttributes", "sqs:GetQueueAttributes"),
+    ):
+        assert needs("sqs", operation, {"QueueUrl": url}) == [Need(action, QUEUE, QUEUE)]
+    assert needs("sqs", "GetQueueUrl", {"QueueName": "jobs"}) == [Need("sqs:GetQueueUrl", QUEUE, QUEUE)]
+    assert needs("sqs", "ListQueues", {}) == [Need("sqs:ListQueues", "*", "*")]
+
+
+def test_dynamodb_batch_and_transact_calls_are_checked_per_table_and_contained_action() -> None:
+    other = "arn:aws:dynamodb:us-east-1:123456789012:table/other"
+    batch = needs("dynamodb", "BatchGetItem", {"RequestItems": {"records": {}, "other": {}}})
+    assert batch == [Need("dynamodb:BatchGetItem", TABLE, TABLE), Need("dynamodb:BatchGetItem", other, other)]
+    assert needs("dynamodb", "BatchWriteItem", {"RequestItems": {"records": []}}) == [
+        Need("dynamodb:BatchWriteItem", TABLE, TABLE)
+    ]
+    transact = needs(
+        "dynamodb",
+        "TransactWriteItems",
+        {
+            "TransactItems": [
+                {"Put": {"TableName": "records"}},
+                {"Update": {"TableName": "other"}},
+                {"Delete": {"TableName": "records"}},
+                {"ConditionCheck": {"TableName": "other"}},
+            ]
+        },
+    )
+    assert [(n.action, n.resource) for n in transact] == [
+        ("dynamodb:PutItem", TABLE),
+        ("dynamodb:UpdateItem", other),
+        ("dynamodb:DeleteItem", TABLE),
+        ("dynamodb:ConditionCheckItem", other),
+    ]
+    got = needs("dynamodb", "TransactGetItems", {"TransactItems": [{"Get": {"TableName": "other"}}]})
+    assert got == [Need("dynamodb:GetItem", other, other)]
+
+
+def test_dynamodb_query_on_an_index_needs_the_index_and_a_table_arn_is_accepted_as_name() -> None:
+    assert needs("dynamodb", "Query", {"TableName": "records", "IndexName": "by-type"})[0].resource == (
+        f"{TABLE}/index/by-type"
+    )
+    assert needs("dynamodb", "Scan", {"TableName": "records"})[0].resource == TABLE
+    assert needs("dynamodb", "GetItem", {"TableName": TABLE})[0].resource == TABLE
+
+
+def test_a_secret_is_evaluated_by_its_full_arn_and_shown_as_given() -> None:
+    full = "arn:aws:secretsmanager:us-east-1:123456789012:secret:engine-AbCdEf"
+    known = {"engine": full, full: full}
+    (by_name,) = needs("secretsmanager", "GetSecretValue", {"SecretId": "engine"}, secret_arn=known.get)
+    assert (by_name.resource, by_name.shown) == (full, "engine")
+    (by_arn,) = needs("secretsmanager", "GetSecretValue", {"SecretId": full}, secret_arn=known.get)
+    assert (by_arn.resource, by_arn.shown) == (full, full)
+    (unknown,) = needs("secretsmanager", "GetSecretValue", {"SecretId": "nope"}, secret_arn=known.get)
+    assert unknown.resource == "arn:aws:secretsmanager:us-east-1:123456789012:secret:nope"
+
+
+def test_other_services_are_checked_by_action_and_sts_identity_needs_nothing() -> None:
+    assert needs("s3", "GetObject", {"Bucket": "b", "Key": "k"}) == [Need("s3:GetObject", UNMODELLED, "*")]
+    assert needs("sts", "GetCallerIdentity", {}) == []
+
+
+# ---------------------------------------------------------------- roles from a template
+
+TEMPLATE = """\
+Transform: AWS::Serverless-2016-10-31
+Parameters:
+  Extra:
+    Type: String
+    Default: ""
+Resources:
+  Jobs:
+    Type: AWS::SQS::Queue
+  Records:
+    Type: AWS::DynamoDB::Table
+    Properties:
+      KeySchema: [{AttributeName: pk, KeyType: HASH}]
+      AttributeDefinitions: [{AttributeName: pk, AttributeType: S}]
+  Generated:
+    Type: AWS::Serverless::Function
+    Properties:
+      CodeUri: fn/
+      Handler: app.handler
+      Runtime: python3.12
+      Policies:
+        - DynamoDBReadPolicy:
+            TableName: !Ref Records
+        - Statement:
+            - Effect: Deny
+              Action: dynamodb:Scan
+              Resource: !GetAtt Records.Arn
+      Events:
+        Work:
+          Type: SQS
+          Properties:
+            Queue: !GetAtt Jobs.Arn
+  OwnRole:
+    Type: AWS::IAM::Role
+    Properties:
+      AssumeRolePolicyDocument:
+        Statement: [{Effect: Allow, Principal: {Service: lambda.amazonaws.com}, Action: sts:AssumeRole}]
+      Policies:
+        - PolicyName: own
+          PolicyDocument:
+            Statement:
+              - Effect: Allow
+                Action: sqs:SendMessage
+                Resource: !GetAtt Jobs.Arn
+              - Effect: Allow
+                Action: [logs:CreateLogStream, logs:PutLogEvents]
+                Resource: !GetAtt OwnLogs.Arn
+  Attached:
+    Type: AWS::IAM::Policy
+    Properties:
+      PolicyName: attached
+      Roles: [!Ref OwnRole]
+      PolicyDocument:
+        Statement:
+          - Effect: Allow
+            Action: dynamodb:PutItem
+            Resource: !Sub "${Records.Arn}"
+  OwnLogs:
+    Type: AWS::Logs::LogGroup
+  Explicit:
+    Type: AWS::Serverless::Function
+    Properties:
+      CodeUri: fn/
+      Handler: app.handler
+      Runtime: python3.12
+      Role: !GetAtt OwnRole.Arn
+      LoggingConfig:
+        LogGroup: !Ref OwnLogs
+"""
+
+
+def _roles(tmp_path: Path, text: str = TEMPLATE) -> Any:
+    (tmp_path / "fn").mkdir(exist_ok=True)
+    (tmp_path / "template.yaml").write_text(text)
+    return render_roles(load_template(tmp_path / "template.yaml"))
+
+
+def test_a_function_without_role_gets_sams_generated_role_with_its_managed_policies(tmp_path: Path) -> None:
+    role = _roles(tmp_path)["Generated"]
+    assert role.generated and role.role_id == "GeneratedRole"
+    assert role.principal == (
+        "arn:aws:sts::123456789012:assumed-role/workerless-local-GeneratedRole/workerless-local-Generated"
+    )
+    # DynamoDBReadPolicy (a SAM policy template), resolved to local mode's table ARN.
+    assert role.decide("dynamodb:GetItem", f"{TABLE.rsplit('/', 1)[0]}/workerless-local-Records").allowed
+    assert not role.decide("dynamodb:PutItem", f"{TABLE.rsplit('/', 1)[0]}/workerless-local-Records").allowed
+    # The inline Deny beats the template's Scan allow.
+    assert role.decide("dynamodb:Scan", f"{TABLE.rsplit('/', 1)[0]}/workerless-local-Records").explicit_deny
+    # AWSLambdaBasicExecutionRole and AWSLambdaSQSQueueExecutionRole: logs and receive on "*".
+    assert role.decide("logs:CreateLogGroup", "arn:aws:logs:us-east-1:123456789012:log-group:x").allowed
+    assert role.decide("sqs:ReceiveMessage", "arn:aws:sqs:us-east-1:123456789012:anything").allowed
+    assert not role.decide("sqs:SendMessage", "arn:aws:sqs:us-east-1:123456789012:anything").allowed
+    assert role.log_group == "/aws/lambda/workerless-local-Generated" and not role.log_group_in_template
+
+
+def test_a_function_with_role_gets_its_inline_and_attached_policies(tmp_path: Path) -> None:
+    role = _roles(tmp_path)["Explicit"]
+    assert not role.generated and role.role_name == "workerless-local-OwnRole"
+    assert role.decide("sqs:SendMessage", "arn:aws:sqs:us-east-1:123456789012:workerless-local-Jobs").allowed
+    table = "arn:aws:dynamodb:us-east-1:123456789012:table/workerless-local-Records"
+    assert role.decide("dynamodb:PutItem", table).allowed  # from the attached AWS::IAM::Policy
+    assert not role.decide("dynamodb:GetItem", table).allowed
+    stream = "arn:aws:logs:us-east-1:123456789012:log-group:workerless-local-OwnLogs:log-stream:s"
+    assert role.decide("logs:PutLogEvents", stream).allowed
+    assert role.log_group == "workerless-local-OwnLogs" and role.log_group_in_template
+
+
+def test_a_role_that_is_not_in_the_template_or_an_unknown_managed_policy_is_an_error(tmp_path: Path) -> None:
+    outside = TEMPLATE.replace("Role: !GetAtt OwnRole.Arn", "Role: arn:aws:iam::123456789012:role/elsewhere")
+    with pytest.raises(TemplateError, match="not a role of this template"):
+        _roles(tmp_path, outside)
+    own = "      Policies:\n        - PolicyName: own"
+    managed = TEMPLATE.replace(own, "      ManagedPolicyArns: [arn:aws:iam::aws:policy/AmazonSQSFullAccess]\n" + own)
+    with pytest.raises(TemplateError, match="AmazonSQSFullAccess"):
+        _roles(tmp_path, managed)
+
+
+def test_a_scaffolded_job_types_role_grants_what_the_shipped_handlers_roles_grant(tmp_path: Path) -> None:
+    """GIVEN template.yaml with a job type added by `workerless new-handler` WHEN the roles are rendered
+    THEN the new handler's role has the same statements as charge-payment's, on its own queue and log
+    group: the scaffold's copy of the role cannot drift from the template's (the drift test measures
+    the template's)."""
+    from workerless.devtools.scaffold import add_job_type
+
+    root = Path(__file__).resolve().parents[2]
+    text, _ = add_job_type((root / "template.yaml").read_text(encoding="utf-8"), "ship-parcel")
+    for name in ("functions", "layers"):
+        (tmp_path / name).symlink_to(root / name)
+    (tmp_path / "functions-extra").mkdir()
+    (tmp_path / "template.yaml").write_text(
+        text.replace("CodeUri: functions/ship-parcel/", "CodeUri: functions-extra/"), encoding="utf-8"
+    )
+    roles = render_roles(load_template(tmp_path / "template.yaml"))
+
+    def shape(function: str, own: str) -> list[tuple[str | None, tuple[str, ...], tuple[str, ...]]]:
+        return [
+            (s.sid, s.actions, tuple(r.replace(own, "<own>") for r in s.resources)) for s in roles[function].statements
+        ]
+
+    assert shape("ShipParcelFunction", "ShipParcel") == shape("ChargePaymentFunction", "ChargePayment")
