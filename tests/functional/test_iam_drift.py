@@ -45,7 +45,7 @@ from workerless.local.iam.roles import FunctionRole
 from workerless.model import Demand
 from workerless.settings import parse_env_text
 
-from tests.functional.pipeline import FINAL, TEMPLATE
+from tests.functional.pipeline import FINAL, TEMPLATE, job_timings
 
 pytestmark = pytest.mark.slow
 
@@ -135,8 +135,13 @@ def _scenario(engine: str, tmp: Path) -> Run:
         topology = LocalTopology(
             TEMPLATE,
             env_file,
-            parameters={"EngineName": engine, "LeaseSeconds": "5", "TickSeconds": "1", "MaxReceiveCount": "2"},
-            visibility_seconds=8,
+            parameters={
+                "EngineName": engine,
+                "LeaseSeconds": "5",
+                "TickSeconds": "1",
+                "MaxReceiveCount": "2",
+                **job_timings(10),
+            },
             schedule_seconds=1,
             engine_secret=True,
         )

@@ -20,7 +20,7 @@ from botocore.exceptions import ClientError
 from workerless.emulators import sheptra, stagenext
 from workerless.local import LocalTopology, TemplateError
 
-from tests.functional.pipeline import FINAL, ROOT, TEMPLATE, Events, topology
+from tests.functional.pipeline import FINAL, ROOT, TEMPLATE, Events, job_timings, topology
 
 ACCOUNT = "123456789012"
 
@@ -96,7 +96,7 @@ def test_a_removed_grant_is_refused_in_the_running_topology_with_awss_error(
         f"arn:aws:sts::{ACCOUNT}:assumed-role/workerless-local-PollerFunctionRole/workerless-local-PollerFunction"
     )
     with LocalTopology(
-        path, env_file, parameters={"TickSeconds": "1"}, visibility_seconds=5, schedule_seconds=1, engine_secret=True
+        path, env_file, parameters={"TickSeconds": "1", **job_timings(10)}, schedule_seconds=1, engine_secret=True
     ) as topo:
         assert topo.iam is not None
         iam = topo.iam
@@ -181,7 +181,7 @@ def test_a_failed_stagenext_lease_acquire_gives_the_claim_back_and_the_redeliver
             f"{server.url}/_admin/faults",
             json={"method": "POST", "path": f"/stages/{stage_id}/lease/acquire", "status": 503, "times": 4},
         ).raise_for_status()
-        with topology(env_file, visibility_seconds=3) as topo:
+        with topology(env_file, job_visibility_seconds=10) as topo:
             assert topo.iam is not None
             iam = topo.iam
             topo.run_until(lambda: emulator.job_state(stage_id)["state"] in FINAL or bool(iam.refusals), 60)
