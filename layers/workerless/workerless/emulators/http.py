@@ -191,6 +191,11 @@ class Router:
                     return fault
         return None
 
+    def pending_faults(self) -> int:
+        """Faults queued and not fired yet (a ``rate`` fault stays armed: it always counts)."""
+        with self._lock:
+            return len(self._faults)
+
     def count(self, method: str, pattern: str) -> None:
         with self._lock:
             self.stats[f"{method} {pattern}"] += 1
