@@ -96,6 +96,12 @@ DEFAULT_SESSION_TTL = 24 * 3600
 #: report's or one acquire's retries, and an evicted one only costs a duplicate result (discarded by
 #: StageNext's fencing) or a lease left to lapse.
 REMEMBERED_DELIVERIES = 1024
+#: Tries at the ack after an accepted result (each a call of :meth:`StageNextEngine.report` by the
+#: caller's retry policy), after which the report ends without it: the result stands, the gateway
+#: requeues the unacknowledged delivery after its visibility timeout, and that delivery is refused at
+#: acquire and acknowledged. Fewer than the retry policy's attempts, so a handler whose result was
+#: accepted does not turn it into a report still owed for want of an ack.
+ACK_TRIES = 3
 
 log = logging.getLogger(__name__)
 
@@ -263,12 +269,12 @@ class StageNextEngine:
         self._liveness_at: float | None = None
         #: The execution lease length: configured, then what the engine last said (acquire, renew).
         self.lease_seconds = config.lease_seconds
-        #: Ack tokens of deliveries whose result StageNext accepted (202) while the ack is still owed:
-        #: a retried report acks again without posting the result a second time.
-        self._accepted: OrderedDict[str, None] = OrderedDict()
+        #: Ack tokens of deliveries whose result StageNext accepted (202) while the ack is still owed,
+        #: with the acks failed so far: a retried report acks again without posting the result twice.
+        self._accepted: OrderedDict[str, int] = OrderedDict()
         #: Ack tokens of deliveries whose lease acquire may have landed unanswered (5xx, a dropped
         #: connection, a garbled 200): their retry's lease_held is checked with a renew.
-        self._uncertain: OrderedDict[str, None] = OrderedDict()
+        self._uncertain: OrderedDict[str, int] = OrderedDict()
 
     # ------------------------------------------------------------------------------- HTTP basics
 
@@ -669,14 +675,14 @@ class StageNextEngine:
             return None
         return {"leaseSeconds": self.lease_seconds}
 
-    def _remember(self, memo: OrderedDict[str, None], token: str) -> None:
+    def _remember(self, memo: OrderedDict[str, int], token: str, value: int = 0) -> None:
         with self._lock:
-            memo[token] = None
+            memo[token] = value
             memo.move_to_end(token)
             while len(memo) > REMEMBERED_DELIVERIES:
                 memo.popitem(last=False)
 
-    def _forget(self, memo: OrderedDict[str, None], token: str) -> None:
+    def _forget(self, memo: OrderedDict[str, int], token: str) -> None:
         with self._lock:
             memo.pop(token, None)
 
@@ -769,26 +775,36 @@ class StageNextEngine:
         attempt let StageNext's fencing discard a duplicate. An ack that fails retryably (a 429, a
         502, a dropped connection) raises too, after the result was accepted: the call again only
         acks (this container remembers the accepted result), so the delivery is not left to the
-        gateway's requeue and delivered twice. A 404 on the ack (token expired, already acknowledged
+        gateway's requeue and delivered twice; after ACK_TRIES failed acks the report ends without
+        one (the gateway's requeue then takes over). A 404 on the ack (token expired, already acknowledged
         — a repeated ack whose first try landed unanswered — or another replica) is logged, not
         raised: the result stands, and a redelivery of a finished execution is refused at lease
         acquire; so is a final refusal of the ack.
         """
         token = str(self._handle(ref, "ackToken"))
         with self._lock:
-            accepted = token in self._accepted
-        if not accepted:
+            failed_acks = self._accepted.get(token)
+        if failed_acks is None:
             self._post_result(ref, outcome)
-            self._remember(self._accepted, token)
+            failed_acks = 0
+            self._remember(self._accepted, token, 0)
             self._record_event("job.finished", ref, outcome=outcome.kind)
         try:
             self._ack(ref, requeue=False, what="ack")
         except RetryableEngineError as exc:
+            failed_acks += 1
+            if failed_acks < ACK_TRIES:
+                self._remember(self._accepted, token, failed_acks)
+                log.warning(
+                    "stagenext ack after an accepted result failed; acknowledging again",
+                    extra={"job_id": ref.job_id, "error": type(exc).__name__, "status": exc.status},
+                )
+                raise
             log.warning(
-                "stagenext ack after an accepted result failed; acknowledging again",
+                "stagenext ack after an accepted result kept failing; the gateway requeues the delivery "
+                "and its next delivery is refused at acquire",
                 extra={"job_id": ref.job_id, "error": type(exc).__name__, "status": exc.status},
             )
-            raise
         except Exception as exc:  # noqa: BLE001 - the result is accepted; the sweep requeues the delivery
             log.warning(
                 "stagenext ack after result refused; the delivery will be requeued and refused at acquire",
