@@ -124,7 +124,9 @@ def test_a_reported_job_whose_redelivery_is_refused_at_acquire_is_acknowledged(a
     """GIVEN a stage finished by its first delivery, whose ack was lost, and the gateway delivering
     it again THEN the redelivery's acquire is refused (finished) and only then is it acknowledged."""
     stage_id = sn.emulator.create_job("send-receipt", {"orderId": "r2"})
-    sn.fault("/jobs/ack", status=502, times=4)  # every try of the first delivery's ack
+    # The first delivery's report tries its ack ACK_TRIES (3) times and then ends without it; the
+    # fourth 502 meets the redelivery's ack, which is retried too.
+    sn.fault("/jobs/ack", status=502, times=4)
     assert handle(aws, sn.pull()) == {"batchItemFailures": []}
     sn.emulator.advance(61)  # the gateway requeues the unacknowledged delivery
 

@@ -201,3 +201,29 @@ def test_a_skip_ack_that_did_not_land_raises_retryable_and_its_retry_lands(
     fault(served, "/jobs/ack", status=502, raw=HTML, content_type="text/html", times=1)
     CALLS.call(lambda: engine.skip(job.ref), deadline=within(10))
     assert [a["status"] for a in emu.job_state(stage_id)["acks"]] == [200]
+
+
+def test_an_ack_that_keeps_failing_ends_the_report_after_three_tries_and_the_gateway_takes_over(
+    served: tuple[StageNextEmulator, EmulatorServer], emu: StageNextEmulator, engine: StageNextEngine
+) -> None:
+    """GIVEN every ack after the accepted result fails
+    THEN the report ends without an error after ACK_TRIES (3) acks — the result stands, and a
+    handler whose result was accepted does not owe it for want of an ack — and once the gateway has
+    requeued the delivery, its next delivery is refused at acquire and acknowledged."""
+    from workerless.engines.stagenext import ACK_TRIES
+
+    stage_id = emu.create_job("billing-charge", {})
+    job = pull(engine)
+    assert engine.begin(job) is True
+    fault(served, "/jobs/ack", status=502, raw=HTML, content_type="text/html", times=ACK_TRIES)
+
+    CALLS.call(lambda: engine.report(job.ref, Outcome.complete({"ok": True})), deadline=within(30))
+
+    state = emu.job_state(stage_id)
+    assert state["state"] == "completed" and len(state["results"]) == 1
+    assert state["acks"] == []
+    emu.advance(61)
+    again = pull(engine)
+    assert engine.begin(again) is False
+    engine.skip(again.ref)
+    assert [a["status"] for a in emu.job_state(stage_id)["acks"]] == [200]
