@@ -9,9 +9,9 @@ from typing import Any
 
 from workerless.errors import PipelineError
 
-#: SQS's highest MaximumMessageSize (1 MiB since 2025, existing queues included), and the size
-#: planned for while a queue's own limit has not been read (the old default: never too high).
-SQS_MAX_MESSAGE_BYTES = 1_048_576
+#: A message's size limit is each queue's MaximumMessageSize (SQS's default and maximum: 1 MiB since
+#: 2025, existing queues included). This is the size planned for while a queue's own limit has not
+#: been read: the old default, never too high.
 FALLBACK_MESSAGE_BYTES = 262_144
 MAX_BATCH_ENTRIES = 10
 MAX_DELAY_SECONDS = 900
@@ -87,7 +87,7 @@ class Queues:
             limit = int(raw) if raw is not None else 0
         except ValueError:
             limit = 0
-        if 0 < limit <= SQS_MAX_MESSAGE_BYTES:
+        if limit > 0:
             self._limits[queue_url] = limit
 
     def send_batch(self, queue_url: str, bodies: Sequence[str]) -> list[SendFailure]:
