@@ -188,12 +188,13 @@ def test_failed_lease_acquire_leaves_the_stage_to_its_redelivery_not_to_the_hear
 ) -> None:
     """GIVEN lease acquire answers 503 to every try of the first delivery, and the heartbeat's first
     ticket comes while those tries are still going (a 4 s lease: it looks after ~1 s)
-    WHEN the delivery gives up and SQS redelivers it
+    WHEN the delivery gives up — left unacknowledged, its SQS message done: the gateway hands it out
+    again after its visibility timeout (3 s here) and the poller pulls it as a new message
     THEN the heartbeat never renewed the unacquired execution (renewing it is refused "not running",
     and marking that LOST once made the redelivery acknowledge a stage nobody ran — chaos, seed 7),
     the redelivery claims at once (the failed delivery gave its claim back), acquires, and the
     heartbeat keeps that lease through a run longer than it: one execution, one applied result."""
-    emu = serve(lease_seconds=4)
+    emu = serve(lease_seconds=4, visibility_timeout=3)
     stage_id = emu.emulator.create_job("generate-report", {"seconds": 5}, retries=3)
     emu.fault(path="/stages/{stageId}/lease/acquire", status=503, times=4)  # CALLS tries begin 4 times
 

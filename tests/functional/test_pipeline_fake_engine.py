@@ -297,8 +297,9 @@ class _BeginLeased(FakeEngine):
 def test_a_claim_taken_over_during_lease_acquire_is_not_run(aws: Aws) -> None:
     """GIVEN a begin-leased engine, and a claim that changes hands while the lease is acquired
     WHEN the handler processes the job
-    THEN it does not run the handler (its result could not be stored), acknowledges the delivery,
-    and leaves the other delivery's claim as it was, unstamped."""
+    THEN it does not run the handler (its result could not be stored), hands the delivery back
+    without acknowledging it (StageNext: requeue; no result settles the lease it holds), and leaves
+    the other delivery's claim as it was, unstamped."""
     engine = _BeginLeased()
     runtime.set_engine(engine)
     job_id = engine.add_job("charge-payment", {"orderId": "9", "amount": 5})
@@ -307,7 +308,8 @@ def test_a_claim_taken_over_during_lease_acquire_is_not_run(aws: Aws) -> None:
     response = run_handler(aws, "charge-payment")
 
     assert response == {"batchItemFailures": []}
-    assert engine.begun == [job_id] and engine.skipped == [job_id]
+    assert engine.begun == [job_id] and engine.skipped == []
+    assert engine.releases[job_id], "the delivery was not handed back"
     assert job_id not in engine.reports, "the handler ran and reported"
     record = runtime.get_store().get(f"fake#{job_id}#r3")
     assert record is not None and record.status is Status.CLAIMED

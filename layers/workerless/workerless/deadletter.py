@@ -2,6 +2,25 @@
 throttles past maxReceiveCount) ends in its route's DLQ; this fails it at the engine with the
 reason rather than letting its lease lapse in silence — or reports the stored result if the
 handler did finish and only the report kept failing.
+
+Every dead letter is settled once, one way or the other::
+
+    engine accepts the report (or says the lease is gone) ─► record REPORTED, JobsDeadLettered
+    engine refuses it for good (404, 400, a malformed job) ─► ERROR line with the reason, record
+                                                              REPORTED, DeadLettersRejected; deleted
+    engine unavailable (5xx, 429, timeout) / claim still live ─► batch item failure: the DLQ hands the
+                                                              message back after its visibility
+                                                              timeout (360 s), until it settles or
+                                                              the DLQ's 14-day retention ends
+
+A refusal for good is final because the same request would meet the same refusal: retried, it would
+cost an engine call every 360 s for 14 days (about 3,300) and settle nothing.
+
+StageNext reports only under the execution's lease: a result for an execution that is not Running
+is discarded, and its delivery would never come back. A job whose handler acquired the lease (the
+record says so) is reported under it; otherwise the lease is acquired here first, and a refusal
+means the engine has moved on (the execution finished, is stale, or another delivery holds it):
+nothing of ours is left to report.
 """
 
 from __future__ import annotations
@@ -11,10 +30,18 @@ import time
 from typing import Any
 
 from workerless import observability
-from workerless.errors import LeaseLostError, MessageFormatError, PipelineError
+from workerless.errors import (
+    EngineError,
+    FinalEngineError,
+    LeaseLostError,
+    MessageFormatError,
+    PayloadTooLargeError,
+    PipelineError,
+    StoreError,
+)
 from workerless.model import ActivatedJob, Outcome
 from workerless.observability import logger
-from workerless.record import DONE, Status
+from workerless.record import DONE, JobRecord, Status
 from workerless.retry import CALLS
 
 
@@ -32,6 +59,8 @@ def process_dead_letter(
     fail_backoff_seconds: int,
     deadline: float,
 ) -> None:
+    """Settle one dead letter at the engine. Returns when nothing more is owed for it (delete it);
+    raises when it must be tried again later (a retryable engine error, a live claim)."""
     try:
         job = ActivatedJob.from_message(body)
     except MessageFormatError as exc:
@@ -67,9 +96,71 @@ def process_dead_letter(
         )
         note = "failed from the dead-letter queue"
     try:
-        CALLS.call(lambda: engine.report(ref, outcome), deadline=deadline)
-    except LeaseLostError:
-        note = "lease already gone when dead-lettered"
+        note = _settle(job, record, outcome, note, engine=engine, deadline=deadline)
+    except (FinalEngineError, MessageFormatError) as exc:
+        _rejected(job, exc, store=store)
+        return
     store.mark_reported(job.key, note=note)
     observability.record(ref.job_type, "dead_lettered", job_id=ref.job_id)
     logger.warning("dead-lettered job settled at the engine", extra={"job_id": ref.job_id, "note": note})
+
+
+def _settle(
+    job: ActivatedJob, record: JobRecord | None, outcome: Outcome, note: str, *, engine: Any, deadline: float
+) -> str:
+    """Report ``outcome`` (under the lease where the engine's lease starts at begin); the note to
+    keep in the record. Retryable errors propagate (the DLQ tries again later)."""
+    ref = job.ref
+    needs_lease = engine.lease_from == "begin" and not _lease_acquired(record)
+    if needs_lease and not CALLS.call(lambda: engine.begin(job), deadline=deadline):
+        # Refused: the execution finished, is stale, or another delivery holds it. The seed lets a
+        # refused delivery be acknowledged without a result (its token has most likely expired: a
+        # 404, which is fine).
+        try:
+            CALLS.call(lambda: engine.skip(ref), deadline=deadline)
+        except EngineError as exc:
+            logger.info("could not acknowledge the dead-lettered delivery", extra={"error": str(exc)})
+        return "lease refused when dead-lettered: the engine has settled or re-dispatched it"
+    try:
+        CALLS.call(lambda: engine.report(ref, outcome), deadline=deadline)
+    except LeaseLostError:
+        return "lease already gone when dead-lettered"
+    except PayloadTooLargeError as exc:
+        # A stored result over the engine's cap: fail the job with the cap, as the handler does.
+        replacement = Outcome.fail(
+            f"result is over the engine's cap of {exc.cap} bytes; job failed instead", retries=0, terminal=True
+        )
+        CALLS.call(lambda: engine.report(ref, replacement), deadline=deadline)
+        return f"{note}: result over the engine's cap of {exc.cap} bytes, job failed instead"
+    return note
+
+
+def _lease_acquired(record: JobRecord | None) -> bool:
+    """Whether a handler acquired the engine's lease (StageNext): a result is stored (it ran under
+    the lease), or the claim was stamped with the acquire."""
+    if record is None:
+        return False
+    return record.status is Status.STORED or (record.status is Status.CLAIMED and record.begun_at is not None)
+
+
+def _rejected(job: ActivatedJob, exc: Exception, *, store: Any) -> None:
+    """A refusal for good: an ERROR line with the reason, the DeadLettersRejected metric, the record
+    marked settled; the message is deleted (the caller returns)."""
+    ref = job.ref
+    status = getattr(exc, "status", None)
+    logger.error(
+        "engine refused to settle the dead-lettered job; not retrying: the same request would be refused again",
+        extra={
+            "job_id": ref.job_id,
+            "job_type": ref.job_type,
+            "reason": str(exc),
+            "error": type(exc).__name__,
+            "status": status,
+        },
+    )
+    observability.record(ref.job_type, "dead_letter_rejected", job_id=ref.job_id, status=status)
+    try:
+        store.mark_reported(job.key, note=f"engine refused the dead-letter settlement: {type(exc).__name__} {status}")
+    except StoreError as error:
+        # The message is deleted either way: a redelivery of the job would meet the same refusal.
+        logger.warning("could not mark the rejected dead letter settled", extra={"error": str(error)})

@@ -16,6 +16,8 @@ job, or give up.
     │   ├── RetryableEngineError        the same call may succeed later. Carries retry_after.
     │   │   ├── RateLimitedError        429, or 503 with Retry-After: wait that long.
     │   │   ├── EngineUnavailableError  5xx, timeout, connection refused/dropped.
+    │   │   │   └── GarbledResponseError  an answer that cannot be read at all (truncated or empty
+    │   │   │                           JSON where JSON was due): lost in transit. Carries ``field``.
     │   │   ├── AuthExpiredError        401: drop the cached credential, mint again, retry.
     │   │   └── MisdirectedError        421: re-resolve the engine's address, retry.
     │   └── FinalEngineError            the same call will never succeed.
@@ -47,6 +49,7 @@ __all__ = [
     "EngineError",
     "EngineUnavailableError",
     "FinalEngineError",
+    "GarbledResponseError",
     "JobError",
     "LeaseLostError",
     "MessageFormatError",
@@ -134,6 +137,27 @@ class RateLimitedError(RetryableEngineError):
 
 class EngineUnavailableError(RetryableEngineError):
     """5xx, a timeout, or a refused/dropped connection."""
+
+
+class GarbledResponseError(EngineUnavailableError):
+    """The answer could not be read at all: a truncated or empty body where JSON was due, as a proxy
+    or a dropped connection leaves it. Unlike :class:`ResponseShapeError` (a readable answer of the
+    wrong shape: the engine speaks another contract, final), this says nothing about the engine, so
+    the same call may be made again where the engine's contract allows it. ``field`` names what was
+    unreadable (``"body"``). The request may have taken effect: the caller treats the outcome as
+    unknown."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        engine: str,
+        field: str = "body",
+        job_id: str | None = None,
+        status: int | None = None,
+    ) -> None:
+        super().__init__(message, engine=engine, job_id=job_id, status=status)
+        self.field = field
 
 
 class AuthExpiredError(RetryableEngineError):

@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 from workerless import observability
 from workerless.errors import (
+    EngineError,
     LeaseLostError,
     MessageFormatError,
     PayloadTooLargeError,
@@ -207,11 +208,11 @@ class JobProcessor:
                 logger.info("job already reported: acknowledging the redelivery")
                 # StageNext: this can be another gateway delivery of the finished execution, with its
                 # own ack token; unacknowledged, the gateway would requeue it every visibility timeout.
-                engine.skip(job.ref)
+                self._settle_unrun(job, found, engine=engine, store=store, deadline=deadline)
                 return
             if decision is Decision.SKIP:
                 logger.info("job no longer ours (%s): not running it", found.status.value if found else "?")
-                engine.skip(job.ref)
+                self._settle_unrun(job, found, engine=engine, store=store, deadline=deadline)
                 observability.record(job.ref.job_type, "skipped", job_id=job.ref.job_id)
                 return
             if engine.lease_from == "begin" and _other_message(found, message_id):
@@ -219,31 +220,41 @@ class JobProcessor:
                 # passed while the claim holder runs) and the poller pulled it again as a new
                 # message. Lease acquire decides, as the engine intends: refused → acknowledge it
                 # without running, or the gateway keeps requeuing it.
-                if not CALLS.call(lambda: engine.begin(job), deadline=deadline):
+                begun = self._acquire_or_leave(job, engine=engine, deadline=deadline)
+                if begun is None:
+                    return
+                if not begun:
                     logger.info("another delivery of this execution holds the lease: acknowledging this one")
-                    engine.skip(job.ref)
+                    _acknowledge(job, engine=engine, deadline=deadline)
                     observability.record(job.ref.job_type, "skipped", job_id=job.ref.job_id)
                     return
                 # The claim holder has not acquired yet (or died before it could): this delivery now
-                # holds the lease but not the claim, so it must not run. The holder's acquire is
-                # refused and it stands down; the unrenewed lease lapses and StageNext dispatches a
-                # new execution.
-                logger.warning("lease acquired by a delivery that does not hold the claim; not running it")
+                # holds the lease but not the claim, so it must not run. It is handed back to the
+                # gateway (not acknowledged: no result goes with it); its next delivery is refused at
+                # acquire and acknowledged, the holder's acquire is refused and it stands down, and the
+                # unrenewed lease lapses: StageNext dispatches a new execution.
+                logger.warning("lease acquired by a delivery that does not hold the claim; handing it back")
+                _hand_back(job, engine=engine, deadline=deadline, reason="the lease holder does not hold the claim")
+                return
             raise ClaimHeldError(f"job {job.ref.job_id} is being handled by another delivery")
 
-        if engine.lease_from == "begin" and not self._begin(
-            job, owner=owner, engine=engine, store=store, deadline=deadline
-        ):
-            # Another delivery holds the engine's lease (a redelivery of a job already running).
-            store.mark(job.key, Status.SKIPPED, reason="engine refused the lease", job_type=job.ref.job_type)
-            engine.skip(job.ref)
-            observability.record(job.ref.job_type, "skipped", job_id=job.ref.job_id)
-            return
+        if engine.lease_from == "begin":
+            try:
+                begun = self._begin(job, owner=owner, engine=engine, store=store, deadline=deadline)
+            except RetryableEngineError as exc:
+                _leave_to_the_gateway(exc)  # the claim was given back
+                return
+            if not begun:
+                # Another delivery holds the engine's lease (a redelivery of a job already running).
+                store.mark(job.key, Status.SKIPPED, reason="engine refused the lease", job_type=job.ref.job_type)
+                _acknowledge(job, engine=engine, deadline=deadline)
+                observability.record(job.ref.job_type, "skipped", job_id=job.ref.job_id)
+                return
         if engine.lease_from == "begin" and not self._mark_begun(job, owner=owner, store=store):
             # Our claim expired and was taken while we acquired: our result could not be stored, so
-            # running would be wasted. The lease we hold lapses unrenewed and StageNext runs the
-            # stage again as a new execution.
-            engine.skip(job.ref)
+            # running would be wasted. The delivery is handed back (no result goes with it); the lease
+            # we hold lapses unrenewed and StageNext runs the stage again as a new execution.
+            _hand_back(job, engine=engine, deadline=deadline, reason="the claim changed hands during lease acquire")
             observability.record(job.ref.job_type, "skipped", job_id=job.ref.job_id)
             return
 
@@ -252,10 +263,50 @@ class JobProcessor:
         stored = self._store(job, outcome, owner=owner, store=store)
         if stored is None:
             logger.warning("lease lost while the handler ran: its result is discarded")
-            engine.skip(job.ref)
+            # StageNext: handed back, not acknowledged (no result goes with it): its next delivery is
+            # refused at acquire and acknowledged then. Elsewhere a no-op: the engine has the job.
+            _hand_back(job, engine=engine, deadline=deadline, reason="lease lost while the handler ran")
             observability.record(job.ref.job_type, "lease_lost", job_id=job.ref.job_id)
             return
         self._report(job, stored, engine=engine, store=store, deadline=deadline)
+
+    def _acquire_or_leave(self, job: ActivatedJob, *, engine: Any, deadline: float) -> bool | None:
+        """Lease acquire for a delivery that does not hold the claim; None when acquire kept failing
+        retryably and the delivery is left to the gateway (the caller returns)."""
+        try:
+            begun: bool = CALLS.call(lambda: engine.begin(job), deadline=deadline)
+        except RetryableEngineError as exc:
+            _leave_to_the_gateway(exc)
+            return None
+        return begun
+
+    def _settle_unrun(
+        self, job: ActivatedJob, found: JobRecord | None, *, engine: Any, store: Any, deadline: float
+    ) -> None:
+        """Acknowledge a delivery its job record says must not run (reported, lost or skipped).
+
+        StageNext acknowledges a delivery without a result only once lease acquire has refused it
+        (stale, duplicate, finished or held elsewhere): so acquire first. Acquired means StageNext
+        never applied what the record says happened: a stored outcome is reported under this lease;
+        without one the delivery is handed back (its next delivery is refused and acknowledged, the
+        lease lapses and StageNext dispatches a new execution). Engines without lease acquire
+        acknowledge (a no-op) at once.
+        """
+        if engine.lease_from != "begin":
+            _acknowledge(job, engine=engine, deadline=deadline)
+            return
+        begun = self._acquire_or_leave(job, engine=engine, deadline=deadline)
+        if begun is None:
+            return
+        if not begun:
+            _acknowledge(job, engine=engine, deadline=deadline)
+            return
+        if found is not None and found.outcome is not None:
+            logger.warning("engine granted the lease of a job recorded as settled: reporting its stored outcome")
+            self._report(job, found.outcome, engine=engine, store=store, deadline=deadline)
+            return
+        logger.warning("engine granted the lease of a job recorded as not ours: handing the delivery back")
+        _hand_back(job, engine=engine, deadline=deadline, reason="the job record says this delivery must not run")
 
     def _run(self, activated: ActivatedJob, *, context: Any, engine: Any, store: Any, lease: str = "") -> Outcome:
         def lease_check() -> bool:
@@ -414,6 +465,50 @@ class JobProcessor:
         event = {"complete": "completed", "fail": "failed", "throw": "thrown"}[outcome.kind]
         observability.record(ref.job_type, event, job_id=ref.job_id)
         logger.info("job reported", extra={"outcome": outcome.kind})
+
+
+def _leave_to_the_gateway(exc: RetryableEngineError) -> None:
+    """StageNext lease acquire kept failing: the delivery is left unacknowledged and its SQS message
+    completes. The gateway requeues an unacknowledged delivery after its visibility timeout (60 s),
+    and the poller pulls it again then.
+
+    Why not fail the message: SQS would hold it for the job queue's visibility timeout (720 s) to no
+    purpose — its ack token expires with the gateway's 60 s, and the gateway hands the delivery out
+    again meanwhile — while it counts against the route's capacity and keeps a run of local mode
+    from ever going idle. Why not requeue it (ack requeue:true): the next pull would take it straight
+    back, and while acquire keeps failing (the engine's lease service down, its gateway up) that is
+    a loop of pulls, SQS messages and invocations every few seconds per stage that keeps the poller
+    lingering, relaying, never resting. Left to the gateway it costs one delivery a minute."""
+    logger.warning(
+        "lease acquire kept failing: the engine's gateway hands the delivery out again after its visibility timeout",
+        extra={"error": str(exc), "status": exc.status},
+    )
+
+
+def _acknowledge(job: ActivatedJob, *, engine: Any, deadline: float) -> None:
+    """``engine.skip`` with the retry policy. Giving up is logged, not raised: the delivery is then
+    unacknowledged, and StageNext's gateway requeues it after its visibility timeout (60 s); its next
+    delivery is refused at acquire and acknowledged. Failing the SQS message instead would only hold
+    it for the queue's visibility timeout, to redeliver a token that has expired by then."""
+    try:
+        CALLS.call(lambda: engine.skip(job.ref), deadline=deadline)
+    except EngineError as exc:
+        logger.warning("could not acknowledge the delivery; the engine hands it out again", extra={"error": str(exc)})
+
+
+def _hand_back(job: ActivatedJob, *, engine: Any, deadline: float, reason: str) -> None:
+    """Give a delivery the handler will not run back to the engine without a result: StageNext
+    requeues it (ack requeue:true) — never an acknowledgement, which would drop a stage whose lease
+    no result settles. Engines whose lease starts at activation own the job already: nothing to do
+    (``skip`` is a no-op there; their lease lapses or was lost). Giving up is logged: StageNext's
+    gateway requeues an unacknowledged delivery after its visibility timeout anyway."""
+    if engine.lease_from != "begin":
+        _acknowledge(job, engine=engine, deadline=deadline)
+        return
+    try:
+        CALLS.call(lambda: engine.release(job, reason), deadline=deadline)
+    except EngineError as exc:
+        logger.warning("could not hand the delivery back; the gateway requeues it", extra={"error": str(exc)})
 
 
 def job_handler(job_type: str, *, backoff_seconds: int | None = None) -> Callable[[HandlerFunction], LambdaHandler]:

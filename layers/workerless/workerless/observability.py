@@ -72,6 +72,7 @@ EVENTS = (
     "skipped",
     "extended",
     "dead_lettered",
+    "dead_letter_rejected",
 )
 
 #: The metric (Count, per JobType) each lifecycle step is counted under.
@@ -88,6 +89,8 @@ EVENT_METRICS: dict[str, str] = {
     "skipped": "JobsSkipped",
     "extended": "HeartbeatExtends",
     "dead_lettered": "JobsDeadLettered",
+    # A dead letter the engine refused to settle for good (404, 400): logged at ERROR and deleted.
+    "dead_letter_rejected": "DeadLettersRejected",
 }
 
 #: Metrics that are not lifecycle steps (unit; dimensions).

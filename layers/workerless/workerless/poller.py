@@ -298,16 +298,50 @@ class Poller:
             )
 
     def _fail_for_good(self, job: ActivatedJob, reason: str, report: PollReport, *, deadline: float) -> None:
+        """Fail a job that can never be queued, with the reason (no retries: it would only come back
+        as large). Where the engine's lease starts at begin (StageNext), the failure is reported under
+        the lease, acquired here: a result for an execution that is not Running is discarded, and the
+        acknowledgement that follows it would drop the stage for good. A delivery whose acquire is
+        refused is acknowledged without a result (the seed allows that); one that cannot be settled
+        (acquire or report kept failing) is handed back to the broker, never acknowledged."""
         report.released += 1
-        observability.record(job.ref.job_type, "failed", job_id=job.ref.job_id, reason=reason)
         logger.error("failing a job that cannot be queued", extra={"job_id": job.ref.job_id, "reason": reason})
+        if self.engine.lease_from == "begin":
+            try:
+                begun = CALLS.call(lambda: self.engine.begin(job), deadline=deadline)
+            except EngineError as exc:
+                self._requeue(job, f"could not acquire its lease to fail it: {exc}", deadline=deadline)
+                return
+            if not begun:
+                logger.info("lease refused: acknowledging the delivery", extra={"job_id": job.ref.job_id})
+                try:
+                    CALLS.call(lambda: self.engine.skip(job.ref), deadline=deadline)
+                except EngineError as exc:
+                    logger.warning("could not acknowledge; the gateway requeues it", extra={"error": str(exc)})
+                return
         try:
             CALLS.call(
                 lambda: self.engine.report(job.ref, Outcome.fail(reason, retries=0, terminal=True)),
                 deadline=deadline,
             )
         except (FinalEngineError, RetryableEngineError) as exc:
+            if self.engine.lease_from == "begin":
+                self._requeue(job, f"could not report its failure: {exc}", deadline=deadline)
+                return
             logger.error("could not fail the job; it returns when its lease lapses", extra={"error": str(exc)})
+            return
+        observability.record(job.ref.job_type, "failed", job_id=job.ref.job_id, reason=reason)
+
+    def _requeue(self, job: ActivatedJob, reason: str, *, deadline: float) -> None:
+        """Hand a begin-leased delivery back to the broker (StageNext ack requeue:true)."""
+        logger.error("handing the delivery back", extra={"job_id": job.ref.job_id, "reason": reason})
+        try:
+            CALLS.call(lambda: self.engine.release(job, reason), deadline=deadline)
+        except EngineError as exc:
+            logger.error(
+                "could not hand the delivery back; the gateway requeues it after its visibility timeout",
+                extra={"job_id": job.ref.job_id, "error": str(exc)},
+            )
 
 
 def continue_ticker(settings: Settings, state: Any, queues: Any, *, tick: dict[str, Any] | None, now: float) -> bool:

@@ -9,9 +9,10 @@ from typing import Any
 
 from workerless.errors import PipelineError
 
-#: SQS's cap on one message and on one SendMessageBatch call. AWS raised it to 1 MiB in 2025;
-#: 256 KiB is what every region and moto accept, so workerless plans for it (docs/assumptions.md).
-MAX_MESSAGE_BYTES = 256 * 1024
+#: A message's size limit is each queue's MaximumMessageSize (SQS's default and maximum: 1 MiB since
+#: 2025, existing queues included). This is the size planned for while a queue's own limit has not
+#: been read: the old default, never too high.
+FALLBACK_MESSAGE_BYTES = 262_144
 MAX_BATCH_ENTRIES = 10
 MAX_DELAY_SECONDS = 900
 
@@ -32,6 +33,10 @@ class Queues:
 
     def __init__(self, client: Any = None) -> None:
         self._client = client
+        #: Each queue's MaximumMessageSize as last read (it caps a message and a batch's total). Read
+        #: with the depth the poller asks for anyway: no call of its own. A queue's limit changes only
+        #: with SetQueueAttributes (a stack update), and a container lives for hours at most.
+        self._limits: dict[str, int] = {}
 
     @property
     def client(self) -> Any:
@@ -53,26 +58,51 @@ class Queues:
             raise QueueError(f"SQS {operation} failed: {type(exc).__name__}") from exc
 
     def in_flight(self, queue_url: str) -> int:
-        """Messages waiting, being processed, or delayed: what a route already holds."""
-        answer = self._call(
-            "get_queue_attributes",
-            QueueUrl=queue_url,
-            AttributeNames=[
-                "ApproximateNumberOfMessages",
-                "ApproximateNumberOfMessagesNotVisible",
-                "ApproximateNumberOfMessagesDelayed",
-            ],
+        """Messages waiting, being processed, or delayed: what a route already holds. The same call
+        reads the queue's MaximumMessageSize for :meth:`send_batch`."""
+        depth = (
+            "ApproximateNumberOfMessages",
+            "ApproximateNumberOfMessagesNotVisible",
+            "ApproximateNumberOfMessagesDelayed",
         )
+        answer = self._call("get_queue_attributes", QueueUrl=queue_url, AttributeNames=[*depth, "MaximumMessageSize"])
         attrs: Mapping[str, str] = answer.get("Attributes", {})
-        return sum(int(v) for v in attrs.values())
+        self._learn_limit(queue_url, attrs)
+        return sum(int(attrs.get(name, 0)) for name in depth)
+
+    def max_message_bytes(self, queue_url: str) -> int | None:
+        """The queue's MaximumMessageSize (bytes), read once per container; None when it cannot be
+        read (the caller then plans for FALLBACK_MESSAGE_BYTES and calls nothing "too large")."""
+        if queue_url not in self._limits:
+            try:
+                answer = self._call("get_queue_attributes", QueueUrl=queue_url, AttributeNames=["MaximumMessageSize"])
+            except QueueError:
+                return None
+            self._learn_limit(queue_url, answer.get("Attributes", {}))
+        return self._limits.get(queue_url)
+
+    def _learn_limit(self, queue_url: str, attrs: Mapping[str, str]) -> None:
+        raw = attrs.get("MaximumMessageSize")
+        try:
+            limit = int(raw) if raw is not None else 0
+        except ValueError:
+            limit = 0
+        if limit > 0:
+            self._limits[queue_url] = limit
 
     def send_batch(self, queue_url: str, bodies: Sequence[str]) -> list[SendFailure]:
-        """Send ``bodies`` with as few SendMessageBatch calls as the caps allow.
+        """Send ``bodies`` with as few SendMessageBatch calls as the caps allow: at most 10 entries,
+        and at most the queue's MaximumMessageSize in all (SQS's rule for a batch).
 
-        Returns the failures by index; a body over the message cap is never sent (``oversized``).
-        A call that fails as a whole marks all of its entries failed rather than raising, so the
-        caller can hand every unsent job back to the engine.
+        Returns the failures by index. A body over the queue's MaximumMessageSize is never sent
+        (``oversized``: it can never fit this queue); while the limit is unknown (it could not be
+        read) a body over FALLBACK_MESSAGE_BYTES is not sent either, but as a plain failure: the job
+        is handed back and tried again, not failed for good on a guess. A call that fails as a whole
+        marks all of its entries failed rather than raising, so the caller can hand every unsent job
+        back to the engine.
         """
+        known = self.max_message_bytes(queue_url)
+        limit = known if known is not None else FALLBACK_MESSAGE_BYTES
         failures: list[SendFailure] = []
         chunk: list[tuple[int, str]] = []
         chunk_bytes = 0
@@ -95,12 +125,14 @@ class Queues:
 
         for index, body in enumerate(bodies):
             size = len(body.encode())
-            if size > MAX_MESSAGE_BYTES:
-                failures.append(
-                    SendFailure(index, f"job message is {size} bytes; SQS caps a message at {MAX_MESSAGE_BYTES}", True)
-                )
+            if size > limit:
+                if known is None:
+                    reason = f"job message is {size} bytes and the queue's MaximumMessageSize could not be read"
+                else:
+                    reason = f"job message is {size} bytes; the queue's MaximumMessageSize is {known} bytes"
+                failures.append(SendFailure(index, reason, oversized=known is not None))
                 continue
-            if len(chunk) == MAX_BATCH_ENTRIES or chunk_bytes + size > MAX_MESSAGE_BYTES:
+            if len(chunk) == MAX_BATCH_ENTRIES or chunk_bytes + size > limit:
                 flush()
             chunk.append((index, body))
             chunk_bytes += size

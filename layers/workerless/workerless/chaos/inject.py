@@ -14,7 +14,8 @@ runtime's own event-source plumbing is never hit:
 
 The engine proxy wraps whatever adapter the runtime built; emulator faults go through the
 emulator's admin API (``POST /_admin/faults``, one fault, next matching request) so the adapter
-meets them over real HTTP and parses them as it would in production.
+meets them over real HTTP and parses them as it would in production — mangled answers included
+(``raw`` bodies, and ``after``: the request took effect and only its answer was lost).
 """
 
 from __future__ import annotations
@@ -264,6 +265,15 @@ _HTTP_FAULTS: tuple[tuple[Fault, dict[str, Any]], ...] = (
     (Fault.ENGINE_500, {"status": 500}),
     (Fault.ENGINE_DROP, {"drop": True}),
     (Fault.ENGINE_401, {"status": 401}),
+    # The request takes effect; its answer is mangled or lost on the way back ("after").
+    (Fault.ENGINE_GARBLED_200, {"status": 200, "raw": '{"acquired": tr', "after": True}),
+    (Fault.ENGINE_EMPTY_200, {"status": 200, "raw": "", "after": True}),
+    (Fault.ENGINE_DROP_AFTER, {"drop": True, "after": True}),
+    # A proxy in front of the engine answers instead of it.
+    (
+        Fault.ENGINE_502_HTML,
+        {"status": 502, "raw": "<html><body><h1>502 Bad Gateway</h1></body></html>", "content_type": "text/html"},
+    ),
 )
 
 
@@ -369,3 +379,10 @@ class ChaosEngine:
     def release(self, job: Any, reason: str) -> Any:
         self._maybe_fault("release", [job.ref.job_id])
         return self.inner.release(job, reason)
+
+    def skip(self, ref: Any) -> Any:
+        # StageNext's ack of a delivery refused at acquire (a lost one is a redelivery); elsewhere
+        # skip makes no request, so it is no opportunity for an engine fault.
+        if self.inner.lease_from == "begin":
+            self._maybe_fault("skip", [ref.job_id])
+        return self.inner.skip(ref)

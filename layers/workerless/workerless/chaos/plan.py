@@ -44,6 +44,13 @@ class Fault(StrEnum):
     ENGINE_DROP = "engine_drop"
     ENGINE_401 = "engine_401"
     ENGINE_421 = "engine_421"
+    # The engine's answer is lost or mangled on the way back after the request took effect (a 200
+    # with truncated JSON or an empty body, a connection closed without an answer), or a proxy
+    # answers for it (a 502 with an HTML page). Not in the mixed run's rates: opt in with --rate.
+    ENGINE_GARBLED_200 = "engine_garbled_200"
+    ENGINE_EMPTY_200 = "engine_empty_200"
+    ENGINE_502_HTML = "engine_502_html"
+    ENGINE_DROP_AFTER = "engine_drop_after"
     # A lease lapses under a slow heartbeat: the heartbeat's next extension is refused (409).
     ENGINE_409_SLOW_HEARTBEAT = "engine_409_slow_heartbeat"
     # DynamoDB / SQS throttle or fail a call (after botocore's own retries).

@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import json
+import random
 import re
 import sys
 import threading
@@ -124,6 +125,24 @@ class _Fault:
     body: Any = None
     drop: bool = False
     delay: float = 0.0
+    #: Sent verbatim as the body (a garbled answer) with ``content_type``; wins over ``body``.
+    raw: str | None = None
+    content_type: str = "application/json"
+    #: Run the real handler first, then answer with the fault (the request took effect).
+    after: bool = False
+    #: None: fire on the next ``times`` matches. A share (0..1]: stay armed, fire that often.
+    rate: float | None = None
+    draw: random.Random = field(default_factory=random.Random)
+
+    def answer(self) -> Response | None:
+        """The injected answer (None: answer normally, or drop when ``drop``)."""
+        if self.status is None:
+            return None
+        if self.raw is not None:
+            return Response(self.status, self.raw.encode(), {"Content-Type": self.content_type, **self.headers})
+        if self.body is not None:
+            return json_response(self.body, self.status, self.headers)
+        return problem(self.status, "Injected fault", None, headers=self.headers)
 
 
 class Router:
@@ -162,11 +181,20 @@ class Router:
         with self._lock:
             for fault in self._faults:
                 if fault.method in (method, "*") and fault.path in (path, pattern, "*"):
+                    if fault.rate is not None:
+                        if fault.draw.random() < fault.rate:
+                            return fault
+                        continue
                     fault.times -= 1
                     if fault.times <= 0:
                         self._faults.remove(fault)
                     return fault
         return None
+
+    def pending_faults(self) -> int:
+        """Faults queued and not fired yet (a ``rate`` fault stays armed: it always counts)."""
+        with self._lock:
+            return len(self._faults)
 
     def count(self, method: str, pattern: str) -> None:
         with self._lock:
@@ -184,6 +212,12 @@ class Router:
     def _add_fault(self, req: Request) -> Response:
         body = req.json_object()
         try:
+            rate = float(body["rate"]) if body.get("rate") is not None else None
+            if rate is not None and not 0.0 < rate <= 1.0:
+                raise ValueError(f"rate must be in (0, 1], got {rate}")
+            raw = body.get("raw")
+            if raw is not None and not isinstance(raw, str):
+                raise TypeError("raw must be a string")
             fault = _Fault(
                 method=str(body.get("method", "*")).upper(),
                 path=str(body["path"]),
@@ -193,6 +227,11 @@ class Router:
                 body=body.get("body"),
                 drop=bool(body.get("drop", False)),
                 delay=float(body.get("delay", 0.0)),
+                raw=raw,
+                content_type=str(body.get("content_type") or "application/json"),
+                after=bool(body.get("after", False)),
+                rate=rate,
+                draw=random.Random(body.get("seed")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise HTTPProblem(400, "Bad Request", f"bad fault: {exc}") from None
@@ -235,29 +274,12 @@ def _make_handler(router: Router) -> type[BaseHTTPRequestHandler]:
                 self._send(problem(status, "Method Not Allowed" if status == 405 else "Not Found", split.path))
                 return
             pattern, params, fn = found
-            if not split.path.startswith("/_admin/"):
-                router.count(self.command, pattern)
-                fault = router.take_fault(self.command, split.path, pattern)
-                if fault is not None:
-                    if fault.delay:
-                        time.sleep(fault.delay)
-                    if fault.drop:
-                        self.close_connection = True
-                        raise _Dropped
-                    if fault.status is not None:
-                        if fault.body is not None:
-                            self._send(json_response(fault.body, fault.status, fault.headers))
-                        else:
-                            self._send(problem(fault.status, "Injected fault", None, headers=fault.headers))
-                        return
             query = {k: v[-1] for k, v in parse_qs(split.query).items()}
             request = Request(self.command, split.path, pattern, params, query, dict(self.headers.items()), body)
-            try:
-                response = fn(request)
-            except HTTPProblem as exc:
-                response = exc.response
-            except Exception as exc:  # noqa: BLE001 - an emulator bug must answer 500, not hang the client
-                response = problem(500, "Internal Server Error", f"{type(exc).__name__}: {exc}")
+            response = _answer(router, request, fn)
+            if response is None:
+                self.close_connection = True
+                raise _Dropped
             self._send(response)
 
         def _send(self, response: Response) -> None:
@@ -375,23 +397,37 @@ def _dispatch_in_process(
         status = 405 if router.allowed(path) else 404
         return problem(status, "Method Not Allowed" if status == 405 else "Not Found", path)
     pattern, params, fn = found
-    if not path.startswith("/_admin/"):
-        router.count(method, pattern)
-        fault = router.take_fault(method, path, pattern)
-        if fault is not None:
-            if fault.delay:
-                time.sleep(fault.delay)
-            if fault.drop:
-                return None
-            if fault.status is not None:
-                if fault.body is not None:
-                    return json_response(fault.body, fault.status, fault.headers)
-                return problem(fault.status, "Injected fault", None, headers=fault.headers)
     query = {k: v[-1] for k, v in parse_qs(query_text).items()}
     request = Request(method, path, pattern, params, query, dict(headers.items()), body)
+    return _answer(router, request, fn)
+
+
+def _call(fn: Handler, request: Request) -> Response:
     try:
         return fn(request)
     except HTTPProblem as exc:
         return exc.response
-    except Exception as exc:  # noqa: BLE001 - an emulator bug must answer 500, as the server does
+    except Exception as exc:  # noqa: BLE001 - an emulator bug must answer 500, not hang the client
         return problem(500, "Internal Server Error", f"{type(exc).__name__}: {exc}")
+
+
+def _answer(router: Router, request: Request, fn: Handler) -> Response | None:
+    """The answer to one request, injected faults applied (the server's and the in-process
+    transport's shared dispatch). None: drop the connection without answering."""
+    if request.path.startswith("/_admin/"):
+        return _call(fn, request)
+    router.count(request.method, request.pattern)
+    fault = router.take_fault(request.method, request.path, request.pattern)
+    if fault is None:
+        return _call(fn, request)
+    if fault.after:
+        # The request takes effect; only its answer is lost or mangled on the way back.
+        _call(fn, request)
+    if fault.delay:
+        time.sleep(fault.delay)
+    if fault.drop:
+        return None
+    injected = fault.answer()
+    if injected is not None:
+        return injected
+    return _call(fn, request) if not fault.after else problem(502, "Bad Gateway", "answer lost (injected fault)")

@@ -74,7 +74,10 @@ class Engine(Protocol):
         ...
 
     def skip(self, ref: JobRef) -> None:
-        """Acknowledge a delivery that must not run (StageNext ack); a no-op elsewhere."""
+        """Acknowledge a delivery that must not run (StageNext ack); a no-op elsewhere. StageNext:
+        only a delivery whose lease acquire was refused — acknowledged otherwise, without a result
+        StageNext applies, its stage would never be dispatched again (hand it back with
+        :meth:`release` instead)."""
         ...
 
     def send_logs(self, ref: JobRef, lines: Sequence[Mapping[str, Any]]) -> None:

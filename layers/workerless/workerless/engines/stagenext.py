@@ -35,6 +35,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -52,6 +53,8 @@ from workerless.engines.base import (
 from workerless.errors import (
     AuthExpiredError,
     ConfigurationError,
+    EngineUnavailableError,
+    GarbledResponseError,
     LeaseLostError,
     MessageFormatError,
     PayloadTooLargeError,
@@ -88,6 +91,17 @@ SESSION_KEY_PREFIX = "stagenext-session#"
 #: Liveness (POST /workers/heartbeat) is reported at most this often per container.
 LIVENESS_INTERVAL_SECONDS = 30.0
 DEFAULT_SESSION_TTL = 24 * 3600
+#: Deliveries remembered per container between a retried call and its retry: results accepted whose
+#: ack is still owed, and lease acquires whose answer was lost. Bounded: an entry lives for one
+#: report's or one acquire's retries, and an evicted one only costs a duplicate result (discarded by
+#: StageNext's fencing) or a lease left to lapse.
+REMEMBERED_DELIVERIES = 1024
+#: Tries at the ack after an accepted result (each a call of :meth:`StageNextEngine.report` by the
+#: caller's retry policy), after which the report ends without it: the result stands, the gateway
+#: requeues the unacknowledged delivery after its visibility timeout, and that delivery is refused at
+#: acquire and acknowledged. Fewer than the retry policy's attempts, so a handler whose result was
+#: accepted does not turn it into a report still owed for want of an ack.
+ACK_TRIES = 3
 
 log = logging.getLogger(__name__)
 
@@ -255,6 +269,12 @@ class StageNextEngine:
         self._liveness_at: float | None = None
         #: The execution lease length: configured, then what the engine last said (acquire, renew).
         self.lease_seconds = config.lease_seconds
+        #: Ack tokens of deliveries whose result StageNext accepted (202) while the ack is still owed,
+        #: with the acks failed so far: a retried report acks again without posting the result twice.
+        self._accepted: OrderedDict[str, int] = OrderedDict()
+        #: Ack tokens of deliveries whose lease acquire may have landed unanswered (5xx, a dropped
+        #: connection, a garbled 200): their retry's lease_held is checked with a renew.
+        self._uncertain: OrderedDict[str, int] = OrderedDict()
 
     # ------------------------------------------------------------------------------- HTTP basics
 
@@ -282,10 +302,22 @@ class StageNextEngine:
             raise error_for_transport(ENGINE, exc, job_id=job_id, what=what) from exc
 
     def _json(self, response: httpx.Response, *, what: str, job_id: str | None = None) -> dict[str, Any]:
+        """The answer's JSON object. An unreadable body (truncated, empty, not JSON: what a proxy or a
+        dropped connection leaves) is a GarbledResponseError, retryable: it says nothing about what
+        StageNext answered, and every call that parses an answer (pull, lease acquire and renew,
+        bootstrap) may be repeated under the seed. Readable JSON that is not an object is the wrong
+        contract: ResponseShapeError, final."""
         try:
             data = response.json()
         except (ValueError, UnicodeDecodeError):
-            data = None
+            raise GarbledResponseError(
+                f"{what} answered {response.status_code} with a body that is not readable JSON "
+                f"({len(response.content)} bytes)",
+                engine=ENGINE,
+                field="body",
+                job_id=job_id,
+                status=response.status_code,
+            ) from None
         if not isinstance(data, dict):
             raise ResponseShapeError(
                 f"{what} answered {response.status_code} without a JSON object",
@@ -596,23 +628,63 @@ class StageNextEngine:
                 headers={"X-Worker-Session": session.token},
             )
 
-        response, _ = self._session_call(send)
-        if response.status_code == 404:
-            log.info("stagenext lease acquire: stage not found; not executing", extra={"job_id": ref.job_id})
-            return False
-        if response.status_code != 200:
-            raise error_for_response(ENGINE, response, job_id=ref.job_id, what="lease acquire")
-        data = self._json(response, what="lease acquire", job_id=ref.job_id)
+        token = str(self._handle(ref, "ackToken"))
+        try:
+            response, _ = self._session_call(send)
+            if response.status_code == 404:
+                self._forget(self._uncertain, token)
+                log.info("stagenext lease acquire: stage not found; not executing", extra={"job_id": ref.job_id})
+                return False
+            if response.status_code != 200:
+                raise error_for_response(ENGINE, response, job_id=ref.job_id, what="lease acquire")
+            data = self._json(response, what="lease acquire", job_id=ref.job_id)
+        except EngineUnavailableError:
+            # A 5xx, a dropped connection or a garbled answer: the acquire may have landed. Acquire is
+            # not reentrant, so the retry of one that did would be refused (lease_held) and the
+            # execution left to lapse: remember to ask the retry's lease_held whose lease it is.
+            self._remember(self._uncertain, token)
+            raise
         if data.get("acquired") is True:
-            self._learn_lease(data)
-            self._record_event("job.started", ref)
-            self._maybe_flush_events()
-            return True
-        log.info(
-            "stagenext lease not acquired; not executing",
-            extra={"job_id": ref.job_id, "reason": str(data.get("reason"))},
-        )
+            self._forget(self._uncertain, token)
+            return self._started(ref, data)
+        reason = str(data.get("reason"))
+        if reason == "lease_held" and token in self._uncertain:
+            # Renewal succeeds only for the lease owner: our worker record, so the earlier acquire
+            # landed (or another delivery of ours holds it, which stands down: it has no claim).
+            owned = self._owns_lease(ref)
+            self._forget(self._uncertain, token)
+            if owned is not None:
+                log.info("stagenext lease acquire answered lease_held after a lost answer: the lease is ours")
+                return self._started(ref, owned)
+        self._forget(self._uncertain, token)
+        log.info("stagenext lease not acquired; not executing", extra={"job_id": ref.job_id, "reason": reason})
         return False
+
+    def _started(self, ref: JobRef, data: Mapping[str, Any]) -> bool:
+        self._learn_lease(data)
+        self._record_event("job.started", ref)
+        self._maybe_flush_events()
+        return True
+
+    def _owns_lease(self, ref: JobRef) -> dict[str, Any] | None:
+        """Renew the execution's lease: its answer when our worker record owns it, None when renewal
+        is refused. Other failures raise (the caller's retry asks again)."""
+        try:
+            self.extend(ref, int(self.lease_seconds))
+        except LeaseLostError:
+            return None
+        return {"leaseSeconds": self.lease_seconds}
+
+    def _remember(self, memo: OrderedDict[str, int], token: str, value: int = 0) -> None:
+        with self._lock:
+            memo[token] = value
+            memo.move_to_end(token)
+            while len(memo) > REMEMBERED_DELIVERIES:
+                memo.popitem(last=False)
+
+    def _forget(self, memo: OrderedDict[str, int], token: str) -> None:
+        with self._lock:
+            memo.pop(token, None)
 
     def extend(self, ref: JobRef, lease_seconds: int) -> float:
         """Lease renew (StageNext sets the lease length, 60 s per the seed; ``lease_seconds`` cannot
@@ -694,12 +766,54 @@ class StageNextEngine:
     def report(self, ref: JobRef, outcome: Outcome) -> None:
         """POST /stages/{id}/result, then ack the delivery (requeue:false) once it answered 202.
 
+        Call it only under the execution's lease (acquired by :meth:`begin`, by any container of the
+        deployment: the lease belongs to the shared worker record); StageNext's consumer discards a
+        result for an execution that is not Running.
+
         The caps are checked before sending (PayloadTooLargeError naming the cap). A timeout or 5xx
         raises a retryable error: call again with the same stored outcome; the same executionId and
-        attempt let StageNext's fencing discard a duplicate. A 404 on the ack (token expired, already
-        acknowledged, or another replica) is logged, not raised: the result stands, and a
-        redelivery of a finished execution is refused at lease acquire.
+        attempt let StageNext's fencing discard a duplicate. An ack that fails retryably (a 429, a
+        502, a dropped connection) raises too, after the result was accepted: the call again only
+        acks (this container remembers the accepted result), so the delivery is not left to the
+        gateway's requeue and delivered twice; after ACK_TRIES failed acks the report ends without
+        one (the gateway's requeue then takes over). A 404 on the ack (token expired, already acknowledged
+        — a repeated ack whose first try landed unanswered — or another replica) is logged, not
+        raised: the result stands, and a redelivery of a finished execution is refused at lease
+        acquire; so is a final refusal of the ack.
         """
+        token = str(self._handle(ref, "ackToken"))
+        with self._lock:
+            failed_acks = self._accepted.get(token)
+        if failed_acks is None:
+            self._post_result(ref, outcome)
+            failed_acks = 0
+            self._remember(self._accepted, token, 0)
+            self._record_event("job.finished", ref, outcome=outcome.kind)
+        try:
+            self._ack(ref, requeue=False, what="ack")
+        except RetryableEngineError as exc:
+            failed_acks += 1
+            if failed_acks < ACK_TRIES:
+                self._remember(self._accepted, token, failed_acks)
+                log.warning(
+                    "stagenext ack after an accepted result failed; acknowledging again",
+                    extra={"job_id": ref.job_id, "error": type(exc).__name__, "status": exc.status},
+                )
+                raise
+            log.warning(
+                "stagenext ack after an accepted result kept failing; the gateway requeues the delivery "
+                "and its next delivery is refused at acquire",
+                extra={"job_id": ref.job_id, "error": type(exc).__name__, "status": exc.status},
+            )
+        except Exception as exc:  # noqa: BLE001 - the result is accepted; the sweep requeues the delivery
+            log.warning(
+                "stagenext ack after result refused; the delivery will be requeued and refused at acquire",
+                extra={"job_id": ref.job_id, "error": type(exc).__name__},
+            )
+        self._forget(self._accepted, token)
+        self._maybe_flush_events()
+
+    def _post_result(self, ref: JobRef, outcome: Outcome) -> None:
         path = f"/stages/{ref.job_id}/result"
 
         def send(session: WorkerSession) -> httpx.Response:
@@ -733,15 +847,6 @@ class StageNextEngine:
             raise error_for_response(ENGINE, response, job_id=ref.job_id, what="result", cap=RESULT_BODY_CAP)
         if response.status_code not in (200, 202):
             raise error_for_response(ENGINE, response, job_id=ref.job_id, what="result")
-        self._record_event("job.finished", ref, outcome=outcome.kind)
-        try:
-            self._ack(ref, requeue=False, what="ack")
-        except Exception as exc:  # noqa: BLE001 - the result is accepted; the sweep requeues the delivery
-            log.warning(
-                "stagenext ack after result failed; the delivery will be requeued and refused at acquire",
-                extra={"job_id": ref.job_id, "error": type(exc).__name__},
-            )
-        self._maybe_flush_events()
 
     def _ack(self, ref: JobRef, *, requeue: bool, what: str) -> bool:
         """POST /jobs/ack with the pull's affinity cookies. False on 404 (this replica does not hold
@@ -761,11 +866,16 @@ class StageNextEngine:
         return True
 
     def skip(self, ref: JobRef) -> None:
-        """Acknowledge (requeue:false) a delivery refused at lease acquire, without executing it."""
+        """Acknowledge (requeue:false) a delivery refused at lease acquire, without executing it —
+        the only delivery the seed lets a worker acknowledge without a result. A 404 (not held: an
+        earlier try landed, or the token expired) is not an error; a failed ack raises (retryable:
+        a 429, 5xx or dropped connection), and a repeated ack is safe for that 404."""
         self._ack(ref, requeue=False, what="ack (skip)")
 
     def release(self, job: ActivatedJob, reason: str) -> None:
-        """Hand a pulled delivery straight back to the broker (ack requeue:true)."""
+        """Hand a pulled delivery straight back to the broker (ack requeue:true): for a delivery
+        workerless cannot handle now. It does not reset a lease this worker may hold: such a lease
+        lapses unrenewed and StageNext's recovery dispatches the stage again."""
         log.info("stagenext releasing delivery", extra={"job_id": job.ref.job_id, "reason": reason})
         self._ack(job.ref, requeue=True, what="requeue")
 
