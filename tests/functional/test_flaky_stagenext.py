@@ -49,7 +49,7 @@ def test_under_a_flaky_stagenext_every_stage_is_delivered_once_and_the_run_goes_
         kinds = ["charge-payment", "send-receipt"]
         ids = [emu.create_job(kinds[i % 2], {"orderId": f"o{i}", "amount": 5 + i}) for i in range(10)]
 
-        with topology(env_file, visibility_seconds=300) as topo:
+        with topology(env_file, job_visibility_seconds=300) as topo:
             wait_final(topo, emu.job_state, ids, 60)
             # Generous: idle comes seconds after the last job; a message failed for nothing keeps
             # its queue busy for the 300 s visibility timeout, far past this.

@@ -137,7 +137,7 @@ def test_a_300_kb_job_completes_through_the_local_topology(engine: tuple[Path, A
     env_file, emu = engine
     job_id = emu.create_job("send-receipt", {"orderId": "big", "blob": BLOB})
 
-    with topology(env_file, visibility_seconds=5) as topo:
+    with topology(env_file, job_visibility_seconds=10) as topo:
         wait_final(topo, emu.job_state, [job_id], 40)
 
     state = emu.job_state(job_id)
@@ -161,7 +161,7 @@ def test_a_stagenext_stage_over_the_queue_limit_is_failed_under_its_lease_not_lo
         env_file.write_text("".join(f"{k}={v}\n" for k, v in values.items()), encoding="utf-8")
         stage_id = emu.create_job("send-receipt", {"orderId": "huge", "blob": "z" * 1_200_000}, retries=3)
 
-        with topology(env_file, visibility_seconds=5) as topo:
+        with topology(env_file, job_visibility_seconds=10) as topo:
             wait_final(topo, emu.job_state, [stage_id], 40)
     finally:
         server.stop()
