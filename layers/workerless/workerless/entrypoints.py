@@ -62,12 +62,33 @@ def _poll(event: dict[str, Any], context: Any) -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - the watchdog schedule restarts a broken chain
             logger.exception("could not continue the poller tick; the schedule will restart it")
     from workerless.intent import IntentLog
+    from workerless.poller import DEPTH_REFRESH_SECONDS
+    from workerless.poller_lock import PollerLock
 
+    # One poller at a time: two would each read the same room and MaxInFlight would not be a bound.
+    # Taken after the tick chain moved on, so an invocation that finds it held ends here and the
+    # next tick tries again.
+    lock = PollerLock(
+        state, seconds=settings.poller_lock_seconds, window=settings.sqs_lag_seconds, keep=DEPTH_REFRESH_SECONDS
+    )
+    if not lock.acquire():
+        holder, until = lock.held_by or ("?", 0.0)
+        logger.info(
+            "another poller invocation holds the poller lock; not polling",
+            extra={"holder": holder, "held_for_seconds": round(max(0.0, until - time.time()), 1)},
+        )
+        return {"lock_held": 1}
     # A poller that dies mid-cycle must not cost its jobs a lease: the next one finishes its batch.
     intents = IntentLog(state, lease_seconds=settings.lease_seconds)
-    poller = _observed_poller()(settings, observability.observe_engine(get_engine()), queues, intents=intents)
-    poller.last_dispatch = relayed  # a relay carries on lingering from the last dispatch
-    report = poller.run(deadline=_deadline(context))
+    try:
+        poller = _observed_poller()(
+            settings, observability.observe_engine(get_engine()), queues, intents=intents, lock=lock
+        )
+        poller.last_dispatch = relayed  # a relay carries on lingering from the last dispatch
+        report = poller.run(deadline=_deadline(context))
+    finally:
+        # Before the relay: the fresh invocation must find the lock free (and the dispatches handed on).
+        lock.release()
     if poller.busy_at_end and settings.ticker_queue_url:
         # Still busy when the budget ran out: hand over to a fresh invocation at once instead of
         # leaving the flow to the next tick. An intended self-send (RecursiveLoop: Allow).
