@@ -151,6 +151,14 @@ class Poller:
         report.lock_lost = 1
         return False
 
+    def recover(self, *, deadline: float) -> PollReport:
+        """Only finish what a dead poller left (see :meth:`_recover`), without polling: what an
+        invocation that finds the poller lock held still does, so that a dead poller's batch is not
+        left waiting for its lock to expire. Safe beside the holder: each batch is taken once."""
+        report = PollReport()
+        self._recover(report, deadline=deadline)
+        return report
+
     def run(self, *, deadline: float) -> PollReport:
         """Poll until no work has been dispatched for LINGER_SECONDS, or time runs out.
 

@@ -68,7 +68,7 @@ class Settings(BaseModel):
     poll_budget_seconds: float = Field(default=20.0, alias="WORKERLESS_POLL_BUDGET_SECONDS", ge=0, le=600)
     #: How long one take (or renewal) of the poller lock holds it: a poller that dies without
     #: releasing it blocks polling for at most this long (docs/guarantees.md, MaxInFlight).
-    poller_lock_seconds: float = Field(default=30.0, alias="WORKERLESS_POLLER_LOCK_SECONDS", ge=10, le=900)
+    poller_lock_seconds: float = Field(default=30.0, alias="WORKERLESS_POLLER_LOCK_SECONDS", ge=2, le=900)
     #: How long after sending a job the poller counts it itself, on top of SQS's approximate count
     #: (which can lag a send): the longer, the safer MaxInFlight, and the longer each job holds its
     #: slot (docs/scaling.md).
