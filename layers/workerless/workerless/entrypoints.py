@@ -84,7 +84,9 @@ def _poll(event: dict[str, Any], context: Any) -> dict[str, Any]:
         recovered = _observed_poller()(settings, observability.observe_engine(get_engine()), queues, intents=intents)
         counters = {k: v for k, v in vars(recovered.recover(deadline=_deadline(context))).items() if isinstance(v, int)}
         return {**counters, "lock_held": 1}
-    poller = _observed_poller()(settings, observability.observe_engine(get_engine()), queues, intents=intents, lock=lock)
+    poller = _observed_poller()(
+        settings, observability.observe_engine(get_engine()), queues, intents=intents, lock=lock
+    )
     poller.last_dispatch = relayed  # a relay carries on lingering from the last dispatch
     try:
         report = poller.run(deadline=_deadline(context))

@@ -238,7 +238,9 @@ class Poller:
             # The lock was taken over while the engine answered (a cycle slower than half the lock):
             # the new holder counts room without these jobs, so they go straight back.
             for job in jobs:
-                self._hand_back(job, "the poller lock was taken over before the jobs were queued", report, deadline=deadline)
+                self._hand_back(
+                    job, "the poller lock was taken over before the jobs were queued", report, deadline=deadline
+                )
             return 0, None
         # Written down before dispatch, so a poller that dies now does not cost the jobs a lease.
         intent = self._intent(lambda log: log.record(jobs))

@@ -3,7 +3,8 @@
 Time is scaled so a run takes seconds, not hours: a 5 s lease, 1 s poller ticks, handler Lambdas
 whose context counts down from a few seconds, visibility timeouts a second past that, a 1 s HTTP
 timeout, a 1 s claim margin and a 3 s poller lock (the template's values are 60 s, 20 s, 120 s,
-720 s, 10 s, 30 s and 30 s; docs/guarantees.md states the windows in those terms). Everything else is the production code path.
+720 s, 10 s, 30 s and 30 s; docs/guarantees.md states the windows in those terms). Everything else
+is the production code path.
 """
 
 from __future__ import annotations
