@@ -96,7 +96,7 @@ class Poller:
         sleep: Callable[[float], None] = time.sleep,
         intents: Any = None,
         lock: Any = None,
-        wall: Callable[[], float] = time.time,
+        wall: Callable[[], float] | None = None,
     ) -> None:
         self.settings = settings
         self.engine = engine
@@ -107,9 +107,9 @@ class Poller:
         self.lock = lock
         self.clock = clock
         self.sleep = sleep
-        # ``clock`` readings as wall-clock times (``wall``), fixed once: dispatch times outlive the
-        # invocation (the lock hands them on), and a virtual ``clock`` moves them with it.
-        self._wall_offset = wall() - clock()
+        # Dispatch times are wall-clock times (``wall``, default time.time as it is when the poller is
+        # built): they outlive the invocation (the lock hands them on).
+        self._wall_clock = wall or time.time
         #: Jobs sent per route recently: the lock's record (handed on between invocations) or our own.
         self.dispatches: Dispatches = lock.dispatches if lock is not None else Dispatches(settings.sqs_lag_seconds)
         # Each route's count as last read from SQS and when (``clock``): while lingering, a count
@@ -142,7 +142,8 @@ class Poller:
         return demands
 
     def _wall(self, at: float) -> float:
-        return at + self._wall_offset
+        """A ``clock`` reading as a wall-clock time (the two advance together; a virtual clock too)."""
+        return at + self._wall_clock() - self.clock()
 
     def _keep_lock(self, report: PollReport) -> bool:
         """Renew the poller lock when due; False (and noted) when it is no longer ours."""
