@@ -71,7 +71,7 @@ def _poll(event: dict[str, Any], context: Any) -> dict[str, Any]:
     # Taken after the tick chain moved on, so an invocation that finds it held ends here (the next
     # tick tries again).
     lock = PollerLock(
-        state, seconds=settings.poller_lock_seconds, window=settings.sqs_lag_seconds, keep=DEPTH_REFRESH_SECONDS
+        state, seconds=settings.poller_lock_seconds, window=settings.sqs_lag_seconds, keep_seconds=DEPTH_REFRESH_SECONDS
     )
     if not lock.acquire():
         holder, until = lock.held_by or ("?", 0.0)

@@ -95,7 +95,7 @@ class PollerLock:
             at most this long. Renewed when less than half is left, so a poll cycle starts with at
             least ``seconds / 2`` of lock ahead of it.
         window: how long a dispatch is counted on top of SQS's count (``WORKERLESS_SQS_LAG_SECONDS``).
-        keep: extra seconds of dispatches kept (the poller re-reads SQS at most this often).
+        keep_seconds: extra seconds of dispatches kept (the poller re-reads SQS at most this often).
         clock: wall clock (epoch seconds; default time.time): the expiry is read by other containers.
 
     Example:
@@ -111,13 +111,13 @@ class PollerLock:
         *,
         seconds: float,
         window: float,
-        keep: float = 0.0,
+        keep_seconds: float = 0.0,
         clock: Callable[[], float] | None = None,
     ) -> None:
         self.state = state
         self.seconds = float(seconds)
         self.window = float(window)
-        self.keep_seconds = float(keep)
+        self.keep_seconds = float(keep_seconds)
         self.clock = clock or time.time  # looked up now: a benchmark's virtual time.time is seen
         self.owner = uuid.uuid4().hex
         #: What was dispatched recently, handed on from the last holder and added to by this one.
