@@ -9,7 +9,8 @@ small item of the job table (``state#poller-lock``), written only by compare-and
 the item's version)::
 
     take     read the item; free, or its holder's expiry passed (the holder died) → write it as ours
-    keep     before each poll cycle: when less than half the lock time is left, write it again
+    keep     before each poll cycle, and when the engine has answered: when less than half the
+             lock time is left, write it again (a refused write: taken over, stop polling)
     release  at the end of the invocation (before a relay hands over): write it free
 
 The version makes the lock exclusive, not the clocks: every taker writes the item, so an invocation
@@ -22,8 +23,9 @@ after the producers stop sending"), so the poller counts a job it sent itself fo
 ``WORKERLESS_SQS_LAG_SECONDS`` on top of what SQS reports — and, through the lock item, so does the
 next invocation. docs/guarantees.md states the bound that remains.
 
-An invocation that finds the lock held costs one read and polls nothing: the tick chain was
-continued before (entry point), so the flow goes on.
+An invocation that finds the lock held costs one read, polls nothing and ends: the tick chain was
+continued before (entry point), so the flow goes on; it still finishes a dead poller's intent
+batches (handing jobs back never takes room).
 """
 
 from __future__ import annotations
