@@ -62,12 +62,40 @@ def _poll(event: dict[str, Any], context: Any) -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - the watchdog schedule restarts a broken chain
             logger.exception("could not continue the poller tick; the schedule will restart it")
     from workerless.intent import IntentLog
+    from workerless.poller import DEPTH_REFRESH_SECONDS
+    from workerless.poller_lock import PollerLock
 
     # A poller that dies mid-cycle must not cost its jobs a lease: the next one finishes its batch.
     intents = IntentLog(state, lease_seconds=settings.lease_seconds)
-    poller = _observed_poller()(settings, observability.observe_engine(get_engine()), queues, intents=intents)
+    # One poller at a time: two would each read the same room and MaxInFlight would not be a bound.
+    # Taken after the tick chain moved on, so an invocation that finds it held ends here (the next
+    # tick tries again).
+    lock = PollerLock(
+        state, seconds=settings.poller_lock_seconds, window=settings.sqs_lag_seconds, keep_seconds=DEPTH_REFRESH_SECONDS
+    )
+    if not lock.acquire():
+        holder, until = lock.held_by or ("?", 0.0)
+        logger.info(
+            "another poller invocation holds the poller lock; not polling",
+            extra={"holder": holder, "held_for_seconds": round(max(0.0, until - time.time()), 1)},
+        )
+        # A dead holder's lock blocks polling until it expires, but its unfinished batch need not
+        # wait for that: handing jobs back and sending tickets never takes room.
+        recovered = _observed_poller()(settings, observability.observe_engine(get_engine()), queues, intents=intents)
+        counters = {k: v for k, v in vars(recovered.recover(deadline=_deadline(context))).items() if isinstance(v, int)}
+        return {**counters, "lock_held": 1}
+    poller = _observed_poller()(
+        settings, observability.observe_engine(get_engine()), queues, intents=intents, lock=lock
+    )
     poller.last_dispatch = relayed  # a relay carries on lingering from the last dispatch
-    report = poller.run(deadline=_deadline(context))
+    try:
+        report = poller.run(deadline=_deadline(context))
+    except Exception:
+        lock.release()
+        raise
+    # Released before the relay, so the fresh invocation finds it free (and the dispatches handed
+    # on). Not on a BaseException: a process that dies releases nothing, and the expiry frees it.
+    lock.release()
     if poller.busy_at_end and settings.ticker_queue_url:
         # Still busy when the budget ran out: hand over to a fresh invocation at once instead of
         # leaving the flow to the next tick. An intended self-send (RecursiveLoop: Allow).

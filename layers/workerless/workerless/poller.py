@@ -14,6 +14,12 @@ One invocation (a schedule tick or a ticker message)::
     again while work keeps arriving (lingering LINGER_SECONDS after the last dispatch) and the
     poll budget lasts; then stop — or, still busy when the budget ends, relay to a new invocation
 
+Only one invocation polls at a time: the entry point takes the poller lock
+(:mod:`workerless.poller_lock`) first, and each cycle renews it when due. What a route holds is
+SQS's approximate count plus every job sent in the last WORKERLESS_SQS_LAG_SECONDS before that
+count was read (the lock hands that record from one invocation to the next): SQS's count can lag a
+send, and a job counted twice is only room left unused for a moment.
+
 Why dispatch before the ticket: if the poller dies between the two, the jobs still run and a short
 job finishes inside its lease; the other order would have the heartbeat keep alive jobs no handler
 will ever see, for up to the maximum hold time.
@@ -40,6 +46,7 @@ from workerless.errors import (
 )
 from workerless.model import ActivatedJob, Demand, Outcome
 from workerless.observability import logger
+from workerless.poller_lock import Dispatches
 from workerless.retry import CALLS, POLL_BACKOFF_FINAL, POLL_BACKOFF_RETRYABLE
 from workerless.settings import Settings
 from workerless.ticket import Ticket, TicketEntry
@@ -67,6 +74,8 @@ class PollReport:
     dispatched: int = 0
     released: int = 0
     errors: int = 0
+    #: 1 when the invocation stopped because its poller lock was taken over.
+    lock_lost: int = 0
     per_type: dict[str, int] = field(default_factory=dict)
 
 
@@ -86,20 +95,26 @@ class Poller:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         intents: Any = None,
+        lock: Any = None,
+        wall: Callable[[], float] | None = None,
     ) -> None:
         self.settings = settings
         self.engine = engine
         self.queues = queues
         #: workerless.intent.IntentLog (None: no log; a dead poller's jobs wait out their lease).
         self.intents = intents
+        #: workerless.poller_lock.PollerLock, already taken (None: the caller guarantees one poller).
+        self.lock = lock
         self.clock = clock
         self.sleep = sleep
-        # Jobs this invocation dispatched in its last cycle, per type: SQS's approximate counts
-        # can lag a send by a moment, so capacity never counts fewer than these as in flight.
-        self._recent: dict[str, int] = {}
-        # Each route's in-flight count as last read from SQS, plus what this invocation sent since,
-        # and when it was read: while lingering, a count younger than DEPTH_REFRESH_SECONDS is
-        # reused. It can only over-count (handlers finish jobs meanwhile), so capacity is never
+        # Dispatch times are wall-clock times (``wall``, default time.time as it is when the poller is
+        # built): they outlive the invocation (the lock hands them on).
+        self._wall_clock = wall or time.time
+        #: Jobs sent per route recently: the lock's record (handed on between invocations) or our own.
+        self.dispatches: Dispatches = lock.dispatches if lock is not None else Dispatches(settings.sqs_lag_seconds)
+        # Each route's count as last read from SQS and when (``clock``): while lingering, a count
+        # younger than DEPTH_REFRESH_SECONDS is reused. It can only over-count (handlers finish jobs
+        # meanwhile; what was sent since is added from ``dispatches``), so capacity is never
         # over-estimated; it spares a GetQueueAttributes per route on every quick poll.
         self._depths: dict[str, tuple[int, float]] = {}
         self._pause = LINGER_PAUSE_SECONDS
@@ -109,18 +124,41 @@ class Poller:
         self.busy_at_end = False
 
     def demands(self) -> list[Demand]:
+        """Each route's room: MaxInFlight minus what it holds (see the module docstring)."""
         demands = []
         now = self.clock()
         for route in self.settings.routes:
             cached = self._depths.get(route.type)
-            if cached is not None and now - cached[1] < DEPTH_REFRESH_SECONDS:
-                in_flight = cached[0]
-            else:
-                in_flight = max(self.queues.in_flight(route.queue_url), self._recent.get(route.type, 0))
-                self._depths[route.type] = (in_flight, now)
-            capacity = max(0, route.max_in_flight - in_flight)
+            if cached is None or now - cached[1] >= DEPTH_REFRESH_SECONDS:
+                # Timed before the call: a send that SQS's answer may not include is counted below.
+                cached = (self.queues.in_flight(route.queue_url), now)
+                self._depths[route.type] = cached
+            count, read_at = cached
+            # What SQS may not have counted yet: every job sent after (read time - the lag). Sent
+            # after the read is counted this way too, so nothing is added to the cached count.
+            recent = self.dispatches.since(route.type, self._wall(read_at) - self.dispatches.window)
+            capacity = max(0, route.max_in_flight - count - recent)
             demands.append(Demand(route.type, capacity, route.engine_queue))
         return demands
+
+    def _wall(self, at: float) -> float:
+        """A ``clock`` reading as a wall-clock time (the two advance together; a virtual clock too)."""
+        return at + self._wall_clock() - self.clock()
+
+    def _keep_lock(self, report: PollReport) -> bool:
+        """Renew the poller lock when due; False (and noted) when it is no longer ours."""
+        if self.lock is None or self.lock.keep():
+            return True
+        report.lock_lost = 1
+        return False
+
+    def recover(self, *, deadline: float) -> PollReport:
+        """Only finish what a dead poller left (see :meth:`_recover`), without polling: what an
+        invocation that finds the poller lock held still does, so that a dead poller's batch is not
+        left waiting for its lock to expire. Safe beside the holder: each batch is taken once."""
+        report = PollReport()
+        self._recover(report, deadline=deadline)
+        return report
 
     def run(self, *, deadline: float) -> PollReport:
         """Poll until no work has been dispatched for LINGER_SECONDS, or time runs out.
@@ -137,6 +175,8 @@ class Poller:
         self._recover(report, deadline=deadline)
         budget_end = min(deadline, self.clock() + self.settings.poll_budget_seconds)
         while report.cycles < MAX_CYCLES:
+            if not self._keep_lock(report):
+                break  # another invocation polls now: two would share the same room
             report.cycles += 1
             released_before = report.released
             dispatched, wait = self.cycle(report, deadline=deadline)
@@ -166,7 +206,6 @@ class Poller:
                 # quarter second, at the engine and in billed Lambda time.
                 self.sleep(self._pause)
                 self._pause = min(self._pause * 2, LINGER_MAX_PAUSE_SECONDS)
-                self._recent = {}  # after a pause, the queues' own counts are trusted again
         counters = {k: v for k, v in vars(report).items() if isinstance(v, int)}
         try:
             self.engine.after_cycle(counters)
@@ -194,9 +233,16 @@ class Poller:
             return 0, POLL_BACKOFF_FINAL
         if not jobs:
             report.empty_polls += 1
-            self._recent = {}
             return 0, None
         report.activated += len(jobs)
+        if not self._keep_lock(report):
+            # The lock was taken over while the engine answered (a cycle slower than half the lock):
+            # the new holder counts room without these jobs, so they go straight back.
+            for job in jobs:
+                self._hand_back(
+                    job, "the poller lock was taken over before the jobs were queued", report, deadline=deadline
+                )
+            return 0, None
         # Written down before dispatch, so a poller that dies now does not cost the jobs a lease.
         intent = self._intent(lambda log: log.record(jobs))
         return self._dispatch(jobs, report, deadline=deadline, intent=intent), None
@@ -236,7 +282,6 @@ class Poller:
             by_type.setdefault(job.ref.job_type, []).append(job)
             observability.record(job.ref.job_type, "activated", job_id=job.ref.job_id)
         sent: list[ActivatedJob] = []
-        self._recent = {}
         for job_type, batch in by_type.items():
             route = self.settings.route(job_type)
             if route is None:
@@ -257,10 +302,7 @@ class Poller:
                     self._fail_for_good(job, failure.reason, report, deadline=deadline)
                 else:
                     self._hand_back(job, f"could not queue the job: {failure.reason}", report, deadline=deadline)
-            self._recent[job_type] = sent_here
-            if job_type in self._depths:
-                count, read_at = self._depths[job_type]
-                self._depths[job_type] = (count + sent_here, read_at)
+            self.dispatches.add(job_type, sent_here, at=self._wall(self.clock()))
             report.per_type[job_type] = report.per_type.get(job_type, 0) + sent_here
         report.dispatched += len(sent)
         if sent:

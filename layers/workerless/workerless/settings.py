@@ -66,6 +66,13 @@ class Settings(BaseModel):
     http_timeout_seconds: float = Field(default=10.0, alias="WORKERLESS_HTTP_TIMEOUT_SECONDS", gt=0, le=60)
     #: How long one poller invocation keeps polling while work keeps arriving.
     poll_budget_seconds: float = Field(default=20.0, alias="WORKERLESS_POLL_BUDGET_SECONDS", ge=0, le=600)
+    #: How long one take (or renewal) of the poller lock holds it: a poller that dies without
+    #: releasing it blocks polling for at most this long (docs/guarantees.md, MaxInFlight).
+    poller_lock_seconds: float = Field(default=30.0, alias="WORKERLESS_POLLER_LOCK_SECONDS", ge=2, le=900)
+    #: How long after sending a job the poller counts it itself, on top of SQS's approximate count
+    #: (which can lag a send): the longer, the safer MaxInFlight, and the longer each job holds its
+    #: slot (docs/scaling.md).
+    sqs_lag_seconds: float = Field(default=2.0, alias="WORKERLESS_SQS_LAG_SECONDS", ge=0, le=900)
     #: Seconds between ticks of the self-rescheduling poller chain (0: schedule only).
     tick_seconds: int = Field(default=0, alias="WORKERLESS_TICK_SECONDS", ge=0, le=900)
     record_ttl_seconds: int = Field(default=7 * 24 * 3600, alias="WORKERLESS_RECORD_TTL_SECONDS", ge=60)
@@ -90,6 +97,17 @@ class Settings(BaseModel):
             except ValueError as exc:
                 raise ValueError(f"not valid JSON: {exc}") from exc
         return value
+
+    @model_validator(mode="after")
+    def _lock_outlasts_a_cycle(self) -> Settings:
+        # A poll cycle starts with at least half the lock ahead of it, and its engine call alone can
+        # take the HTTP timeout: a shorter lock could expire under a live poller.
+        if self.poller_lock_seconds < 2 * self.http_timeout_seconds:
+            raise ValueError(
+                f"WORKERLESS_POLLER_LOCK_SECONDS ({self.poller_lock_seconds:g}) must be at least twice "
+                f"WORKERLESS_HTTP_TIMEOUT_SECONDS ({self.http_timeout_seconds:g})"
+            )
+        return self
 
     @model_validator(mode="after")
     def _unique_routes(self) -> Settings:

@@ -2,8 +2,9 @@
 
 Time is scaled so a run takes seconds, not hours: a 5 s lease, 1 s poller ticks, handler Lambdas
 whose context counts down from a few seconds, visibility timeouts a second past that, a 1 s HTTP
-timeout and a 1 s claim margin (the template's values are 60 s, 20 s, 120 s, 720 s, 10 s and 30 s;
-docs/guarantees.md states the windows in those terms). Everything else is the production code path.
+timeout, a 1 s claim margin and a 3 s poller lock (the template's values are 60 s, 20 s, 120 s,
+720 s, 10 s, 30 s and 30 s; docs/guarantees.md states the windows in those terms). Everything else
+is the production code path.
 """
 
 from __future__ import annotations
@@ -223,6 +224,8 @@ def _scaled_time(config: RunConfig) -> Iterator[None]:
         "WORKERLESS_HTTP_TIMEOUT_SECONDS": "1",
         "WORKERLESS_FAIL_BACKOFF_SECONDS": "0",
         "WORKERLESS_POLL_BUDGET_SECONDS": "3",
+        # A dead poller's lock blocks polling until it expires: scaled like the rest (template: 30 s).
+        "WORKERLESS_POLLER_LOCK_SECONDS": "3",
     }
     saved_env = {k: os.environ.get(k) for k in env}
     saved = (handler.CLAIM_MARGIN_SECONDS, handler.REPORT_MARGIN_SECONDS)

@@ -42,6 +42,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from workerless.emulators.http import EmulatorServer, HTTPProblem, Request, Response, Router, json_response
+from workerless.emulators.watch import StateWatch
 
 __all__ = ["WORKER_SCOPES", "NodeFlowEmulator", "create"]
 
@@ -191,6 +192,8 @@ class NodeFlowEmulator:
         self._offset = 0.0
         self._seq = 0
         self._tasks: dict[str, _Task] = {}
+        #: Every change of a job's state (its latest task's), as it happens (workerless.emulators.watch).
+        self.watch = StateWatch()
         self._queues: dict[str, list[str]] = {}
         self._leased: set[str] = set()
         self._workers: dict[tuple[str, str], float] = {}
@@ -384,6 +387,11 @@ class NodeFlowEmulator:
 
     def _event(self, task: _Task, event: str, **details: Any) -> None:
         task.history.append({"at": self.now(), "event": event, **details})
+        # Every change of a task's state is followed by its event: the watch hears of it here, by
+        # the job (the retry chain's first task id) and with the latest attempt's state, as
+        # job_state reports it.
+        chain = self._chain_locked(task)
+        self.watch.note(task.task_def_name, chain[0].task_id, chain[-1].state)
 
     def _expire_locked(self) -> None:
         """Put every task whose lease has lapsed back on its queue (same task id, token revoked)."""

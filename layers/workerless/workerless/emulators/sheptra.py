@@ -56,6 +56,7 @@ from workerless.emulators.http import (
     Router,
     json_response,
 )
+from workerless.emulators.watch import StateWatch
 
 __all__ = ["MAX_VARIABLES_BYTES", "SheptraEmulator", "create", "variables_size"]
 
@@ -216,6 +217,8 @@ class SheptraEmulator:
         self._changed = threading.Condition(self._lock)
         self._offset = 0.0
         self._jobs: dict[str, _Job] = {}
+        #: Every change of a job's state, as it happens (workerless.emulators.watch).
+        self.watch = StateWatch()
         self._seq = 0
         self._cell_index = 0
         self._revoked = False
@@ -373,6 +376,7 @@ class SheptraEmulator:
             )
             job.history.append({"at": now, "event": "created", "retries": retries})
             self._jobs[job.id] = job
+            self._note(job)
             self._changed.notify_all()
             return job.id
 
@@ -699,6 +703,7 @@ class SheptraEmulator:
                     job.state, job.holder, job.lock_expires_at = "failed", None, None
                     job.error_message = "job lease expired with no retries left"
                     job.history.append({"at": now, "event": "incident", "reason": "lease lapsed, no retries left"})
+                    self._note(job)
                     continue
             else:
                 continue
@@ -709,6 +714,7 @@ class SheptraEmulator:
             job.history.append(
                 {"at": now, "event": "activated", "holder": identity, "lock_expires_at": job.lock_expires_at}
             )
+            self._note(job)
             taken.append(
                 {
                     "id": job.id,
@@ -722,6 +728,10 @@ class SheptraEmulator:
                 }
             )
         return taken
+
+    def _note(self, job: _Job) -> None:
+        """Tell the watch the job's state now (lock held, right after the change)."""
+        self.watch.note(job.type, job.id, job.state)
 
     def _held_job(self, req: Request, identity: str, action: str) -> _Job:
         """The job named in the path, if the caller holds it (lock held): 404 unknown, 409 otherwise.
@@ -776,6 +786,7 @@ class SheptraEmulator:
             job.state, job.holder, job.lock_expires_at = "completed", None, None
             job.output = variables
             job.history.append({"at": self.now(), "event": "completed", "by": identity})
+            self._note(job)
         return Response(204)
 
     def _fail(self, req: Request) -> Response:
@@ -815,6 +826,7 @@ class SheptraEmulator:
                         "backoff": backoff,
                     }
                 )
+            self._note(job)
             self._changed.notify_all()
         return Response(204)
 
@@ -834,6 +846,7 @@ class SheptraEmulator:
             job.state, job.holder, job.lock_expires_at = "thrown", None, None
             job.error_code, job.error_message, job.output = code, message, variables
             job.history.append({"at": self.now(), "event": "thrown", "by": identity, "error_code": code})
+            self._note(job)
         return Response(204)
 
     # ------------------------------------------------------------------ HTTP: admin

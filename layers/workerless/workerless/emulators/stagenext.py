@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from workerless.emulators.http import EmulatorServer, HTTPProblem, Request, Response, Router, json_response, problem
+from workerless.emulators.watch import StateWatch
 
 __all__ = ["RESULT_BODY_CAP", "RESULT_STRING_CAP", "StageNextEmulator", "create"]
 
@@ -189,6 +190,8 @@ class StageNextEmulator:
 
     def __init__(self, **options: Any) -> None:
         self._lock = threading.RLock()
+        #: Every change of a stage's state, as it happens (workerless.emulators.watch).
+        self.watch = StateWatch()
         self.router = Router()
         self._register_routes()
         self.reset(**options)
@@ -329,20 +332,21 @@ class StageNextEmulator:
             self._tick()
             return [len(held) for held in self._held]
 
-    def _state_of(self, stage: Stage) -> dict[str, Any]:
+    def _public_state(self, stage: Stage) -> str:
         current = stage.current
         if stage.state in ("completed", "failed"):
-            state = stage.state
-        elif current is not None and (current.state == "running" or self._outstanding(current)):
+            return stage.state
+        if current is not None and (current.state == "running" or self._outstanding(current)):
             # Handed to a worker: a Running execution, or a pulled, unacknowledged delivery of it.
-            state = "leased"
-        else:
-            state = "ready"
+            return "leased"
+        return "ready"
+
+    def _state_of(self, stage: Stage) -> dict[str, Any]:
         return {
             "id": stage.id,
             "type": stage.queue,
             "application": stage.application,
-            "state": state,
+            "state": self._public_state(stage),
             "retries": stage.retries,
             "input": dict(stage.input),
             "output": stage.output,
@@ -362,6 +366,9 @@ class StageNextEmulator:
 
     def _event(self, stage: Stage, kind: str, **data: Any) -> None:
         stage.history.append({"event": kind, "at": self.now(), **data})
+        # Every change of a stage (deliveries held included) is followed by its event: the watch
+        # hears of it here.
+        self.watch.note(stage.queue, stage.id, self._public_state(stage))
 
     def _dispatch(self, stage: Stage, *, delay: float) -> None:
         """Create a new execution of ``stage`` and publish its message (after ``delay``)."""

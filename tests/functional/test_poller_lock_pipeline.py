@@ -1,0 +1,131 @@
+"""The poller lock at the poller's entry point, on moto's SQS and DynamoDB with an in-memory engine:
+an invocation that finds the lock held keeps the tick chain alive, finishes a dead poller's batch
+and polls nothing; a busy invocation releases the lock (and hands on what it sent) before it relays.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from workerless import entrypoints, runtime
+from workerless.aws.dynamo import DynamoState
+from workerless.aws.sqs import Queues
+from workerless.intent import IntentLog
+from workerless.model import Demand
+from workerless.poller_lock import LOCK_KEY, PollerLock
+from workerless.testing import FakeEngine
+
+from tests.functional.aws import Aws, FakeContext, moto_aws
+
+MAX = 4
+
+
+@pytest.fixture
+def ticking(monkeypatch: pytest.MonkeyPatch) -> Iterator[Aws]:
+    """The pipeline's queues and table with a 20 s tick chain and routes of MaxInFlight 4."""
+    monkeypatch.setenv("WORKERLESS_LEASE_SECONDS", "60")
+    with moto_aws(monkeypatch, max_in_flight=MAX, tick_seconds=20) as env:
+        yield env
+
+
+@pytest.fixture
+def fake(ticking: Aws) -> FakeEngine:
+    engine = FakeEngine()
+    runtime.set_engine(engine)
+    return engine
+
+
+def state() -> DynamoState:
+    return DynamoState(runtime.get_store())
+
+
+def tick_event(chain: str = "c1", seq: int = 0) -> dict[str, Any]:
+    return {"Records": [{"messageId": "m1", "body": json.dumps({"chain": chain, "seq": seq})}]}
+
+
+def leased(engine: FakeEngine) -> int:
+    return sum(1 for job in engine.jobs.values() if job.state == "leased")
+
+
+def test_an_invocation_that_finds_the_lock_held_continues_the_tick_and_polls_nothing(
+    ticking: Aws, fake: FakeEngine
+) -> None:
+    """GIVEN another invocation holds the poller lock WHEN a tick arrives
+    THEN the next tick is sent, the engine is not polled; once the lock is released, the next
+    invocation polls."""
+    for n in range(6):
+        fake.add_job("charge-payment", {"orderId": str(n), "amount": 5})
+    other = PollerLock(state(), seconds=30, window=2)
+    assert other.acquire()
+
+    report = entrypoints.poller(tick_event(), FakeContext())
+
+    assert report["lock_held"] == 1
+    assert report.get("polls", 0) == 0
+    assert leased(fake) == 0, "nothing was taken from the engine"
+    ticker = ticking.sqs.get_queue_attributes(QueueUrl=ticking.ticker_queue, AttributeNames=["All"])["Attributes"]
+    assert int(ticker["ApproximateNumberOfMessagesDelayed"]) == 1, "the tick chain goes on"
+
+    other.release()
+    report = entrypoints.poller({}, FakeContext())
+    assert "lock_held" not in report
+    assert report["activated"] == MAX
+    assert leased(fake) == MAX
+
+
+def test_a_dead_pollers_batch_is_handed_back_even_while_its_lock_still_blocks_polling(
+    ticking: Aws, fake: FakeEngine
+) -> None:
+    """GIVEN a poller that took the lock, activated jobs, wrote its intent and died
+    WHEN a tick arrives before the lock expires THEN that tick hands the dead poller's jobs back."""
+    for n in range(3):
+        fake.add_job("charge-payment", {"orderId": str(n), "amount": 5})
+    dead = PollerLock(state(), seconds=30, window=2)
+    assert dead.acquire()
+    jobs = fake.activate([Demand("charge-payment", 3)], 60)
+    IntentLog(state(), lease_seconds=60, clock=lambda: time.time() - 60).record(jobs)
+
+    report = entrypoints.poller(tick_event(), FakeContext())
+
+    assert report["lock_held"] == 1
+    assert report["released"] == 3
+    assert leased(fake) == 0
+    current = state().get(LOCK_KEY)
+    assert current is not None and current["holder"] == dead.owner, "the dead holder's lock waits for its expiry"
+
+
+def test_a_busy_invocation_releases_the_lock_and_hands_on_its_sends_before_it_relays(
+    ticking: Aws, fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GIVEN work that keeps the poller lingering past its budget (5 s here)
+    WHEN it relays THEN the lock is already free when the relay is sent, carries what was
+    dispatched, and the relayed invocation takes the lock (and counts those sends)."""
+    for n in range(10):
+        fake.add_job("charge-payment", {"orderId": str(n), "amount": 5})
+    seen_at_relay: list[dict[str, Any] | None] = []
+    original = Queues.send
+
+    def send(self: Queues, queue_url: str, body: Any, *, delay_seconds: int = 0) -> None:
+        if isinstance(body, dict) and "relay" in body:
+            seen_at_relay.append(state().get(LOCK_KEY))
+        original(self, queue_url, body, delay_seconds=delay_seconds)
+
+    monkeypatch.setattr(Queues, "send", send)
+
+    first = entrypoints.poller({}, FakeContext())
+
+    assert first["dispatched"] == MAX
+    assert len(seen_at_relay) == 1, "the budget ran out while work was flowing: one relay"
+    lock_then = seen_at_relay[0]
+    assert lock_then is not None and lock_then["holder"] is None, "released before the relay"
+    assert sum(n for _, n in lock_then["sent"]["charge-payment"]) == MAX, "the sends are handed on"
+
+    relayed = entrypoints.poller(
+        {"Records": [{"messageId": "r1", "body": json.dumps({"relay": time.time()})}]}, FakeContext()
+    )
+    assert "lock_held" not in relayed
+    assert leased(fake) == MAX, "the route is full: the relayed invocation takes nothing more"
