@@ -189,7 +189,7 @@ class StageNextEmulator:
 
     def __init__(self, **options: Any) -> None:
         self._lock = threading.RLock()
-        self.router = Router()
+        self.router = Router(clock=self.now)
         self._register_routes()
         self.reset(**options)
 
