@@ -14,6 +14,7 @@ from workerless.errors import PipelineError
 MAX_MESSAGE_BYTES = 256 * 1024
 MAX_BATCH_ENTRIES = 10
 MAX_DELAY_SECONDS = 900
+MAX_VISIBILITY_SECONDS = 43_200
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,3 +112,15 @@ class Queues:
         text = body if isinstance(body, str) else json.dumps(body, separators=(",", ":"))
         delay = max(0, min(MAX_DELAY_SECONDS, int(delay_seconds)))
         self._call("send_message", QueueUrl=queue_url, MessageBody=text, DelaySeconds=delay)
+
+    def delete(self, queue_url: str, receipt_handle: str) -> None:
+        """Delete a received message (the heartbeat, once a job's owed report has landed)."""
+        self._call("delete_message", QueueUrl=queue_url, ReceiptHandle=receipt_handle)
+
+    def change_visibility(self, queue_url: str, receipt_handle: str, seconds: int) -> None:
+        """Make a received message visible again in ``seconds`` (0 to 43,200) instead of after the
+        queue's visibility timeout."""
+        timeout = max(0, min(MAX_VISIBILITY_SECONDS, int(seconds)))
+        self._call(
+            "change_message_visibility", QueueUrl=queue_url, ReceiptHandle=receipt_handle, VisibilityTimeout=timeout
+        )
