@@ -34,7 +34,7 @@ REPORT_SECONDS = 6
 #: The target: every job final within this long after the engine is back.
 TARGET_SECONDS = 60.0
 #: Events in an emulator's history that make a job final.
-FINAL_EVENTS = {"completed", "failed", "thrown", "incident"}
+FINAL_EVENTS = {"completed", "failed", "failed_terminal", "thrown", "incident"}
 
 #: Every job-loop route of each emulator: take work, keep it, finish it (token mint and discovery
 #: stay up: a worker holding a token does not need them).

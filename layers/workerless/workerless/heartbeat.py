@@ -206,13 +206,26 @@ def _visit(
         if clock() >= deadline:
             visit.unvisited.append(entry)
             continue
+        due = entry.lease_expires_at - now <= lease_seconds * 2 / 3  # a third of the lease gone
         if record is not None and record.report_owed and not record.other_lease(lease):
-            settled = _rereport(
-                entry, record, visit, settings=settings, engine=engine, store=store, queues=queues, deadline=deadline
+            result = _rereport(
+                entry, record, settings=settings, engine=engine, store=store, queues=queues, deadline=deadline
             )
-            if settled is not None:
+            if result == "settled":
                 continue
-        if early and entry.lease_expires_at - now > lease_seconds * 2 / 3:
+            if result == "retry":
+                visit.again.append(entry)
+                continue
+            if result == "owed":
+                if due:
+                    # Keep the lease the report needs (reports refused, extends perhaps not).
+                    _extend(entry, visit, settings=settings, engine=engine, store=store, deadline=deadline, owed=True)
+                else:
+                    visit.engine_down = True
+                    visit.failing.append(entry)
+                continue
+            # "final": no longer owed; a live job like any other from here on.
+        if early and not due:
             visit.keep.append(entry)  # plenty of lease left: no call
             continue
         _extend(entry, visit, settings=settings, engine=engine, store=store, deadline=deadline)
@@ -222,28 +235,27 @@ def _visit(
 def _rereport(
     entry: TicketEntry,
     record: JobRecord,
-    visit: _Round,
     *,
     settings: Settings,
     engine: Any,
     store: Any,
     queues: Any,
     deadline: float,
-) -> bool | None:
-    """Re-report a stored outcome whose report the handler left owed. True: settled (dropped from
-    the ticket); False: still owed (kept, tried again on the backoff); None: the engine refused it
-    for good, the SQS redelivery settles it: carry on with the entry as a live job."""
+) -> str:
+    """Re-report a stored outcome whose report the handler left owed: "settled" (accepted, or
+    someone else has the job: dropped from the ticket), "owed" (the engine refused it with a
+    retryable error: tried again on the backoff), "retry" (it may have landed, but the record could
+    not be marked: tried again, a repeat meets 409) or "final" (the engine refused it for good: the
+    owed mark is cleared and the job message's SQS redelivery settles it, as before)."""
     ref = entry.ref
     assert record.outcome is not None
     try:
         settled = report_stored(ref, record.outcome, engine=engine, store=store, deadline=deadline)
     except StoreError as exc:
-        # The report may have landed and its REPORTED mark not: the next round's report meets 409.
         logger.warning(
             "could not record the re-sent report; trying again", extra={"job_id": ref.job_id, "error": str(exc)}
         )
-        visit.again.append(entry)
-        return False
+        return "retry"
     except (FinalEngineError, ConfigurationError) as exc:
         logger.error(
             "engine refused the owed report for good; its SQS redelivery settles it",
@@ -253,14 +265,12 @@ def _rereport(
             store.clear_owed(ref.key)
         except StoreError:
             logger.warning("could not clear the owed mark", extra={"job_id": ref.job_id})
-        return None
+        return "final"
     if not settled:
-        visit.engine_down = True
-        visit.failing.append(entry)
-        return False
+        return "owed"
     observability.record(ref.job_type, "rereported", job_id=ref.job_id)
     _delete_message(ref.job_type, record.receipt, settings=settings, queues=queues, job_id=ref.job_id)
-    return True
+    return "settled"
 
 
 def _delete_message(job_type: str, receipt: str | None, *, settings: Settings, queues: Any, job_id: str) -> None:
@@ -279,7 +289,18 @@ def _delete_message(job_type: str, receipt: str | None, *, settings: Settings, q
         )
 
 
-def _extend(entry: TicketEntry, visit: _Round, *, settings: Settings, engine: Any, store: Any, deadline: float) -> None:
+def _extend(
+    entry: TicketEntry,
+    visit: _Round,
+    *,
+    settings: Settings,
+    engine: Any,
+    store: Any,
+    deadline: float,
+    owed: bool = False,
+) -> None:
+    """Extend one lease; ``owed``: the job's report is still owed, so the entry stays on the backoff
+    even when the extension lands."""
     ref = entry.ref
     try:
         expiry: float = CALLS.call(functools.partial(engine.extend, ref, settings.lease_seconds), deadline=deadline)
@@ -311,7 +332,7 @@ def _extend(entry: TicketEntry, visit: _Round, *, settings: Settings, engine: An
         logger.error("lease extension rejected; no longer extending", extra={"job_id": ref.job_id, "error": str(exc)})
         return
     observability.record(ref.job_type, "extended", job_id=ref.job_id)
-    visit.keep.append(TicketEntry(ref, expiry))
+    (visit.failing if owed else visit.keep).append(TicketEntry(ref, expiry))
 
 
 def _successors(ticket: Ticket, visit: _Round, *, cap: float) -> list[tuple[Ticket, int]]:
