@@ -88,7 +88,9 @@ def _client(service: str, endpoint_url: str | None) -> Any:
     with _lock:
         session: Any = boto3.session.Session()
         built = session.client(service, endpoint_url=endpoint_url, config=config)
-    built.meta.events.register("before-send", _refuse_past_deadline, unique_id="workerless-deadline")
+    # First among the "before-send" handlers: ahead of any that answers in place of sending (moto's
+    # in-process AWS, botocore's Stubber), so a refused request is not carried out by them either.
+    built.meta.events.register_first("before-send", _refuse_past_deadline, unique_id="workerless-deadline")
     return built
 
 
