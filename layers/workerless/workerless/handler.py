@@ -71,7 +71,8 @@ CLAIM_MARGIN_SECONDS = 30.0
 
 
 class ReportOwedError(PipelineError):
-    """The result is stored but the engine has not accepted it yet: redeliver to re-report."""
+    """The result is stored but the engine has not accepted it yet: the message stays in flight (a
+    batch item failure) while the heartbeat re-reports it; SQS's redelivery is the fallback."""
 
 
 class ClaimHeldError(PipelineError):

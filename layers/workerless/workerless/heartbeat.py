@@ -48,11 +48,11 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from workerless import observability
+from workerless.aws.clients import call_deadline
 from workerless.errors import (
     ConfigurationError,
     FinalEngineError,
@@ -118,33 +118,34 @@ def process_ticket(
     store: Any,
     queues: Any,
     deadline: float,
-    clock: Callable[[], float] = time.monotonic,
 ) -> list[Ticket]:
     """Handle one ticket; returns the tickets sent on (none when nothing is live any more).
 
-    ``deadline`` (a ``clock()`` value, see :func:`calls_deadline`) is when the heartbeat stops
+    ``deadline`` (a ``time.monotonic()`` value, see :func:`calls_deadline`) is when the heartbeat stops
     starting engine calls. A ticket that cannot be parsed raises MessageFormatError (SQS's
     redelivery, then the dead-letter queue); one whose successors cannot be sent raises
     :class:`TicketNotSentError`.
     """
     ticket = Ticket.from_json(body)
     cap = lease_length(settings, engine) / 3
-    if clock() >= deadline:
+    if time.monotonic() >= deadline:
         # An earlier ticket of this batch used the invocation's time: on to the next invocation.
         logger.info("no time left in this invocation: ticket carried on", extra={"jobs": len(ticket.entries)})
         return _send(settings, queues, [(ticket, 1)])
     try:
-        records = store.get_many([e.ref.key for e in ticket.entries])
-        visit = _visit(
-            ticket,
-            records,
-            settings=settings,
-            engine=engine,
-            store=store,
-            queues=queues,
-            deadline=deadline,
-            clock=clock,
-        )
+        # The job-table calls (and botocore's retries of them) stop at the deadline too; the sends
+        # that carry the ticket on come after, outside it.
+        with call_deadline(deadline):
+            records = store.get_many([e.ref.key for e in ticket.entries])
+            visit = _visit(
+                ticket,
+                records,
+                settings=settings,
+                engine=engine,
+                store=store,
+                queues=queues,
+                deadline=deadline,
+            )
     except Exception as exc:  # any failure: the ticket goes on; it must not wait out 360 s
         failures = ticket.failures + 1
         logger.exception(
@@ -169,7 +170,6 @@ def _visit(
     store: Any,
     queues: Any,
     deadline: float,
-    clock: Callable[[], float],
 ) -> _Round:
     visit = _Round()
     now = time.time()
@@ -203,7 +203,7 @@ def _visit(
         if visit.engine_down:
             visit.again.append(entry)  # the engine refused a call just now: not again this round
             continue
-        if clock() >= deadline:
+        if time.monotonic() >= deadline:
             visit.unvisited.append(entry)
             continue
         due = entry.lease_expires_at - now <= lease_seconds * 2 / 3  # a third of the lease gone
