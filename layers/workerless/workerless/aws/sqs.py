@@ -45,6 +45,8 @@ class Queues:
     def _call(self, operation: str, **kwargs: Any) -> Any:
         from botocore.exceptions import BotoCoreError, ClientError
 
+        from workerless.aws.clients import DeadlineReachedError
+
         try:
             return getattr(self.client, operation)(**kwargs)
         except ClientError as exc:
@@ -52,6 +54,8 @@ class Queues:
             raise QueueError(f"SQS {operation} failed: {code}") from exc
         except BotoCoreError as exc:
             raise QueueError(f"SQS {operation} failed: {type(exc).__name__}") from exc
+        except DeadlineReachedError as exc:
+            raise QueueError(f"SQS {operation} not sent: the invocation's deadline has passed") from exc
 
     def in_flight(self, queue_url: str) -> int:
         """Messages waiting, being processed, or delayed: what a route already holds."""
