@@ -292,6 +292,31 @@ def test_logs_reach_the_task_in_order_followed_by_the_failure_stack(
     assert [entry["at"] for entry in logs] == sorted(entry["at"] for entry in logs)
 
 
+def test_a_terminal_failure_has_its_stack_in_the_task_log_before_it_is_reported(
+    serve: Serve, tmp_path: Path, events: Events
+) -> None:
+    """GIVEN the example charge-payment handler and a charge of 0 (it raises TerminalError)
+    THEN, as for any other exception, the failure's stack is in the task's log, written before the
+    task was reported FAILED_WITH_TERMINAL_ERROR (seed 002: "the lines explaining a failure are
+    there when someone opens the failed task")."""
+    emulator, url = serve()
+    task_id = emulator.create_job("charge-payment", {"orderId": "bad", "amount": 0}, retries=3)
+
+    with topology(write_env(tmp_path, emulator, url), visibility_seconds=5) as topo:
+        wait_final(topo, emulator.job_state, [task_id], 20)
+
+    state = emulator.task_state(task_id)
+    assert state["state"] == "failed"
+    assert "amount must be a positive number" in (state["error_message"] or "")
+    stacks = [e for e in state["log_entries"] if e["message"].startswith("Traceback (most recent call last):")]
+    assert len(stacks) == 1, f"one stack in the task log: {state['log_entries']}"
+    assert stacks[0]["level"] == "error"
+    assert "TerminalError: amount must be a positive number, got 0" in stacks[0]["message"]
+    reported = [e["at"] for e in state["history"] if e["event"] == "failed_terminal"]
+    assert len(reported) == 1
+    assert stacks[0]["at"] <= reported[0], "the stack is written before the failure is reported"
+
+
 def test_domain_route_leases_only_its_domain_queue(serve: Serve, tmp_path: Path, events: Events) -> None:
     """GIVEN the charge-payment route set to engineQueue charge-payment:eu-west, a credential whose
     only charge scope is queues:lease:charge-payment:eu-west, and charges on both queues

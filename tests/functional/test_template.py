@@ -343,8 +343,23 @@ def test_no_allow_statement_has_a_wildcard(cfn: dict[str, Any]) -> None:
 def test_function_reads_only_its_event_queues(cfn: dict[str, Any], function: str) -> None:
     sources = set(_event_source_queues(cfn, function))
     assert sources, f"{function} has no SQS event"
-    for action in ("sqs:ReceiveMessage", "sqs:DeleteMessage"):
-        assert _queues_allowed(cfn, function, action) == sources, (function, action)
+    assert _queues_allowed(cfn, function, "sqs:ReceiveMessage") == sources, function
+    # The heartbeat also deletes a job message whose owed report it settled (SettleOwedReports).
+    settles = {f"{c}Queue" for c in JOB_TYPES.values()} if function == "HeartbeatFunction" else set()
+    assert _queues_allowed(cfn, function, "sqs:DeleteMessage") == sources | settles, function
+
+
+def test_heartbeat_may_only_delete_job_messages_and_requeue_its_own_tickets(cfn: dict[str, Any]) -> None:
+    """The owed-report path: DeleteMessage on each job queue (no receive, send or visibility change
+    there); a failed ticket's ChangeMessageVisibility on the heartbeat queue only."""
+    route_queues = {f"{c}Queue" for c in JOB_TYPES.values()}
+    for statement in _statements(_role_of(cfn, "HeartbeatFunction")):
+        targets = {_logical_id(r) for r in _as_list(statement["Resource"])}
+        if targets & route_queues:
+            assert targets == route_queues and _as_list(statement["Action"]) == ["sqs:DeleteMessage"], statement
+    assert _queues_allowed(cfn, "HeartbeatFunction", "sqs:ChangeMessageVisibility") == {"HeartbeatQueue"}
+    for function in set(ALL_FUNCTIONS) - {"HeartbeatFunction"}:
+        assert _queues_allowed(cfn, function, "sqs:ChangeMessageVisibility") == set(), function
 
 
 @pytest.mark.parametrize("function", sorted(ALL_FUNCTIONS))

@@ -135,16 +135,33 @@ def _batch(event: dict[str, Any], context: Any, handle: Any) -> dict[str, Any]:
 @logger.inject_lambda_context(clear_state=True)
 def heartbeat(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """Extend the leases of the jobs in each ticket and send the ticket on while any is live."""
-    from workerless.heartbeat import process_ticket
+    from workerless.errors import MessageFormatError
+    from workerless.heartbeat import TicketNotSentError, calls_deadline, lease_length, process_ticket
     from workerless.runtime import get_engine, get_queues, get_store
     from workerless.settings import get_settings
 
     settings, store, queues = get_settings(), get_store(), get_queues()
     engine = observability.observe_engine(get_engine())
-    deadline = _deadline(context)
+    # One deadline for the whole batch: no engine call starts after it; later tickets are carried on.
+    deadline = calls_deadline(_deadline(context), http_timeout=settings.http_timeout_seconds, now=time.monotonic())
 
     def handle(record: Any) -> None:
-        process_ticket(record.body, settings=settings, engine=engine, store=store, queues=queues, deadline=deadline)
+        try:
+            process_ticket(record.body, settings=settings, engine=engine, store=store, queues=queues, deadline=deadline)
+        except MessageFormatError:
+            raise  # not a ticket: SQS's redelivery, then the dead-letter queue
+        except Exception as exc:
+            # The ticket could not be carried on: have SQS bring it back in a third of a lease, not
+            # after the queue's 360 s visibility timeout, which would cost every lease in it.
+            retry_in = (
+                exc.retry_in if isinstance(exc, TicketNotSentError) else max(1, int(lease_length(settings, engine) / 3))
+            )
+            if settings.heartbeat_queue_url:
+                try:
+                    queues.change_visibility(settings.heartbeat_queue_url, record.receipt_handle, retry_in)
+                except Exception:  # noqa: BLE001 - the queue's visibility timeout is the fallback
+                    logger.exception("could not shorten the failed ticket's visibility timeout")
+            raise
 
     return _batch(event, context, handle)
 

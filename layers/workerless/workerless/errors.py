@@ -29,7 +29,7 @@ job, or give up.
     │                                   shape. Carries ``field``.
     ├── PipelineError                   workerless's own plumbing (SQS, DynamoDB) failed.
     │   ├── MessageFormatError          an SQS message body is not a workerless message.
-    │   └── StoreError                  a DynamoDB call failed after retries.
+    │   └── StoreError                  a DynamoDB call failed after retries. Carries code, retryable.
     └── JobError                        raised by handler code to choose the outcome.
         ├── TerminalError               fail the job with no retries left.
         └── ThrowError                  throw a business error (BPMN error) with a code to the
@@ -229,7 +229,18 @@ class MessageFormatError(PipelineError):
 
 
 class StoreError(PipelineError):
-    """A DynamoDB call on the job table failed after retries."""
+    """A DynamoDB call on the job table failed after retries.
+
+    ``code`` is DynamoDB's error code (None for a transport error or a refused deadline);
+    ``retryable`` says whether the same call may succeed later (a throttle, a 5xx, a dropped
+    connection), as opposed to a refusal that will not change (access denied, a malformed request)
+    or a call refused because its deadline has passed.
+    """
+
+    def __init__(self, message: str, *, code: str | None = None, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.code = code
+        self.retryable = retryable
 
 
 class JobError(Exception):

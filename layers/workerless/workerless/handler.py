@@ -12,8 +12,16 @@ For every job in the batch (Powertools batch processing, one record at a time)::
     store the outcome (only while our claim stands; LOST meanwhile → drop it)
         ▼
     report it (retry policy inside the invocation) → mark reported
-        └── still failing → this record is a batch item failure: SQS redelivers it, the next
-            delivery finds the stored outcome and re-reports it; the handler never runs twice.
+        └── still failing (the engine is down) → mark the report owed in the record, with this
+            message's receipt handle, and make the record a batch item failure: the message stays
+            in flight (still counted against MaxInFlight) while the heartbeat re-reports the stored
+            outcome every few seconds, marks it reported and deletes the message. Should that not
+            happen within the queue's visibility timeout, SQS redelivers it and the next delivery
+            re-reports the stored outcome; the handler never runs twice.
+
+Every AWS call the wrapper makes for a record (claim, store, marks; botocore's retries included)
+starts before the Lambda's timeout (:func:`workerless.aws.clients.call_deadline`), and the result
+store is tried again until then rather than a fixed number of times.
 
 A record that keeps failing at the AWS level (crash, timeout, bad message) goes to the route's DLQ
 after maxReceiveCount, where the dead-letter function fails the job at the engine with the reason.
@@ -32,9 +40,7 @@ from typing import Any, TypeVar
 from workerless import observability
 from workerless.errors import (
     EngineError,
-    LeaseLostError,
     MessageFormatError,
-    PayloadTooLargeError,
     PipelineError,
     RetryableEngineError,
     StoreError,
@@ -45,6 +51,7 @@ from workerless.job import Job
 from workerless.model import ActivatedJob, Outcome
 from workerless.observability import logger
 from workerless.record import Decision, JobRecord, Status, decide, lease_of
+from workerless.report import report_stored
 from workerless.retry import CALLS
 
 T = TypeVar("T")
@@ -53,17 +60,21 @@ LambdaHandler = Callable[[dict[str, Any], Any], dict[str, Any]]
 
 #: Time kept back from the Lambda's remaining time for storing and reporting after the run.
 REPORT_MARGIN_SECONDS = 5.0
-#: Tries at storing a finished run's result before giving up (each with botocore's own retries), and
-#: the pause between them (times the attempt number): 1.2 s in all.
-STORE_ATTEMPTS = 4
+#: No AWS call (nor a botocore retry of one) starts later than this before the Lambda's timeout:
+#: Lambda would kill it mid-call.
+AWS_MARGIN_SECONDS = 1.0
+#: The pause between tries at a job-record write (times the attempt number, at most the maximum):
+#: a failed store is tried again until the AWS deadline, not a fixed number of times.
 STORE_RETRY_SECONDS = 0.2
+STORE_RETRY_MAX_SECONDS = 2.0
 #: Added to the claim beyond the Lambda's remaining time: a claim must not expire while the
 #: invocation that holds it can still be running.
 CLAIM_MARGIN_SECONDS = 30.0
 
 
 class ReportOwedError(PipelineError):
-    """The result is stored but the engine has not accepted it yet: redeliver to re-report."""
+    """The result is stored but the engine has not accepted it yet: the message stays in flight (a
+    batch item failure) while the heartbeat re-reports it; SQS's redelivery is the fallback."""
 
 
 class ClaimHeldError(PipelineError):
@@ -83,23 +94,27 @@ def _remaining_seconds(context: Any, default: float = 900.0) -> float:
     return max(0.0, float(getter()) / 1000.0)
 
 
-def _retrying_store(call: Callable[[], T], what: str) -> T:
-    """``call`` a job-record write, tried again on a StoreError (on top of botocore's own retries):
-    ``STORE_ATTEMPTS`` tries, ``STORE_RETRY_SECONDS`` times the attempt apart (1.2 s in all). An
-    outcome too large to store is final; the last StoreError propagates."""
+def _retrying_store(call: Callable[[], T], what: str, *, deadline: float) -> T:
+    """``call`` a job-record write, tried again on a retryable StoreError (on top of botocore's own
+    retries) until ``deadline`` (a ``time.monotonic()`` value: the invocation's AWS deadline),
+    pausing ``STORE_RETRY_SECONDS`` times the attempt (at most ``STORE_RETRY_MAX_SECONDS``) between
+    tries. An outcome too large to store, a refusal that will not change (access denied, a malformed
+    request) and the last StoreError when time runs out propagate."""
     from workerless.aws.dynamo import OutcomeTooLargeError
 
-    for attempt in range(1, STORE_ATTEMPTS + 1):
+    attempt = 0
+    while True:
+        attempt += 1
         try:
             return call()
         except OutcomeTooLargeError:
             raise
         except StoreError as exc:
-            if attempt == STORE_ATTEMPTS:
+            pause = min(STORE_RETRY_MAX_SECONDS, STORE_RETRY_SECONDS * attempt)
+            if not exc.retryable or time.monotonic() + pause >= deadline:
                 raise
-            logger.warning(f"{what} failed; trying again", extra={"error": str(exc)})
-            time.sleep(STORE_RETRY_SECONDS * attempt)
-    raise AssertionError("unreachable")  # pragma: no cover
+            logger.warning(f"{what} failed; trying again", extra={"error": str(exc), "attempt": attempt})
+            time.sleep(pause)
 
 
 class JobProcessor:
@@ -119,7 +134,13 @@ class JobProcessor:
 
         def record_handler(record: Any) -> None:
             receive_count = int(record.attributes.approximate_receive_count or 1)
-            self.process(record.body, message_id=record.message_id, receive_count=receive_count, context=context)
+            self.process(
+                record.body,
+                message_id=record.message_id,
+                receive_count=receive_count,
+                context=context,
+                receipt_handle=record.receipt_handle,
+            )
 
         from workerless.settings import get_settings
 
@@ -137,9 +158,12 @@ class JobProcessor:
         return response
 
     # -- one record ---------------------------------------------------------------------------------
-    def process(self, body: str, *, message_id: str, receive_count: int, context: Any) -> None:
+    def process(
+        self, body: str, *, message_id: str, receive_count: int, context: Any, receipt_handle: str | None = None
+    ) -> None:
         """Handle one SQS record. Returns normally when nothing more is owed for it (delete it);
-        raises when it must be redelivered."""
+        raises when it must be redelivered, or kept in flight while its report is owed
+        (``receipt_handle`` lets the heartbeat delete it then)."""
         from workerless.runtime import get_engine, get_store
 
         try:
@@ -174,15 +198,57 @@ class JobProcessor:
                 context=context,
                 engine=observability.observe_engine(get_engine()),
                 store=get_store(),
+                receipt=receipt_handle,
             )
         finally:
             logger.thread_safe_remove_keys(list(keys))
 
     def _process(
-        self, job: ActivatedJob, *, message_id: str, receive_count: int, context: Any, engine: Any, store: Any
+        self,
+        job: ActivatedJob,
+        *,
+        message_id: str,
+        receive_count: int,
+        context: Any,
+        engine: Any,
+        store: Any,
+        receipt: str | None = None,
     ) -> None:
+        from workerless.aws.clients import call_deadline
+
         remaining = _remaining_seconds(context)
-        deadline = time.monotonic() + max(1.0, remaining - REPORT_MARGIN_SECONDS)
+        started = time.monotonic()
+        deadline = started + max(1.0, remaining - REPORT_MARGIN_SECONDS)
+        # botocore's retries and ours stop here, before Lambda would kill a call mid-way.
+        aws_deadline = started + max(1.0, remaining - AWS_MARGIN_SECONDS)
+        with call_deadline(aws_deadline):
+            self._process_within(
+                job,
+                message_id=message_id,
+                receive_count=receive_count,
+                context=context,
+                engine=engine,
+                store=store,
+                receipt=receipt,
+                remaining=remaining,
+                deadline=deadline,
+                aws_deadline=aws_deadline,
+            )
+
+    def _process_within(
+        self,
+        job: ActivatedJob,
+        *,
+        message_id: str,
+        receive_count: int,
+        context: Any,
+        engine: Any,
+        store: Any,
+        receipt: str | None,
+        remaining: float,
+        deadline: float,
+        aws_deadline: float,
+    ) -> None:
         request_id = getattr(context, "aws_request_id", None) or "local"
         # Unique to this processing of this message: only a retry of our own claim call can match it.
         owner = f"{request_id}:{message_id}:{uuid.uuid4().hex[:8]}"
@@ -202,17 +268,17 @@ class JobProcessor:
             if decision is Decision.REREPORT and found is not None and found.outcome is not None:
                 logger.info("result already stored: re-reporting it, not running the handler again")
                 observability.record(job.ref.job_type, "rereported", job_id=job.ref.job_id)
-                self._report(job, found.outcome, engine=engine, store=store, deadline=deadline)
+                self._report(job, found.outcome, engine=engine, store=store, deadline=deadline, receipt=receipt)
                 return
             if decision is Decision.DONE:
                 logger.info("job already reported: acknowledging the redelivery")
                 # StageNext: this can be another gateway delivery of the finished execution, with its
                 # own ack token; unacknowledged, the gateway would requeue it every visibility timeout.
-                self._settle_unrun(job, found, engine=engine, store=store, deadline=deadline)
+                self._settle_unrun(job, found, engine=engine, store=store, deadline=deadline, receipt=receipt)
                 return
             if decision is Decision.SKIP:
                 logger.info("job no longer ours (%s): not running it", found.status.value if found else "?")
-                self._settle_unrun(job, found, engine=engine, store=store, deadline=deadline)
+                self._settle_unrun(job, found, engine=engine, store=store, deadline=deadline, receipt=receipt)
                 observability.record(job.ref.job_type, "skipped", job_id=job.ref.job_id)
                 return
             if engine.lease_from == "begin" and _other_message(found, message_id):
@@ -250,7 +316,7 @@ class JobProcessor:
                 _acknowledge(job, engine=engine, deadline=deadline)
                 observability.record(job.ref.job_type, "skipped", job_id=job.ref.job_id)
                 return
-        if engine.lease_from == "begin" and not self._mark_begun(job, owner=owner, store=store):
+        if engine.lease_from == "begin" and not self._mark_begun(job, owner=owner, store=store, deadline=aws_deadline):
             # Our claim expired and was taken while we acquired: our result could not be stored, so
             # running would be wasted. The delivery is handed back (no result goes with it); the lease
             # we hold lapses unrenewed and StageNext runs the stage again as a new execution.
@@ -260,7 +326,7 @@ class JobProcessor:
 
         observability.record(job.ref.job_type, "started", job_id=job.ref.job_id, receive_count=receive_count)
         outcome = self._run(job, context=context, engine=engine, store=store, lease=lease)
-        stored = self._store(job, outcome, owner=owner, store=store)
+        stored = self._store(job, outcome, owner=owner, store=store, deadline=aws_deadline)
         if stored is None:
             logger.warning("lease lost while the handler ran: its result is discarded")
             # StageNext: handed back, not acknowledged (no result goes with it): its next delivery is
@@ -268,7 +334,7 @@ class JobProcessor:
             _hand_back(job, engine=engine, deadline=deadline, reason="lease lost while the handler ran")
             observability.record(job.ref.job_type, "lease_lost", job_id=job.ref.job_id)
             return
-        self._report(job, stored, engine=engine, store=store, deadline=deadline)
+        self._report(job, stored, engine=engine, store=store, deadline=deadline, receipt=receipt)
 
     def _acquire_or_leave(self, job: ActivatedJob, *, engine: Any, deadline: float) -> bool | None:
         """Lease acquire for a delivery that does not hold the claim; None when acquire kept failing
@@ -281,7 +347,14 @@ class JobProcessor:
         return begun
 
     def _settle_unrun(
-        self, job: ActivatedJob, found: JobRecord | None, *, engine: Any, store: Any, deadline: float
+        self,
+        job: ActivatedJob,
+        found: JobRecord | None,
+        *,
+        engine: Any,
+        store: Any,
+        deadline: float,
+        receipt: str | None = None,
     ) -> None:
         """Acknowledge a delivery its job record says must not run (reported, lost or skipped).
 
@@ -303,7 +376,7 @@ class JobProcessor:
             return
         if found is not None and found.outcome is not None:
             logger.warning("engine granted the lease of a job recorded as settled: reporting its stored outcome")
-            self._report(job, found.outcome, engine=engine, store=store, deadline=deadline)
+            self._report(job, found.outcome, engine=engine, store=store, deadline=deadline, receipt=receipt)
             return
         logger.warning("engine granted the lease of a job recorded as not ours: handing the delivery back")
         _hand_back(job, engine=engine, deadline=deadline, reason="the job record says this delivery must not run")
@@ -333,7 +406,12 @@ class JobProcessor:
             with observability.job_span(activated):
                 result = self.fn(job)
         except TerminalError as exc:
-            outcome = Outcome.fail(str(exc) or "terminal error", retries=0, terminal=True)
+            # As for any other exception: the stack goes to the function's log here and, where the
+            # engine keeps task logs (node-flow), to the task's log before the failure is reported,
+            # so the lines explaining the failure are there when someone opens the failed task.
+            stack = traceback.format_exc()
+            logger.exception("handler raised TerminalError", extra={"error": f"{type(exc).__name__}: {exc}"})
+            outcome = Outcome.fail(str(exc) or "terminal error", retries=0, terminal=True, stack=stack)
         except ThrowError as exc:
             outcome = Outcome.throw(exc.error_code, exc.error_message, exc.variables)
         except Exception as exc:  # noqa: BLE001 - any other exception fails the job, with the stack
@@ -394,7 +472,7 @@ class JobProcessor:
             raise
         return begun
 
-    def _mark_begun(self, job: ActivatedJob, *, owner: str, store: Any) -> bool:
+    def _mark_begun(self, job: ActivatedJob, *, owner: str, store: Any, deadline: float) -> bool:
         """Tell the heartbeat the engine lease has begun (StageNext), so it starts renewing it.
         False only when the claim is no longer ours.
 
@@ -404,7 +482,9 @@ class JobProcessor:
         lease, so every redelivery's acquire would be refused until it lapsed anyway.
         """
         try:
-            marked: bool = _retrying_store(lambda: store.mark_begun(job.key, owner=owner), "noting the lease")
+            marked: bool = _retrying_store(
+                lambda: store.mark_begun(job.key, owner=owner), "noting the lease", deadline=deadline
+            )
         except StoreError as exc:
             logger.warning(
                 "could not note the lease in the job record: the heartbeat will not renew it",
@@ -415,15 +495,18 @@ class JobProcessor:
             logger.warning("the claim changed hands while the lease was acquired: not running the job")
         return marked
 
-    def _store(self, job: ActivatedJob, outcome: Outcome, *, owner: str, store: Any) -> Outcome | None:
+    def _store(self, job: ActivatedJob, outcome: Outcome, *, owner: str, store: Any, deadline: float) -> Outcome | None:
         """Store before reporting, so a lost report is re-sent, never re-computed. None: lost.
 
         Until it is stored, the result exists only in this process: a store given up on means the
         attempt runs again once its claim expires (its side effects repeat under the same key). So a
-        failed store is tried again a few times, on top of botocore's own retries. A retry after a
-        write that landed but whose answer was lost finds our own STORED record: the same result.
+        failed store is tried again until the invocation's AWS deadline, on top of botocore's own
+        retries. A retry after a write that landed but whose answer was lost finds our own STORED
+        record: the same result.
         """
-        return _retrying_store(lambda: self._store_once(job, outcome, owner=owner, store=store), "storing the result")
+        return _retrying_store(
+            lambda: self._store_once(job, outcome, owner=owner, store=store), "storing the result", deadline=deadline
+        )
 
     def _store_once(self, job: ActivatedJob, outcome: Outcome, *, owner: str, store: Any) -> Outcome | None:
         from workerless.aws.dynamo import OutcomeTooLargeError
@@ -440,31 +523,34 @@ class JobProcessor:
             return earlier  # an earlier delivery of ours stored first: report that one
         return None
 
-    def _report(self, job: ActivatedJob, outcome: Outcome, *, engine: Any, store: Any, deadline: float) -> None:
-        ref = job.ref
+    def _report(
+        self,
+        job: ActivatedJob,
+        outcome: Outcome,
+        *,
+        engine: Any,
+        store: Any,
+        deadline: float,
+        receipt: str | None = None,
+    ) -> None:
+        if report_stored(job.ref, outcome, engine=engine, store=store, deadline=deadline):
+            return
+        # Still refused past the quick retries (an engine outage): the heartbeat re-reports it on a
+        # backoff of seconds and deletes this message once it lands. Until then the message stays in
+        # flight (a batch item failure), so the route keeps counting the job against MaxInFlight.
         try:
-            CALLS.call(lambda: engine.report(ref, outcome), deadline=deadline)
-        except LeaseLostError:
-            # 409: the lease lapsed and someone else has (or finished) the job. Not a failure.
-            logger.info("engine says someone else finished this job: result not applied")
-            store.mark_reported(job.key, note="lease lost at report", lease=lease_of(ref, engine.lease_from))
-            observability.record(ref.job_type, "lease_lost", job_id=ref.job_id)
-            return
-        except PayloadTooLargeError as exc:
-            replacement = Outcome.fail(
-                f"result is over the engine's cap of {exc.cap} bytes; job failed instead", retries=0, terminal=True
+            noted = store.mark_owed(job.key, receipt=receipt)
+        except StoreError as exc:
+            noted = False
+            logger.warning("could not note the owed report", extra={"error": str(exc)})
+        if noted:
+            logger.info("report owed: the heartbeat re-sends it on a backoff of seconds")
+        else:
+            logger.warning(
+                "report owed and not noted for the heartbeat: SQS redelivers it after its visibility timeout"
             )
-            logger.error("result over the engine's cap: failing the job", extra={"cap": exc.cap})
-            store.replace_outcome(job.key, replacement)
-            self._report(job, replacement, engine=engine, store=store, deadline=deadline)
-            return
-        except RetryableEngineError as exc:
-            logger.warning("report not accepted yet; SQS will redeliver to re-report", extra={"error": str(exc)})
-            raise ReportOwedError(f"report of job {ref.job_id} still owed: {exc}") from exc
-        store.mark_reported(job.key, lease=lease_of(ref, engine.lease_from))
-        event = {"complete": "completed", "fail": "failed", "throw": "thrown"}[outcome.kind]
-        observability.record(ref.job_type, event, job_id=ref.job_id)
-        logger.info("job reported", extra={"outcome": outcome.kind})
+        observability.record(job.ref.job_type, "report_owed", job_id=job.ref.job_id)
+        raise ReportOwedError(f"report of job {job.ref.job_id} still owed")
 
 
 def _leave_to_the_gateway(exc: RetryableEngineError) -> None:

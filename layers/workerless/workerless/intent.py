@@ -11,11 +11,14 @@ So the poller writes down what it is about to do, in one small record of the job
 
     activated  → written before dispatch: the batch's job references (no variables)
     dispatched → after SendMessageBatch: only the jobs actually queued
-    (removed)  → after the heartbeat ticket is sent
+    (removed)  → after the heartbeat tickets are sent (a batch is split into tickets of at most
+                 100 jobs; a ticket that could not be sent leaves its jobs here, as dispatched)
 
 Every poller invocation first looks for batches older than ``stale_seconds`` (a live poller takes
 milliseconds between the steps) and finishes them for the dead one: an ``activated`` batch is handed
-back to the engine at once (``Engine.release``); a ``dispatched`` batch gets its heartbeat ticket.
+back to the engine at once (``Engine.release``); a ``dispatched`` batch gets its heartbeat tickets
+(split as the poller splits them; those SQS still refuses go back in the record while a lease in
+them runs).
 Taking a batch out of the record is the compare-and-set, so only one invocation recovers it.
 
 What it cannot cover (docs/guarantees.md): a poller that dies between the engine's answer and the
@@ -114,6 +117,20 @@ class IntentLog:
         if intent_id is None:
             return
         self._update(lambda batches: [b for b in batches if b.get("id") != intent_id], what="clear")
+
+    def put_back_dispatched(self, jobs: Sequence[ActivatedJob]) -> bool:
+        """Recovery could not send these queued jobs' ticket: write them back as a ``dispatched``
+        batch for a later invocation to try again, while any of their leases still runs (after
+        that a ticket keeps nothing alive). True if written."""
+        now = self.clock()
+        live = [job for job in jobs if job.lease_expires_at > now]
+        if not live:
+            logger.warning(
+                "recovered ticket not sent and every lease in it has lapsed: dropped", extra={"jobs": len(jobs)}
+            )
+            return False
+        entry = {"id": uuid.uuid4().hex, "at": now, "phase": "dispatched", "jobs": [_entry(job) for job in live]}
+        return self._update(lambda batches: [*batches, entry], what="put back")
 
     # -- recovery -------------------------------------------------------------------------------
     def take_stale(self) -> list[tuple[str, list[ActivatedJob]]]:

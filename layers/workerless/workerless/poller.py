@@ -31,6 +31,7 @@ it, and the next invocation finishes a dead poller's batch (hands the jobs back,
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections.abc import Callable
@@ -264,11 +265,10 @@ class Poller:
         for phase, jobs in stale:
             logger.warning("finishing a batch a poller left unfinished", extra={"phase": phase, "jobs": len(jobs)})
             if phase == "dispatched":
-                if jobs:
-                    try:
-                        self._send_ticket(jobs)
-                    except Exception:  # noqa: BLE001 - the lease lapses as without the log
-                        logger.warning("could not send the recovered ticket", exc_info=True)
+                unsent = self._send_ticket(jobs) if jobs else []
+                if unsent:
+                    # Back in the log for the next invocation, while any of their leases still runs.
+                    self._intent(functools.partial(_put_back, unsent))
                 continue
             reason = "the poller that activated it stopped before queuing it"
             for job in jobs:
@@ -307,25 +307,39 @@ class Poller:
         report.dispatched += len(sent)
         if sent:
             self._intent(lambda log: log.dispatched(intent, sent))
-            self._send_ticket(sent)
+            unsent = self._send_ticket(sent)
+            if unsent:
+                # Left in the intent log as dispatched, only the jobs still owed a ticket: the next
+                # invocation's recovery sends theirs.
+                self._intent(lambda log: log.dispatched(intent, unsent))
+                return len(sent)
         self._intent(lambda log: log.clear(intent))
         return len(sent)
 
-    def _send_ticket(self, jobs: list[ActivatedJob]) -> None:
+    def _send_ticket(self, jobs: list[ActivatedJob]) -> list[ActivatedJob]:
+        """Send the heartbeat tickets of ``jobs``: one per :data:`~workerless.ticket.MAX_TICKET_ENTRIES`
+        jobs (and within the ticket byte bound), so a large batch never makes a message SQS refuses.
+        Returns the jobs whose ticket could not be sent (the jobs are queued and will run; only jobs
+        longer than their lease are at risk, and the intent log's recovery sends it later)."""
         if not self.settings.heartbeat_queue_url:
             logger.warning("no WORKERLESS_HEARTBEAT_QUEUE_URL: leases of long jobs will not be extended")
-            return
+            return []
         ticket = Ticket(
             engine=jobs[0].ref.engine,
             entries=tuple(TicketEntry(j.ref, j.lease_expires_at) for j in jobs),
             first_seen=time.time(),
         )
-        try:
-            self.queues.send(self.settings.heartbeat_queue_url, ticket.to_json(), delay_seconds=ticket.delay_seconds())
-        except Exception:
-            # The jobs are queued and will run; only jobs longer than their lease are at risk.
-            logger.exception("could not send the heartbeat ticket", extra={"jobs": len(jobs)})
-            raise
+        unsent: list[ActivatedJob] = []
+        offset = 0
+        for part in ticket.split():
+            covered = jobs[offset : offset + len(part.entries)]
+            offset += len(part.entries)
+            try:
+                self.queues.send(self.settings.heartbeat_queue_url, part.to_json(), delay_seconds=part.delay_seconds())
+            except Exception:  # noqa: BLE001 - the other parts still go; these are recovered later
+                logger.exception("could not send a heartbeat ticket", extra={"jobs": len(covered)})
+                unsent.extend(covered)
+        return unsent
 
     def _hand_back(self, job: ActivatedJob, reason: str, report: PollReport, *, deadline: float) -> None:
         report.released += 1
@@ -384,6 +398,10 @@ class Poller:
                 "could not hand the delivery back; the gateway requeues it after its visibility timeout",
                 extra={"job_id": job.ref.job_id, "error": str(exc)},
             )
+
+
+def _put_back(jobs: list[ActivatedJob], log: Any) -> Any:
+    return log.put_back_dispatched(jobs)
 
 
 def continue_ticker(settings: Settings, state: Any, queues: Any, *, tick: dict[str, Any] | None, now: float) -> bool:

@@ -21,7 +21,11 @@ that was never acquired is refused ("not running"), and marking that LOST would 
 acknowledge a delivery nobody ran — the execution would never run (chaos run, seed 7).
 
 A delivery that finds STORED re-reports the stored outcome and never runs the handler again. One
-that finds CLAIMED with a live claim leaves the message for a later redelivery. Every item has a
+that finds CLAIMED with a live claim leaves the message for a later redelivery. A report the engine
+keeps refusing with a retryable error (an outage) is marked owed on the STORED record
+(``report_owed_at``, with the job message's SQS receipt handle): the heartbeat re-reports it every
+few seconds, marks it REPORTED and deletes the message, so the job need not wait for the message's
+visibility timeout. Every item has a
 TTL (``expires_at``) well past the longest a job can be in flight.
 
 Where the engine's lease starts at activation, the record also keeps which lease wrote it
@@ -33,7 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from workerless.model import JobRef, Outcome
@@ -65,11 +69,23 @@ class JobRecord:
     lease: str | None = None
     #: When the claim holder's engine lease began (StageNext lease acquire), None before that.
     begun_at: float | None = None
+    #: When a STORED result's report was first given up on by the handler (the engine refused it
+    #: with a retryable error past the handler's quick retries): the heartbeat re-reports it.
+    report_owed_at: float | None = None
+    #: The SQS receipt handle of the job message kept in flight while the report is owed: the
+    #: heartbeat deletes that message once the report lands. It authorises deleting the message:
+    #: kept out of repr(), never logged.
+    receipt: str | None = field(default=None, repr=False)
 
     @property
     def in_pipeline(self) -> bool:
         """Whether the heartbeat should still keep this job's lease alive."""
         return self.status not in DONE
+
+    @property
+    def report_owed(self) -> bool:
+        """Whether the heartbeat should re-report this record's stored result."""
+        return self.status is Status.STORED and self.outcome is not None and self.report_owed_at is not None
 
     def claim_live(self, now: float) -> bool:
         return self.status is Status.CLAIMED and (self.claim_expires_at or 0.0) > now

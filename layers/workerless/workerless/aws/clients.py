@@ -1,12 +1,54 @@
-"""Lazily built, cached boto3 clients (one per service per container)."""
+"""Lazily built, cached boto3 clients (one per service per container), and the deadline that
+bounds their calls."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
 _lock = threading.Lock()
+
+
+class DeadlineReachedError(Exception):
+    """An AWS request was not sent: the :func:`call_deadline` of the code making it has passed.
+    (Not a botocore error, so botocore's retry handler does not retry it; the store and queue
+    wrappers translate it.)"""
+
+    def __init__(self) -> None:
+        super().__init__("the invocation's deadline for AWS calls has passed; the request was not sent")
+
+
+#: The time.monotonic() after which no AWS call (and no botocore retry of one) may start, for the
+#: code running in this context; None: no deadline.
+_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("workerless_aws_deadline", default=None)
+
+
+@contextlib.contextmanager
+def call_deadline(deadline: float | None) -> Iterator[None]:
+    """Within the block, refuse to start any AWS request (first attempt or botocore retry) once
+    ``time.monotonic()`` has reached ``deadline``: the call fails with :class:`DeadlineReachedError`.
+
+    botocore's own retries (standard mode, 4 attempts, up to 20 s backoff) and a caller's retry loop
+    would otherwise carry on past the Lambda's timeout, where Lambda kills the process mid-call. An
+    attempt already started is still bounded only by the client's connect and read timeouts.
+    """
+    token = _deadline.set(deadline)
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
+def _refuse_past_deadline(**_: Any) -> None:
+    # "before-send" runs before every HTTP attempt of every call, botocore's retries included.
+    deadline = _deadline.get()
+    if deadline is not None and time.monotonic() >= deadline:
+        raise DeadlineReachedError()
 
 
 #: SDK loggers whose DEBUG records print every request's parameters and body. Ours carry credentials:
@@ -45,7 +87,11 @@ def _client(service: str, endpoint_url: str | None) -> Any:
     # Sessions are not thread-safe; clients are. Build under a lock, share the client.
     with _lock:
         session: Any = boto3.session.Session()
-        return session.client(service, endpoint_url=endpoint_url, config=config)
+        built = session.client(service, endpoint_url=endpoint_url, config=config)
+    # First among the "before-send" handlers: ahead of any that answers in place of sending (moto's
+    # in-process AWS, botocore's Stubber), so a refused request is not carried out by them either.
+    built.meta.events.register_first("before-send", _refuse_past_deadline, unique_id="workerless-deadline")
+    return built
 
 
 def client(service: str) -> Any:

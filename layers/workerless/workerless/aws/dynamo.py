@@ -23,6 +23,22 @@ from workerless.record import JobRecord, Status
 
 COMPRESS_OVER = 32 * 1024
 MAX_OUTCOME_BYTES = 350 * 1024
+#: DynamoDB error codes that the same call will meet again however often it is retried: retrying
+#: them only burns the invocation's time. Every other failure (throttles, 5xx, transport errors,
+#: codes not listed here) counts as retryable.
+FINAL_ERROR_CODES = frozenset(
+    {
+        "AccessDeniedException",
+        "AccessDenied",
+        "ValidationException",
+        "ResourceNotFoundException",
+        "UnrecognizedClientException",
+        "InvalidSignatureException",
+        "MissingAuthenticationTokenException",
+        "SerializationException",
+        "ItemCollectionSizeLimitExceededException",
+    }
+)
 
 
 class OutcomeTooLargeError(StoreError):
@@ -60,6 +76,8 @@ def _to_record(item: dict[str, Any]) -> JobRecord:
         deliveries=int(item.get("deliveries", {}).get("N", "0")),
         lease=item.get("lease", {}).get("S"),
         begun_at=float(item["begun_at"]["N"]) if "begun_at" in item else None,
+        report_owed_at=float(item["report_owed_at"]["N"]) if "report_owed_at" in item else None,
+        receipt=item.get("receipt", {}).get("S"),
     )
 
 
@@ -91,16 +109,27 @@ class JobStore:
     def _call(self, operation: str, **kwargs: Any) -> Any:
         from botocore.exceptions import BotoCoreError, ClientError
 
+        from workerless.aws.clients import DeadlineReachedError
+
         try:
             return getattr(self.client, operation)(**kwargs)
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
                 item: Any = exc.response.get("Item")
                 raise _ConditionFailed(item) from None
-            code = exc.response.get("Error", {}).get("Code", "error")
-            raise StoreError(f"DynamoDB {operation} on {self.table} failed: {code}") from exc
+            code = str(exc.response.get("Error", {}).get("Code", "error"))
+            raise StoreError(
+                f"DynamoDB {operation} on {self.table} failed: {code}",
+                code=code,
+                retryable=code not in FINAL_ERROR_CODES,
+            ) from exc
         except BotoCoreError as exc:
             raise StoreError(f"DynamoDB {operation} on {self.table} failed: {type(exc).__name__}") from exc
+        except DeadlineReachedError as exc:
+            raise StoreError(
+                f"DynamoDB {operation} on {self.table} not sent: the invocation's deadline has passed",
+                retryable=False,
+            ) from exc
 
     def get(self, key: str) -> JobRecord | None:
         answer = self._call("get_item", TableName=self.table, Key={"pk": {"S": key}}, ConsistentRead=True)
@@ -279,6 +308,8 @@ class JobStore:
             update += ", #lease = :lease"
             names["#lease"] = "lease"
             values[":lease"] = {"S": lease}
+        # Nothing is owed any more: the heartbeat stops re-reporting, and the receipt handle goes.
+        update += " REMOVE report_owed_at, receipt"
         try:
             self._call(
                 "update_item",
@@ -304,6 +335,48 @@ class JobStore:
                     **({"lease": {"S": lease}} if lease else {}),
                 },
             )
+
+    def mark_owed(self, key: str, *, receipt: str | None) -> bool:
+        """Note that the stored result's report is owed (the engine has not accepted it yet), and
+        the SQS receipt handle of the job message kept in flight for it: the heartbeat re-reports
+        it and then deletes that message. Only a STORED record is marked; False otherwise (it was
+        reported meanwhile). ``report_owed_at`` keeps the first time it was owed."""
+        values: dict[str, Any] = {":stored": {"S": Status.STORED.value}, ":now": {"N": repr(self._clock())}}
+        update = "SET report_owed_at = if_not_exists(report_owed_at, :now)"
+        if receipt:
+            update += ", receipt = :receipt"
+            values[":receipt"] = {"S": receipt}
+        else:
+            update += " REMOVE receipt"
+        try:
+            self._call(
+                "update_item",
+                TableName=self.table,
+                Key={"pk": {"S": key}},
+                UpdateExpression=update,
+                ConditionExpression="#s = :stored",
+                ExpressionAttributeNames={"#s": "status"},
+                ExpressionAttributeValues=values,
+            )
+        except _ConditionFailed:
+            return False
+        return True
+
+    def clear_owed(self, key: str) -> None:
+        """Stop the heartbeat re-reporting a stored result (the engine refused it for good: the SQS
+        redelivery and the dead-letter path settle it, as before the report was owed)."""
+        try:
+            self._call(
+                "update_item",
+                TableName=self.table,
+                Key={"pk": {"S": key}},
+                UpdateExpression="REMOVE report_owed_at, receipt",
+                ConditionExpression="#s = :stored",
+                ExpressionAttributeNames={"#s": "status"},
+                ExpressionAttributeValues={":stored": {"S": Status.STORED.value}},
+            )
+        except _ConditionFailed:
+            return
 
     def mark(self, key: str, status: Status, *, reason: str, job_type: str, lease: str = "") -> bool:
         """Mark LOST or SKIPPED, unless a result is already stored or reported. True if written.

@@ -15,6 +15,7 @@ from workerless.errors import PipelineError
 FALLBACK_MESSAGE_BYTES = 262_144
 MAX_BATCH_ENTRIES = 10
 MAX_DELAY_SECONDS = 900
+MAX_VISIBILITY_SECONDS = 43_200
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,8 @@ class Queues:
     def _call(self, operation: str, **kwargs: Any) -> Any:
         from botocore.exceptions import BotoCoreError, ClientError
 
+        from workerless.aws.clients import DeadlineReachedError
+
         try:
             return getattr(self.client, operation)(**kwargs)
         except ClientError as exc:
@@ -56,6 +59,8 @@ class Queues:
             raise QueueError(f"SQS {operation} failed: {code}") from exc
         except BotoCoreError as exc:
             raise QueueError(f"SQS {operation} failed: {type(exc).__name__}") from exc
+        except DeadlineReachedError as exc:
+            raise QueueError(f"SQS {operation} not sent: the invocation's deadline has passed") from exc
 
     def in_flight(self, queue_url: str) -> int:
         """Messages waiting, being processed, or delayed: what a route already holds. The same call
@@ -143,3 +148,15 @@ class Queues:
         text = body if isinstance(body, str) else json.dumps(body, separators=(",", ":"))
         delay = max(0, min(MAX_DELAY_SECONDS, int(delay_seconds)))
         self._call("send_message", QueueUrl=queue_url, MessageBody=text, DelaySeconds=delay)
+
+    def delete(self, queue_url: str, receipt_handle: str) -> None:
+        """Delete a received message (the heartbeat, once a job's owed report has landed)."""
+        self._call("delete_message", QueueUrl=queue_url, ReceiptHandle=receipt_handle)
+
+    def change_visibility(self, queue_url: str, receipt_handle: str, seconds: int) -> None:
+        """Make a received message visible again in ``seconds`` (0 to 43,200) instead of after the
+        queue's visibility timeout."""
+        timeout = max(0, min(MAX_VISIBILITY_SECONDS, int(seconds)))
+        self._call(
+            "change_message_visibility", QueueUrl=queue_url, ReceiptHandle=receipt_handle, VisibilityTimeout=timeout
+        )

@@ -8,9 +8,10 @@ Files (each refused if it exists)::
 
 template.yaml gets what its header comment lists under "Adding a job type": the Queue,
 DeadLetterQueue, their two QueuePolicies, LogGroup, Role and Function (after the last job type's
-function), the route in WORKERLESS_ROUTES, the queue in PollerFunctionRole's FanOut statement, the
-dead-letter queue as an event of DeadLetterFunction and in DeadLetterFunctionRole; plus its
-dead-letter and queue-age alarms and its Outputs. The edit is a ruamel.yaml round trip (comments, order, quoting
+function), the route in WORKERLESS_ROUTES, the queue in PollerFunctionRole's FanOut statement and in
+HeartbeatFunctionRole's SettleOwedReports statement, the dead-letter queue as an event of
+DeadLetterFunction and in DeadLetterFunctionRole; plus its dead-letter and queue-age alarms and its
+Outputs. The edit is a ruamel.yaml round trip (comments, order, quoting
 and CloudFormation short tags survive byte for byte; the template round-trips unchanged), so the
 diff is only the additions. Nothing is written unless every check passed.
 
@@ -432,9 +433,11 @@ def add_job_type(text: str, job_type: str) -> tuple[str, list[str]]:
     else:  # pragma: no cover - the shipped template uses !Sub
         data["Globals"]["Function"]["Environment"]["Variables"]["WORKERLESS_ROUTES"] = new_value
 
-    # 3. The poller may send to (and read the depth of) the new queue.
+    # 3. The poller may send to (and read the depth of) the new queue; the heartbeat may delete a
+    #    job message whose owed report it settled.
     for role_id, sid, suffix in (
         ("PollerFunctionRole", "FanOut", "Queue"),
+        ("HeartbeatFunctionRole", "SettleOwedReports", "Queue"),
         ("DeadLetterFunctionRole", "DeadLetterEventSources", "DeadLetterQueue"),
     ):
         if role_id not in resources:

@@ -8,7 +8,9 @@ Every emulator gets the same admin surface for free:
 - ``POST /_admin/faults``: queue injected faults ``{"method": "POST", "path": "/v1/jobs/activate",
   "status": 503, "headers": {"Retry-After": "1"}, "times": 1}`` or ``{"...", "drop": true}`` (close
   the connection without answering) or ``{"...", "delay": 2.5}`` (answer late); ``path`` is the
-  route pattern or a concrete path; ``DELETE /_admin/faults`` clears them.
+  route pattern or a concrete path; ``DELETE /_admin/faults`` clears them. With ``"from"`` and
+  ``"until"`` (the emulator's clock, epoch seconds) instead of ``times``, the fault is an outage:
+  every matching request in ``from <= now < until`` gets it (``times`` is ignored).
 
 Example:
     >>> router = Router()
@@ -28,7 +30,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -134,6 +136,14 @@ class _Fault:
     rate: float | None = None
     draw: random.Random = field(default_factory=random.Random)
 
+    #: An outage window on the router's clock: the fault answers every matching request inside it.
+    start: float | None = None
+    end: float | None = None
+
+    @property
+    def windowed(self) -> bool:
+        return self.start is not None or self.end is not None
+
     def answer(self) -> Response | None:
         """The injected answer (None: answer normally, or drop when ``drop``)."""
         if self.status is None:
@@ -146,11 +156,17 @@ class _Fault:
 
 
 class Router:
-    """Route table: ``(METHOD, "/path/{param}")`` → handler. Counts requests and holds faults."""
+    """Route table: ``(METHOD, "/path/{param}")`` → handler. Counts requests and holds faults.
 
-    def __init__(self) -> None:
+    ``clock`` is the emulator's clock (epoch seconds), which outage windows are measured on.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
         self._routes: list[tuple[str, str, re.Pattern[str], Handler]] = []
         self.stats: Counter[str] = Counter()
+        #: Requests answered by an outage window, per route pattern.
+        self.outage_hits: Counter[str] = Counter()
         self._faults: list[_Fault] = []
         self._lock = threading.Lock()
         self.route("GET", "/_admin/stats")(self._get_stats)
@@ -178,8 +194,19 @@ class Router:
         return any(regex.match(path) for _, _, regex, _ in self._routes)
 
     def take_fault(self, method: str, path: str, pattern: str) -> _Fault | None:
+        now = self.clock()
         with self._lock:
-            for fault in self._faults:
+            for fault in list(self._faults):
+                if fault.windowed:
+                    if fault.end is not None and now >= fault.end:
+                        self._faults.remove(fault)  # the outage is over
+                        continue
+                    if fault.start is not None and now < fault.start:
+                        continue  # not begun yet
+                    if fault.method in (method, "*") and fault.path in (path, pattern, "*"):
+                        self.outage_hits[pattern] += 1
+                        return fault
+                    continue
                 if fault.method in (method, "*") and fault.path in (path, pattern, "*"):
                     if fault.rate is not None:
                         if fault.draw.random() < fault.rate:
@@ -232,12 +259,28 @@ class Router:
                 after=bool(body.get("after", False)),
                 rate=rate,
                 draw=random.Random(body.get("seed")),
+                start=float(body["from"]) if body.get("from") is not None else None,
+                end=float(body["until"]) if body.get("until") is not None else None,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise HTTPProblem(400, "Bad Request", f"bad fault: {exc}") from None
+        self.add_fault(fault)
+        return json_response({"queued": True}, 201)
+
+    def add_fault(self, fault: _Fault) -> None:
+        """Queue ``fault`` (the admin API's POST, in process)."""
         with self._lock:
             self._faults.append(fault)
-        return json_response({"queued": True}, 201)
+
+    def add_outage(
+        self, paths: Sequence[str], *, start: float, end: float, status: int = 503, method: str = "*"
+    ) -> None:
+        """Answer every request to ``paths`` (route patterns or concrete paths) with ``status`` (no
+        Retry-After) while ``start <= clock() < end``: an engine outage on the emulator's clock."""
+        if end <= start:
+            raise ValueError("an outage must end after it starts")
+        for path in paths:
+            self.add_fault(_Fault(method=method.upper(), path=path, times=1, status=status, start=start, end=end))
 
     def _clear_faults(self, req: Request) -> Response:
         with self._lock:

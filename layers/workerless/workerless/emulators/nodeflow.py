@@ -210,7 +210,7 @@ class NodeFlowEmulator:
             self.api_key = None
             self.key_id, self.key_secret = self.create_service_account(worker_scopes, name="worker")
 
-        self.router = Router()
+        self.router = Router(clock=self.now)
         self._routes()
 
     # ------------------------------------------------------------------ common emulator shape

@@ -229,7 +229,7 @@ class SheptraEmulator:
         self._bucket = float(max(1.0, rate_limit or 1.0))
         self._bucket_at = self.now()
 
-        self.router = Router()
+        self.router = Router(clock=self.now)
         self._register_routes()
 
     # ------------------------------------------------------------------ clock, cells, credentials

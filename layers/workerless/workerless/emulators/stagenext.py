@@ -192,7 +192,7 @@ class StageNextEmulator:
         self._lock = threading.RLock()
         #: Every change of a stage's state, as it happens (workerless.emulators.watch).
         self.watch = StateWatch()
-        self.router = Router()
+        self.router = Router(clock=self.now)
         self._register_routes()
         self.reset(**options)
 

@@ -1,0 +1,57 @@
+"""Reporting a stored outcome to the engine: one path for the handler wrapper (first report, and the
+re-report of a redelivery) and for the heartbeat (the re-report of a report left owed).
+
+::
+
+    report (the retry policy, inside the caller's deadline)
+      accepted ─────────────► mark REPORTED                                   → settled
+      409 / lease lost ─────► mark REPORTED ("lease lost at report"): someone
+                              else has or finished the job                    → settled
+      over the engine's cap ► store a terminal failure naming the cap, report that instead
+      retryable, still ─────► nothing written                                 → still owed
+      any other final error ► propagates
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workerless import observability
+from workerless.errors import LeaseLostError, PayloadTooLargeError, RetryableEngineError
+from workerless.model import JobRef, Outcome
+from workerless.observability import logger
+from workerless.record import lease_of
+from workerless.retry import CALLS
+
+#: The lifecycle event of an accepted outcome, by kind.
+EVENTS = {"complete": "completed", "fail": "failed", "throw": "thrown"}
+
+
+def report_stored(ref: JobRef, outcome: Outcome, *, engine: Any, store: Any, deadline: float) -> bool:
+    """Report the stored ``outcome`` of ``ref`` and record that it landed. True when nothing more is
+    owed for it (accepted, or refused with "someone else has it"), False when the engine refused it
+    with a retryable error past the retry policy (the caller decides who tries again, and when).
+    A StoreError (recording the report) and any other final engine error propagate."""
+    lease = lease_of(ref, engine.lease_from)
+    try:
+        CALLS.call(lambda: engine.report(ref, outcome), deadline=deadline)
+    except LeaseLostError:
+        # 409: the lease lapsed and someone else has (or finished) the job. Not a failure.
+        logger.info("engine says someone else finished this job: result not applied", extra={"job_id": ref.job_id})
+        store.mark_reported(ref.key, note="lease lost at report", lease=lease)
+        observability.record(ref.job_type, "lease_lost", job_id=ref.job_id)
+        return True
+    except PayloadTooLargeError as exc:
+        replacement = Outcome.fail(
+            f"result is over the engine's cap of {exc.cap} bytes; job failed instead", retries=0, terminal=True
+        )
+        logger.error("result over the engine's cap: failing the job", extra={"job_id": ref.job_id, "cap": exc.cap})
+        store.replace_outcome(ref.key, replacement)
+        return report_stored(ref, replacement, engine=engine, store=store, deadline=deadline)
+    except RetryableEngineError as exc:
+        logger.warning("report not accepted yet", extra={"job_id": ref.job_id, "error": str(exc)})
+        return False
+    store.mark_reported(ref.key, lease=lease)
+    observability.record(ref.job_type, EVENTS[outcome.kind], job_id=ref.job_id)
+    logger.info("job reported", extra={"job_id": ref.job_id, "outcome": outcome.kind})
+    return True

@@ -1,0 +1,103 @@
+"""The handler's job-record writes run inside its deadline (issue 10, item 8): the result store is
+tried again until the Lambda's time is nearly up — not a fixed four times, each with botocore's four
+attempts (16 in all) whatever the time — and no AWS request, botocore's retries included, starts
+past that deadline, so the invocation returns its partial batch response instead of being killed
+(which would return the whole batch to the queue after its visibility timeout).
+
+On moto's SQS and DynamoDB with the in-memory engine.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from moto.core.exceptions import JsonRESTError
+from workerless import entrypoints, job_handler, runtime, testing
+from workerless.errors import StoreError
+from workerless.handler import AWS_MARGIN_SECONDS
+from workerless.record import Status
+from workerless.testing import FakeEngine
+
+from tests.functional.aws import Aws, FakeContext
+from tests.functional.pipeline import ROOT
+
+
+class InjectedServerError(JsonRESTError):
+    """What moto answers for the injected failure: HTTP 500 InternalServerError, which botocore's
+    standard retry mode retries (up to its 4 attempts, with backoff)."""
+
+    code = 500
+
+    def __init__(self) -> None:
+        super().__init__("InternalServerError", "injected by the test")
+
+
+def load_handler(job_type: str) -> Any:
+    return testing.load_handler(ROOT / "functions" / job_type / "app.py")
+
+
+def test_a_failing_result_store_is_tried_until_it_lands_not_four_times(
+    aws: Aws, engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GIVEN a job table that refuses the result store six times in a row (past botocore's retries)
+    and a Lambda with a minute left
+    THEN the handler keeps trying while it has time, the seventh try stores the result, and the job
+    is reported once: its run is not thrown away after four tries."""
+    job_id = engine.add_job("send-receipt", {"orderId": "9"})
+    entrypoints.poller({}, FakeContext())
+    store = runtime.get_store()
+    real = store.store_outcome
+    tries = {"n": 0}
+
+    def flaky_store(key: str, **kwargs: Any) -> Any:
+        tries["n"] += 1
+        if tries["n"] <= 6:
+            raise StoreError("DynamoDB update_item on the table failed: InternalServerError")
+        return real(key, **kwargs)
+
+    monkeypatch.setattr(store, "store_outcome", flaky_store)
+    event = aws.receive_event(aws.queues["send-receipt"])
+
+    response = load_handler("send-receipt")(event, FakeContext(remaining_ms=60_000))
+
+    assert response == {"batchItemFailures": []}
+    assert tries["n"] == 7
+    assert engine.jobs[job_id].state == "completed" and len(engine.reports[job_id]) == 1
+    record = store.get(f"fake#{job_id}#r3")
+    assert record is not None and record.status is Status.REPORTED
+
+
+def test_no_job_table_request_starts_after_the_handlers_deadline(
+    aws: Aws, engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GIVEN a Lambda with 2 s left, a handler that runs 1.2 s (past the handler's AWS deadline, 1 s
+    before the Lambda's timeout) and a job table whose every UpdateItem would answer 500 (botocore
+    retries each call 4 times, with backoff)
+    THEN not one UpdateItem attempt is sent: the store gives up at once, and the record is a batch
+    item failure of an invocation that returned in time — redelivered, never lost. (Before, the
+    store made 4 tries of 4 attempts each, all of them after the deadline.)"""
+    from moto.dynamodb.models import DynamoDBBackend
+
+    job_id = engine.add_job("send-receipt", {"orderId": "9"})
+    entrypoints.poller({}, FakeContext())
+    attempts: list[float] = []
+
+    def failing_update(self: Any, *args: Any, **kwargs: Any) -> Any:
+        attempts.append(time.monotonic())
+        raise InjectedServerError()
+
+    monkeypatch.setattr(DynamoDBBackend, "update_item", failing_update)
+    remaining = 2.0
+    assert remaining - AWS_MARGIN_SECONDS < 1.2, "the run ends after the handler's AWS deadline"
+    slow = job_handler("send-receipt")(lambda job: time.sleep(1.2) or {"receiptSent": True})
+    event = aws.receive_event(aws.queues["send-receipt"])
+
+    response = slow(event, FakeContext(remaining_ms=int(remaining * 1000)))
+
+    assert [f["itemIdentifier"] for f in response["batchItemFailures"]] == [event["Records"][0]["messageId"]]
+    assert attempts == [], f"{len(attempts)} UpdateItem attempts were sent after the deadline"
+    assert job_id not in engine.reports
+    record = runtime.get_store().get(f"fake#{job_id}#r3")
+    assert record is not None and record.status is Status.CLAIMED, "the claim stands until it expires"
