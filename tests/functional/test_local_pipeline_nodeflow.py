@@ -302,7 +302,7 @@ def test_a_terminal_failure_has_its_stack_in_the_task_log_before_it_is_reported(
     emulator, url = serve()
     task_id = emulator.create_job("charge-payment", {"orderId": "bad", "amount": 0}, retries=3)
 
-    with topology(write_env(tmp_path, emulator, url), visibility_seconds=5) as topo:
+    with topology(write_env(tmp_path, emulator, url), job_visibility_seconds=10) as topo:
         wait_final(topo, emulator.job_state, [task_id], 20)
 
     state = emulator.task_state(task_id)
