@@ -28,9 +28,10 @@ ACQUIRE = "/stages/{stageId}/lease/acquire"
 def test_under_a_flaky_stagenext_every_stage_is_delivered_once_and_the_run_goes_idle(tmp_path: Path) -> None:
     """GIVEN lease acquire answered with a truncated 200 and an empty 200 after taking effect, acks
     answered 502 (HTML) and 429, and an ack whose connection drops after it landed
-    WHEN template.yaml's topology runs ten stages, with the job queues' visibility at 300 s
+    WHEN template.yaml's topology runs ten stages, with the job queues' visibility at 120 s (the
+    handler timeout's maximum, which the visibility may not be under)
     THEN every stage completes on its one execution and one delivery (no gateway redelivery), every
-    job queue drains, and the run goes idle — a message failed for nothing would hold it for 300 s."""
+    job queue drains, and the run goes idle — a message failed for nothing would hold it for 120 s."""
     emu = stagenext.create(lease_seconds=10)  # the gateway's visibility timeout: the seed's 60 s
     server = emu.serve(port=0)
     try:
@@ -49,11 +50,12 @@ def test_under_a_flaky_stagenext_every_stage_is_delivered_once_and_the_run_goes_
         kinds = ["charge-payment", "send-receipt"]
         ids = [emu.create_job(kinds[i % 2], {"orderId": f"o{i}", "amount": 5 + i}) for i in range(10)]
 
-        with topology(env_file, job_visibility_seconds=300) as topo:
+        with topology(env_file, job_visibility_seconds=120) as topo:
             wait_final(topo, emu.job_state, ids, 60)
-            # Generous: idle comes seconds after the last job; a message failed for nothing keeps
-            # its queue busy for the 300 s visibility timeout, far past this.
-            topo.run_until_idle(idle_seconds=3, max_seconds=120)
+            # Idle comes seconds after the last job. A message failed for nothing keeps its queue busy
+            # for the 120 s visibility timeout from its failure, which came at most wait_final's 60 s
+            # before this wait: at least 60 s more, past this limit.
+            topo.run_until_idle(idle_seconds=3, max_seconds=45)
             depths = topo.queue_depths()
     finally:
         server.stop()

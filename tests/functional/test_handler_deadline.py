@@ -72,8 +72,8 @@ def test_a_failing_result_store_is_tried_until_it_lands_not_four_times(
 def test_no_job_table_request_starts_after_the_handlers_deadline(
     aws: Aws, engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """GIVEN a Lambda with 2 s left, a handler that runs 1.2 s (past the handler's AWS deadline, 1 s
-    before the Lambda's timeout) and a job table whose every UpdateItem would answer 500 (botocore
+    """GIVEN a Lambda with 3 s left, a handler that runs 2.9 s (past the handler's AWS deadline, a
+    quarter second before the Lambda's timeout) and a job table whose every UpdateItem would answer 500 (botocore
     retries each call 4 times, with backoff)
     THEN not one UpdateItem attempt is sent: the store gives up at once, and the record is a batch
     item failure of an invocation that returned in time — redelivered, never lost. (Before, the
@@ -89,9 +89,9 @@ def test_no_job_table_request_starts_after_the_handlers_deadline(
         raise InjectedServerError()
 
     monkeypatch.setattr(DynamoDBBackend, "update_item", failing_update)
-    remaining = 2.0
-    assert remaining - AWS_MARGIN_SECONDS < 1.2, "the run ends after the handler's AWS deadline"
-    slow = job_handler("send-receipt")(lambda job: time.sleep(1.2) or {"receiptSent": True})
+    remaining, run_seconds = 3.0, 2.9
+    assert remaining - AWS_MARGIN_SECONDS < run_seconds, "the run ends after the handler's AWS deadline"
+    slow = job_handler("send-receipt")(lambda job: time.sleep(run_seconds) or {"receiptSent": True})
     event = aws.receive_event(aws.queues["send-receipt"])
 
     response = slow(event, FakeContext(remaining_ms=int(remaining * 1000)))

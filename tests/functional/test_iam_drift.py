@@ -7,8 +7,10 @@ deployed. Each scenario takes the failure paths that make the rarer calls, on pu
 - a charge that can never succeed (a terminal failure is reported);
 - a report that runs past a lease, whose first lease extension is refused (409: the heartbeat marks
   the job lost, the handler's lease check sees it, the engine hands the job out again);
-- a receipt whose report fails for two whole deliveries (MaxReceiveCount 2): dead-lettered, the
-  dead-letter function re-reports the stored result;
+- a charge, a receipt and a report whose report is refused past the handler's quick retries (an
+  engine outage): the heartbeat re-sends each and deletes its job message (one per job queue);
+- a heartbeat ticket SQS refuses to carry on (the test refuses the heartbeat's first two sends to
+  its own queue): the failed ticket's message is made visible again in a third of a lease;
 - StageNext: a stage whose lease acquire fails every try (the claim is given back: issue 10, 2.1);
 - a job activated outside the topology and put straight into a dead-letter queue, as SQS's redrive
   puts a message whose handler never claimed it: the dead-letter function fails it at the engine
@@ -37,11 +39,13 @@ from typing import Any
 import httpx
 import pytest
 from workerless import cli, observability
+from workerless.aws.sqs import QueueError, Queues
 from workerless.engines import build_engine
 from workerless.local import LocalTopology
 from workerless.local.iam.enforce import Grant, Refusal
 from workerless.local.iam.policy import action_matches, resource_matches
 from workerless.local.iam.roles import FunctionRole
+from workerless.local.loop import current_scope
 from workerless.model import Demand
 from workerless.settings import parse_env_text
 
@@ -87,7 +91,28 @@ def _activate_one(engine: str, env_file: Path, job_type: str) -> str:
     return activated[0].to_message()
 
 
-def _scenario(engine: str, tmp: Path) -> Run:
+class _RefuseHeartbeatTickets:
+    """The heartbeat's first ``times`` sends to its own queue refused, as SQS refusing them would be:
+    :meth:`install` puts :meth:`send` in place of ``Queues.send``."""
+
+    def __init__(self, times: int) -> None:
+        self.left = times
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        original = Queues.send
+
+        def send(queues: Queues, queue_url: str, body: Any, *, delay_seconds: int = 0) -> None:
+            scope = current_scope()
+            heartbeat = scope is not None and scope.function_id == "HeartbeatFunction"
+            if self.left and heartbeat and "Heartbeat" in queue_url:
+                self.left -= 1
+                raise QueueError("SQS send_message failed: InternalError (refused by the test)")
+            original(queues, queue_url, body, delay_seconds=delay_seconds)
+
+        monkeypatch.setattr(Queues, "send", send)
+
+
+def _scenario(engine: str, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
     module = cli.load_emulator_module(engine)
     emulator = module.create(lease_seconds=5) if engine == "stagenext" else cli.create_emulator(module, auth=None)
     server = emulator.serve(port=0)
@@ -112,22 +137,29 @@ def _scenario(engine: str, tmp: Path) -> Run:
         # Longer than a lease: it cannot finish before the heartbeat's first extension.
         report = create("generate-report", {"seconds": 6})
         jobs = [charge, declined, receipt, report]
-        # Each try of the receipt's report, twice over (CALLS tries 4 times a delivery, MaxReceiveCount
-        # 2): its message may be dead-lettered with a stored result. The report's first extension: 409.
+        # Every try of one delivery's report (the retry policy tries 4 times) of a job of each type:
+        # each report is left owed, for the heartbeat. The report's first extension: 409.
+        owed = [charge, receipt, report]
         if engine == "sheptra":
             base = f"/cells/{emulator.cell}/v1/jobs"
-            _fault(server.url, f"{base}/{receipt}/complete", status=503, times=8)
+            for job in owed:
+                _fault(server.url, f"{base}/{job}/complete", status=503, times=4)
             _fault(server.url, f"{base}/{report}/extend-lease", status=409, times=1)
         elif engine == "nodeflow":
             base = "/v1/ns/default/tasks"
-            _fault(server.url, f"{base}/{receipt}/report", status=503, times=8)
+            for job in owed:
+                _fault(server.url, f"{base}/{job}/report", status=503, times=4)
             _fault(server.url, f"{base}/{report}/heartbeat", status=409, times=1)
         else:
             acquire_fails = create("send-receipt", {"orderId": "o4"}, retries=3)
             jobs.append(acquire_fails)
-            _fault(server.url, f"/stages/{receipt}/result", status=503, times=8)
+            for job in owed:
+                _fault(server.url, f"/stages/{job}/result", status=503, times=4)
             _fault(server.url, f"/stages/{report}/lease/renew", status=409, times=1)
             _fault(server.url, f"/stages/{acquire_fails}/lease/acquire", status=503, times=4)
+        # The heartbeat's send and its one retry, for one ticket.
+        refuse = _RefuseHeartbeatTickets(times=2)
+        refuse.install(monkeypatch)
 
         def state(job_id: str) -> str:
             return str(emulator.job_state(job_id)["state"])
@@ -151,11 +183,22 @@ def _scenario(engine: str, tmp: Path) -> Run:
             topo.client("sqs").send_message(
                 QueueUrl=topo.queue_url("ChargePaymentDeadLetterQueue"), MessageBody=dead_message
             )
+
+            def job_queues_empty() -> bool:
+                depths = topo.queue_depths()
+                return all(
+                    depths[q].visible + depths[q].in_flight == 0
+                    for q in ("ChargePaymentQueue", "SendReceiptQueue", "GenerateReportQueue")
+                )
+
             topo.run_until(
                 lambda: (
                     all(state(j) in FINAL for j in jobs)
                     and ("dead_lettered", dead) in seen
                     and any(event == "lease_lost" and job == report for event, job in seen)
+                    and all(("report_owed", j) in seen for j in owed)
+                    and refuse.left == 0
+                    and job_queues_empty()
                 ),
                 max_seconds=SCENARIO_SECONDS,
             )
@@ -171,6 +214,9 @@ def _scenario(engine: str, tmp: Path) -> Run:
                 paths={
                     "dead letter settled": ("dead_lettered", dead) in seen,
                     "heartbeat lease lost": any(e == "lease_lost" and j == report for e, j in seen),
+                    "reports owed, settled by the heartbeat": all(("report_owed", j) in seen for j in owed)
+                    and job_queues_empty(),
+                    "a heartbeat ticket refused": refuse.left == 0,
                 },
             )
     finally:
@@ -181,7 +227,11 @@ def _scenario(engine: str, tmp: Path) -> Run:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
     tmp = tmp_path_factory.mktemp("iam-drift")
-    return {engine: _scenario(engine, tmp) for engine in ENGINES}
+    found = {}
+    for engine in ENGINES:
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            found[engine] = _scenario(engine, tmp, monkeypatch)
+    return found
 
 
 @pytest.mark.parametrize("engine", ENGINES)

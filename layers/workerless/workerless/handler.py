@@ -61,8 +61,11 @@ LambdaHandler = Callable[[dict[str, Any], Any], dict[str, Any]]
 #: Time kept back from the Lambda's remaining time for storing and reporting after the run.
 REPORT_MARGIN_SECONDS = 5.0
 #: No AWS call (nor a botocore retry of one) starts later than this before the Lambda's timeout:
-#: Lambda would kill it mid-call.
-AWS_MARGIN_SECONDS = 1.0
+#: what the guard prevents is a retry loop or botocore's backoff carrying the invocation past its
+#: timeout, where Lambda kills it before it returns its partial batch response. A quarter second is
+#: time enough to return; a longer margin refuses the one write that matters most, the store of a
+#: run that finished late (a DynamoDB write takes milliseconds), and its job is then run again.
+AWS_MARGIN_SECONDS = 0.25
 #: The pause between tries at a job-record write (times the attempt number, at most the maximum):
 #: a failed store is tried again until the AWS deadline, not a fixed number of times.
 STORE_RETRY_SECONDS = 0.2
