@@ -33,13 +33,18 @@ demo: venv
 # Everything, slow tests included (the layer build, the pipeline and chaos runs, the docs' commands):
 # under 15 minutes on 2 cores. The layer test needs a CPython 3.12 (found as layers/workerless/Makefile
 # finds it) and installs the Lambda runtime's boto3 for it into .cache/ on first use.
+# The pipeline tests spend most of their time waiting (leases, visibility timeouts, emulator clocks),
+# not computing: pytest-xdist runs them in TEST_WORKERS processes (loadgroup keeps each module whose
+# one expensive run serves all its tests on one worker). TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= 4
+PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 test: venv sam-venv
-	WORKERLESS_SAM=$(abspath $(SAM)) $(PY) -m pytest -q
+	WORKERLESS_SAM=$(abspath $(SAM)) $(PY) -m pytest -q $(PYTEST_PARALLEL)
 
 # The inner loop: every test not marked slow (@pytest.mark.slow), in under two minutes on an idle
 # 2-core machine. Run `make test` before you submit.
 test-fast: venv sam-venv
-	WORKERLESS_SAM=$(abspath $(SAM)) $(PY) -m pytest -q -m "not slow"
+	WORKERLESS_SAM=$(abspath $(SAM)) $(PY) -m pytest -q -m "not slow" $(PYTEST_PARALLEL)
 
 # A benchmark, not a test (nothing in `make test` asserts on a time): writes bench/results.json,
 # bench/RESULTS.md and bench/results.png in under 10 minutes. The plot needs matplotlib.

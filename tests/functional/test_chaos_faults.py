@@ -18,7 +18,8 @@ from workerless.chaos.plan import Fault, FaultPlan
 from workerless.chaos.run import RunConfig, RunResult, run
 
 #: Runs the topology for seconds to minutes: `make test` runs it, `make test-fast` does not.
-pytestmark = pytest.mark.slow
+# One expensive module-scoped run serves every test here: under pytest-xdist they share a worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("chaos-faults")]
 
 ROOT = Path(__file__).resolve().parents[2]
 LEASE = 5
