@@ -345,13 +345,7 @@ class Poller:
         report.released += 1
         observability.record(job.ref.job_type, "released", job_id=job.ref.job_id)
         logger.warning("handing the job back to the engine", extra={"job_id": job.ref.job_id, "reason": reason})
-        try:
-            CALLS.call(lambda: self.engine.release(job, reason), deadline=deadline)
-        except EngineError as exc:
-            logger.error(
-                "could not hand the job back; it returns when its lease lapses",
-                extra={"job_id": job.ref.job_id, "error": str(exc)},
-            )
+        self._release(job, reason, deadline=deadline)
 
     def _fail_for_good(self, job: ActivatedJob, reason: str, report: PollReport, *, deadline: float) -> None:
         """Fail a job that can never be queued, with the reason (no retries: it would only come back
@@ -391,11 +385,16 @@ class Poller:
     def _requeue(self, job: ActivatedJob, reason: str, *, deadline: float) -> None:
         """Hand a begin-leased delivery back to the broker (StageNext ack requeue:true)."""
         logger.error("handing the delivery back", extra={"job_id": job.ref.job_id, "reason": reason})
+        self._release(job, reason, deadline=deadline)
+
+    def _release(self, job: ActivatedJob, reason: str, *, deadline: float) -> None:
+        """``Engine.release`` under the retry policy; giving up is logged: the job then returns when
+        its lease lapses (StageNext: when the gateway's visibility timeout requeues the delivery)."""
         try:
             CALLS.call(lambda: self.engine.release(job, reason), deadline=deadline)
         except EngineError as exc:
             logger.error(
-                "could not hand the delivery back; the gateway requeues it after its visibility timeout",
+                "could not hand the job back; it returns when its lease (or the gateway's visibility) lapses",
                 extra={"job_id": job.ref.job_id, "error": str(exc)},
             )
 
