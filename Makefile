@@ -34,10 +34,12 @@ demo: venv
 # under 15 minutes on 2 cores. The layer test needs a CPython 3.12 (found as layers/workerless/Makefile
 # finds it) and installs the Lambda runtime's boto3 for it into .cache/ on first use.
 # The pipeline tests spend most of their time waiting (leases, visibility timeouts, emulator clocks),
-# not computing: pytest-xdist runs them in TEST_WORKERS processes (loadgroup keeps each module whose
-# one expensive run serves all its tests on one worker). TEST_WORKERS=0 runs them in this process.
+# not computing: pytest-xdist runs them in TEST_WORKERS processes, a whole file per worker (loadfile:
+# a module whose one expensive run serves all its tests stays on one worker; loadgroup would be
+# finer, but pytest 9.2 no longer honours its groups, pytest-dev/pytest-xdist#1386).
+# TEST_WORKERS=0 runs everything in this process.
 TEST_WORKERS ?= 4
-PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 test: venv sam-venv
 	WORKERLESS_SAM=$(abspath $(SAM)) $(PY) -m pytest -q $(PYTEST_PARALLEL)
 

@@ -18,8 +18,7 @@ from workerless.chaos.plan import Fault, FaultPlan
 from workerless.chaos.run import RunConfig, RunResult, run
 
 #: Runs the topology for seconds to minutes: `make test` runs it, `make test-fast` does not.
-# One expensive module-scoped run serves every test here: under pytest-xdist they share a worker.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("chaos-faults")]
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 LEASE = 5

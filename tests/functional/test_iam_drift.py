@@ -51,8 +51,7 @@ from workerless.settings import parse_env_text
 
 from tests.functional.pipeline import FINAL, TEMPLATE, job_timings
 
-# One expensive module-scoped run serves every test here: under pytest-xdist they share a worker.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("iam-drift")]
+pytestmark = pytest.mark.slow
 
 ENGINES = ("sheptra", "nodeflow", "stagenext")
 #: Each scenario settles in about 20 s here; the bound keeps three of them inside the test timeout.

@@ -40,8 +40,7 @@ TIMEOUT = 600
 #: Local mode, emulators and developer tools: shipped in the package, never imported by a Lambda.
 DEVELOPMENT_ONLY = ("local", "chaos", "emulators", "testing", "devtools", "cli")
 
-# One expensive module-scoped run serves every test here: under pytest-xdist they share a worker.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("layer-artifact")]
+pytestmark = pytest.mark.slow
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """MaxInFlight is a bound at every moment: template.yaml's topology in local mode, at the template's
-defaults (MaxInFlight 10 per job type, the 20 s tick, the 1-minute watchdog fired every 5 s locally,
-the 20 s poll budget and its relays), runs a backlog through each engine's emulator, and the
+defaults (MaxInFlight 10 per job type, the 20 s tick, the 1-minute watchdog, the 20 s poll budget
+and its relays), runs a backlog through each engine's emulator, and the
 emulator's state watch counts, at every change of any job's state, the jobs of each type leased
 and not yet final. No sampling: a peak of a few milliseconds is seen as surely as a long one.
 
@@ -86,17 +86,17 @@ def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any
 
 
 @pytest.mark.timeout(GIVE_UP_SECONDS + 300)
-@pytest.mark.parametrize(
-    ("served", "jobs"),
-    [("sheptra", 1000), ("nodeflow", 300), ("stagenext", 300)],
-    indirect=["served"],
-    ids=["sheptra-1000", "nodeflow-300", "stagenext-300"],
-)
+@pytest.mark.parametrize(("served", "jobs"), [("sheptra", 1000)], indirect=["served"], ids=["sheptra-1000"])
 def test_no_more_than_max_in_flight_jobs_of_a_type_are_ever_leased_at_once(served: tuple[Any, Path], jobs: int) -> None:
     """GIVEN a backlog of jobs of the three example types and the template as written
     WHEN local mode runs it to the end
     THEN at no change of any job's state were more than MaxInFlight jobs of one type leased and not
-    yet final, and every job completed."""
+    yet final, and every job completed. (The other engines, with smaller backlogs: in
+    test_max_in_flight_other_engines.py, a file of its own so that pytest-xdist runs it beside this.)"""
+    check_max_in_flight(served, jobs)
+
+
+def check_max_in_flight(served: tuple[Any, Path], jobs: int) -> None:
     emulator, env_file = served
     peak = LeasedPeak()
     finals = Finals(jobs)
