@@ -85,7 +85,14 @@ def _runtime_packages(python312: str) -> Path:
                 str(pins),
             ]
         )
-        os.replace(staging, target)
+        try:
+            os.replace(staging, target)
+        except OSError:
+            # Another session installed the same pins meanwhile (its directory is complete: it too
+            # was renamed into place whole); keep that one.
+            if not target.is_dir():
+                raise
+            shutil.rmtree(staging, ignore_errors=True)
     return target
 
 
