@@ -63,8 +63,12 @@ class VirtualClock:
 
 @contextlib.contextmanager
 def patched_time(clock: VirtualClock) -> Iterator[None]:
-    """Make every ``time.time()`` in the process read the virtual clock (the pipeline, the emulators)."""
+    """Make every ``time.time()`` in the process read the virtual clock (the pipeline, the emulators).
+    Re-entrant: inside a block already reading ``clock`` it changes nothing."""
     real = time.time
+    if real is clock:
+        yield
+        return
     time.time = clock  # type: ignore[assignment]
     try:
         yield
@@ -164,7 +168,12 @@ class Pipeline:
         sqs_client: Any = None,
         dynamodb_client: Any = None,
         virtual_poller: bool = False,
+        sqs_lag_seconds: float = 0.0,
     ) -> None:
+        """``sqs_lag_seconds``: WORKERLESS_SQS_LAG_SECONDS, how long the poller counts what it sent as
+        in flight on top of SQS's count. 0 by default: the fakes (and moto) count exactly. A driver
+        that moves the virtual clock as a deployment would (the virtual poller's stream) passes the
+        deployed value."""
         self.engine_name = engine
         self.clock = clock or VirtualClock()
         self.meter = Meter()
@@ -186,6 +195,7 @@ class Pipeline:
             "WORKERLESS_TICK_SECONDS": str(tick_seconds),
             "WORKERLESS_LEASE_SECONDS": str(lease_seconds),
             "WORKERLESS_POLL_BUDGET_SECONDS": str(poll_budget_seconds),
+            "WORKERLESS_SQS_LAG_SECONDS": str(sqs_lag_seconds),
             "POWERTOOLS_SERVICE_NAME": "workerless",
         }
         self._handler_fns = handlers
