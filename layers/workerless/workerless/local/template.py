@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Mapping
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from workerless.errors import ConfigurationError
+from workerless.local.extensions import ExtensionError, expand_language_extensions
 
 REGION = "us-east-1"
 ACCOUNT_ID = "123456789012"
@@ -52,6 +54,7 @@ SUPPORTED_INTRINSICS = (
     "Fn::FindInMap",
     "Fn::Base64",
     "Fn::ToJsonString",
+    "Fn::Length",
     "Condition",
 )
 _NO_VALUE = object()
@@ -323,9 +326,16 @@ def rate_seconds(expression: str) -> float | None:
 
 class _Resolver:
     def __init__(self, data: Mapping[str, Any], *, base_dir: Path, parameters: Mapping[str, str], stack_name: str):
-        self.data = data
         self.base_dir = base_dir
         self.stack_name = stack_name
+        self.unset: list[str] = []
+        self.params = self._parameters(data.get("Parameters") or {}, parameters)
+        # CloudFormation expands AWS::LanguageExtensions (Fn::ForEach, ...) before anything else.
+        try:
+            data = expand_language_extensions(data, self.params)
+        except ExtensionError as exc:
+            raise TemplateError(str(exc)) from None
+        self.data = data
         resources = data.get("Resources")
         if not isinstance(resources, dict) or not resources:
             raise TemplateError("the template has no Resources")
@@ -336,8 +346,6 @@ class _Resolver:
         self.mappings: dict[str, Any] = data.get("Mappings") or {}
         self.condition_defs: dict[str, Any] = data.get("Conditions") or {}
         self.condition_values: dict[str, bool] = {}
-        self.unset: list[str] = []
-        self.params = self._parameters(data.get("Parameters") or {}, parameters)
 
     # -- parameters and conditions --------------------------------------------------------------
 
@@ -508,11 +516,21 @@ class _Resolver:
             results = [bool(self.resolve(item, where)) for item in arg]
             return all(results) if name == "Fn::And" else any(results)
         if name == "Fn::FindInMap":
+            default = _NO_VALUE
+            if isinstance(arg, list) and len(arg) == 4 and isinstance(arg[3], dict) and set(arg[3]) == {"DefaultValue"}:
+                arg, default = arg[:3], arg[3]["DefaultValue"]
             args = [self.resolve(a, where) for a in self._args(name, arg, 3, where)]
             try:
-                return self.mappings[str(args[0])][str(args[1])][str(args[2])]
+                return self.mappings[_scalar_text(args[0])][_scalar_text(args[1])][_scalar_text(args[2])]
             except (KeyError, TypeError):
+                if default is not _NO_VALUE:
+                    return self.resolve(default, where)
                 raise TemplateError(f"{where}: !FindInMap {args[0]}/{args[1]}/{args[2]} is not in Mappings") from None
+        if name == "Fn::Length":
+            items = self.resolve(arg, where)
+            if not isinstance(items, list):
+                raise TemplateError(f"{where}: !Length needs a list")
+            return len(items)
         if name == "Fn::Base64":
             import base64
 
@@ -572,6 +590,7 @@ class _Resolver:
             self._table(lid, r) for lid, r in self.resources.items() if r["Type"] in TABLE_TYPES and self.included(lid)
         ]
         arn_to_queue = {q.arn: q.logical_id for q in queues}
+        mappings = self._event_source_mappings(arn_to_queue)
         functions = []
         for lid, resource in self.resources.items():
             if resource["Type"] not in FUNCTION_TYPES or not self.included(lid):
@@ -579,7 +598,15 @@ class _Resolver:
             props = resource.get("Properties") or {}
             if resource["Type"] == "AWS::Serverless::Function":
                 props = _merge_globals(globals_function, props)
-            functions.append(self._function(lid, props, arn_to_queue))
+            spec = self._function(lid, props, arn_to_queue)
+            extra = [event for target, event in mappings if target in (spec.function_name, spec.arn)]
+            if extra:
+                spec = dataclasses.replace(spec, sqs_events=(*spec.sqs_events, *extra))
+            functions.append(spec)
+        known = {name for f in functions for name in (f.function_name, f.arn)}
+        for target, event in mappings:
+            if target not in known:
+                raise TemplateError(f"{event.name}.FunctionName: {target!r} is not a function of this template")
         return LocalTemplate(
             path=path,
             parameters=dict(self.params),
@@ -588,6 +615,31 @@ class _Resolver:
             tables=tuple(tables),
             unset_parameters=tuple(self.unset),
         )
+
+    def _event_source_mappings(self, arn_to_queue: Mapping[str, str]) -> list[tuple[str, SqsEventSpec]]:
+        """The template's own AWS::Lambda::EventSourceMapping resources: (function name or ARN, event)."""
+        found: list[tuple[str, SqsEventSpec]] = []
+        for lid, resource in self.resources.items():
+            if resource["Type"] != "AWS::Lambda::EventSourceMapping" or not self.included(lid):
+                continue
+            props = self.resolve(resource.get("Properties") or {}, f"{lid}.Properties")
+            source = str(props.get("EventSourceArn", ""))
+            queue_id = arn_to_queue.get(source)
+            if queue_id is None:
+                raise TemplateError(f"{lid}.EventSourceArn: {source!r} is not a queue of this template")
+            scaling = props.get("ScalingConfig") or {}
+            concurrency = scaling.get("MaximumConcurrency")
+            event = SqsEventSpec(
+                name=lid,
+                queue_id=queue_id,
+                batch_size=_int(props.get("BatchSize", 10), f"{lid}.BatchSize"),
+                batching_window_seconds=float(props.get("MaximumBatchingWindowInSeconds", 0) or 0),
+                maximum_concurrency=_int(concurrency, f"{lid}.ScalingConfig") if concurrency else None,
+                report_batch_item_failures="ReportBatchItemFailures" in (props.get("FunctionResponseTypes") or []),
+                enabled=_truthy(props.get("Enabled", True)),
+            )
+            found.append((str(props.get("FunctionName", "")), event))
+        return found
 
     def _queue(self, lid: str, props: Mapping[str, Any]) -> QueueSpec:
         def number(key: str, default: int | None) -> int | None:
@@ -756,6 +808,8 @@ def _check_override(name: str, value: str, decl: Mapping[str, Any]) -> None:
 
 def _merge_globals(globals_value: Any, own: Any) -> Any:
     """SAM's Globals rule: maps merge (the function's keys win), lists append, scalars: the function's."""
+    if _is_intrinsic(globals_value) or _is_intrinsic(own):
+        return own  # SAM treats an intrinsic function as a scalar: the function's own value wins
     if isinstance(globals_value, dict) and isinstance(own, dict):
         merged = dict(globals_value)
         for key, value in own.items():
@@ -764,6 +818,13 @@ def _merge_globals(globals_value: Any, own: Any) -> Any:
     if isinstance(globals_value, list) and isinstance(own, list):
         return [*globals_value, *own]
     return own
+
+
+def _is_intrinsic(value: Any) -> bool:
+    if not isinstance(value, dict) or len(value) != 1:
+        return False
+    (key,) = value
+    return key in ("Ref", "Condition") or str(key).startswith("Fn::")
 
 
 def _scalar_text(value: Any) -> str:

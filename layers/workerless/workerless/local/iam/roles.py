@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from workerless.local.extensions import ExtensionError, expand_language_extensions
 from workerless.local.iam.managed import MANAGED_POLICIES, managed_policy
 from workerless.local.iam.policy import Decision, PolicyError, Statement, evaluate, parse_statements
 from workerless.local.template import (
@@ -89,6 +90,11 @@ def render_roles(
         if k not in template.unset_parameters
     }
     values.update(parameters or {})
+    # CloudFormation expands AWS::LanguageExtensions (Fn::ForEach, ...) before the SAM transform.
+    try:
+        source = expand_language_extensions(source, values)
+    except ExtensionError as exc:
+        raise TemplateError(str(exc)) from None
     translated = translate(source, values)
     resolve = intrinsic_resolver(translated, parameters=values, stack_name=stack_name)
     resources: dict[str, Any] = translated.get("Resources") or {}
