@@ -24,6 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from workerless.devtools.scaffold import stem, template_job_types
+from workerless.local.extensions import expand_language_extensions
+from workerless.local.template import parse_template_text
 from workerless.model import ActivatedJob
 from workerless.ticket import Ticket
 
@@ -31,22 +34,24 @@ ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"
 SUBPROCESS_TIMEOUT = 120
 
-#: Job type (directory under functions/) -> logical-ID stem, as the contract spells them.
-JOB_TYPES = {"charge-payment": "ChargePayment", "send-receipt": "SendReceipt", "generate-report": "GenerateReport"}
+#: Job type (directory under functions/) -> logical-ID stem (&{JobType}), read from the template's
+#: route loop: a scaffolded type is checked like the examples.
+JOB_TYPES = {t: stem(t) for t in template_job_types(TEMPLATE.read_text(encoding="utf-8"))}
 LIBRARY_FUNCTIONS = {"PollerFunction": "poller", "HeartbeatFunction": "heartbeat", "DeadLetterFunction": "deadletter"}
 ALL_FUNCTIONS = {**LIBRARY_FUNCTIONS, **{f"{c}Function": t for t, c in JOB_TYPES.items()}}
 
 # Run by .venv-sam's python: the same translator `sam validate` and CloudFormation use, fed the
-# template with local code paths replaced by S3 locations (the translator accepts only those).
+# template after AWS::LanguageExtensions (expanded by local mode's expander, which keeps every Ref
+# as CloudFormation's transform does; test_template_expansion.py holds it to SAM CLI's own) with
+# local code paths replaced by S3 locations (the translator accepts only those).
 TRANSLATE = r"""
 import json, sys
 from boto3.session import Session
-from samcli.yamlhelper import yaml_parse
 from samtranslator.parser.parser import Parser
 from samtranslator.translator.translator import Translator
 
 with open(sys.argv[1], encoding="utf-8") as fh:
-    source = yaml_parse(fh.read())
+    source = json.load(fh)
 template = json.loads(json.dumps(source))
 for resource in template.get("Resources", {}).values():
     props = resource.setdefault("Properties", {})
@@ -122,9 +127,12 @@ def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[st
 
 
 @pytest.fixture(scope="module")
-def rendered(offline_env: dict[str, str]) -> dict[str, Any]:
+def rendered(offline_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     sam = _sam_path()
-    result = _run([str(_sam_python(sam)), "-c", TRANSLATE, str(TEMPLATE)], offline_env)
+    source = parse_template_text(TEMPLATE.read_text(encoding="utf-8"), source=str(TEMPLATE))
+    expanded = tmp_path_factory.mktemp("expanded") / "template.json"
+    expanded.write_text(json.dumps(expand_language_extensions(source, {})), encoding="utf-8")
+    result = _run([str(_sam_python(sam)), "-c", TRANSLATE, str(expanded)], offline_env)
     assert result.returncode == 0, f"SAM translation failed:\n{result.stderr}"
     data: dict[str, Any] = json.loads(result.stdout)
     return data
@@ -164,10 +172,18 @@ def _logical_id(ref: Any) -> str:
 
 
 def _role_of(cfn: dict[str, Any], function: str) -> dict[str, Any]:
-    role_ref = cfn["Resources"][function]["Properties"]["Role"]
-    role: dict[str, Any] = cfn["Resources"][_logical_id(role_ref)]
+    """The function's role, with the AWS::IAM::Policy resources attached to it (a route's grants to
+    the shared functions) among its Policies."""
+    role_id = _logical_id(cfn["Resources"][function]["Properties"]["Role"])
+    role: dict[str, Any] = cfn["Resources"][role_id]
     assert role["Type"] == "AWS::IAM::Role"
-    return role
+    attached = [
+        r["Properties"]
+        for r in _resources(cfn, "AWS::IAM::Policy").values()
+        if {"Ref": role_id} in r["Properties"]["Roles"]
+    ]
+    properties = {**role["Properties"], "Policies": [*role["Properties"].get("Policies", []), *attached]}
+    return {**role, "Properties": properties}
 
 
 def _statements(role: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -356,7 +372,8 @@ def test_heartbeat_may_only_delete_job_messages_and_requeue_its_own_tickets(cfn:
     for statement in _statements(_role_of(cfn, "HeartbeatFunction")):
         targets = {_logical_id(r) for r in _as_list(statement["Resource"])}
         if targets & route_queues:
-            assert targets == route_queues and _as_list(statement["Action"]) == ["sqs:DeleteMessage"], statement
+            # One statement per route (its HeartbeatPolicy), delete only.
+            assert len(targets) == 1 and _as_list(statement["Action"]) == ["sqs:DeleteMessage"], statement
     assert _queues_allowed(cfn, "HeartbeatFunction", "sqs:ChangeMessageVisibility") == {"HeartbeatQueue"}
     for function in set(ALL_FUNCTIONS) - {"HeartbeatFunction"}:
         assert _queues_allowed(cfn, function, "sqs:ChangeMessageVisibility") == set(), function
@@ -428,16 +445,26 @@ def test_a_failed_watchdog_tick_is_not_retried(cfn: dict[str, Any]) -> None:
     assert target["RetryPolicy"] == {"MaximumRetryAttempts": 0, "MaximumEventAgeInSeconds": 60}
 
 
-@pytest.mark.parametrize("camel", sorted(JOB_TYPES.values()))
-def test_handler_event_source(cfn: dict[str, Any], camel: str) -> None:
+def _route_setting(source: dict[str, Any], job_type: str, name: str, default: Any) -> Any:
+    return ((source.get("Mappings") or {}).get("Routes") or {}).get(job_type, {}).get(name, default)
+
+
+@pytest.mark.parametrize("job_type", sorted(JOB_TYPES))
+def test_handler_event_source(source: dict[str, Any], cfn: dict[str, Any], job_type: str) -> None:
+    camel = JOB_TYPES[job_type]
     mappings = _event_source_queues(cfn, f"{camel}Function")
     assert list(mappings) == [f"{camel}Queue"]
     props = mappings[f"{camel}Queue"]
     assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
-    # generate-report runs up to 900 s per job: one job per invocation, from its own parameter.
-    batch_param = "GenerateReportBatchSize" if camel == "GenerateReport" else "HandlerBatchSize"
-    assert props["BatchSize"] == {"Ref": batch_param}
-    assert props["ScalingConfig"] == {"MaximumConcurrency": {"Ref": "HandlerMaximumConcurrency"}}
+    # The route's Timing picks its parameters (generate-report: one job per invocation, up to 900 s).
+    timing = _route_setting(source, job_type, "Timing", 0)
+    batch_param = ("HandlerBatchSize", "GenerateReportBatchSize")[timing]
+    expected = _route_setting(source, job_type, "BatchSize", cfn["Parameters"][batch_param]["Default"])
+    assert _default(cfn, props["BatchSize"]) == expected
+    concurrency = _route_setting(
+        source, job_type, "MaximumConcurrency", cfn["Parameters"]["HandlerMaximumConcurrency"]["Default"]
+    )
+    assert _default(cfn, props["ScalingConfig"]["MaximumConcurrency"]) == concurrency
     assert cfn["Parameters"]["HandlerMaximumConcurrency"]["MinValue"] == 2
 
 
@@ -451,9 +478,13 @@ def test_dead_letter_function_reads_every_job_dead_letter_queue(cfn: dict[str, A
 
 
 def _default(cfn: dict[str, Any], value: Any) -> int:
-    """A number, or a parameter Ref resolved to its Default."""
-    if isinstance(value, int):
-        return value
+    """A number (SAM CLI's expansion resolves parameters to their defaults), or a parameter Ref
+    resolved to its Default."""
+    if isinstance(value, int | str):
+        return int(value)
+    if "Fn::Select" in value:  # a route's Timing picking one of its parameters
+        index, choices = value["Fn::Select"]
+        return _default(cfn, choices[int(index)])
     return int(cfn["Parameters"][value["Ref"]]["Default"])
 
 
@@ -470,11 +501,11 @@ def test_visibility_timeout_is_at_least_six_times_the_consumer_timeout(cfn: dict
             pairs += 1
     assert pairs == len(ALL_FUNCTIONS) + 2  # DeadLetterFunction reads three queues
     resources = cfn["Resources"]
-    assert _default(cfn, resources["GenerateReportFunction"]["Properties"]["Timeout"]) == 900
-    assert _default(cfn, resources["GenerateReportQueue"]["Properties"]["VisibilityTimeout"]) == 5400
+    assert _default(cfn, resources["generatereportFunction"]["Properties"]["Timeout"]) == 900
+    assert _default(cfn, resources["generatereportQueue"]["Properties"]["VisibilityTimeout"]) == 5400
     # The largest HandlerTimeout still has 6 x under the job queues' default visibility (720).
     assert cfn["Parameters"]["HandlerTimeout"]["MaxValue"] * 6 <= _default(
-        cfn, resources["ChargePaymentQueue"]["Properties"]["VisibilityTimeout"]
+        cfn, resources["chargepaymentQueue"]["Properties"]["VisibilityTimeout"]
     )
 
 
@@ -697,5 +728,5 @@ def test_sample_events_carry_workerless_messages() -> None:
     dead = [ActivatedJob.from_message(r["body"]) for r in _records("sqs-deadletter.json")]
     assert dead
     assert all(
-        ":workerless-ChargePaymentDeadLetterQueue-" in r["eventSourceARN"] for r in _records("sqs-deadletter.json")
+        ":workerless-chargepaymentDeadLetterQueue-" in r["eventSourceARN"] for r in _records("sqs-deadletter.json")
     )

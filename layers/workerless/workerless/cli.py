@@ -649,10 +649,9 @@ def cmd_new_handler(args: argparse.Namespace) -> int:
     print(f"job type {done.job_type}:")
     for path in done.files:
         print(f"  created {path}")
-    print(f"  {done.template}: added {', '.join(done.resources)}, its route in WORKERLESS_ROUTES, its queue in")
-    print("    PollerFunctionRole's FanOut statement, its dead-letter queue as a DeadLetterFunction event, and Outputs")
-    for note in done.notes:
-        print(f"  note: {note}")
+    print(f"  {done.template}: added {done.job_type} to the job types and its route to WORKERLESS_ROUTES")
+    print(f"    (the route loop generates {', '.join(done.resources)}; the dashboard finds it by SEARCH)")
+    print("  nothing is left to wire by hand")
     print()
     print(f"next: edit functions/{done.job_type}/app.py, then `workerless invoke {done.job_type} --variables '{{}}'`")
     return EXIT_OK

@@ -6,18 +6,15 @@ Files (each refused if it exists)::
     tests/unit/test_handler_<type_>.py      its test, on the workerless.testing kit
     events/sqs-<type>.json                  an SQS event of one job, like events/sqs-charge-payment.json
 
-template.yaml gets what its header comment lists under "Adding a job type": the Queue,
-DeadLetterQueue, their two QueuePolicies, LogGroup, Role and Function (after the last job type's
-function), the route in WORKERLESS_ROUTES, the queue in PollerFunctionRole's FanOut statement and in
-HeartbeatFunctionRole's SettleOwedReports statement, the dead-letter queue as an event of
-DeadLetterFunction and in DeadLetterFunctionRole; plus its dead-letter and queue-age alarms and its
-Outputs. The edit is a ruamel.yaml round trip (comments, order, quoting
-and CloudFormation short tags survive byte for byte; the template round-trips unchanged), so the
-diff is only the additions. Nothing is written unless every check passed.
+template.yaml's routes are data: the type joins the job types list (&JobTypes, the collection of the
+route loop that generates its queues, role, function, grants, alarms and outputs) and its route joins
+WORKERLESS_ROUTES. That is two lines, edited as text (comments and layout stay as they are), and all
+there is to do: the dashboard finds every route by SEARCH. Nothing is written unless every check
+passed.
 
 Example:
-    >>> camel("charge-payment")
-    'ChargePayment'
+    >>> stem("charge-payment")
+    'chargepayment'
     >>> validate_job_type("ship-parcel")
     'ship-parcel'
 """
@@ -25,10 +22,9 @@ Example:
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +39,6 @@ RESERVED = frozenset(
 )
 
 
-#: The section rule of template.yaml's Resources ("# ---...--- job type charge-payment").
-SECTION_RULE = "-" * 64
-
-
 class ScaffoldError(ConfigurationError):
     """new-handler refused: the type is malformed, reserved, or already exists."""
 
@@ -59,7 +51,6 @@ class Scaffold:
     files: list[Path]
     resources: list[str]
     template: Path
-    notes: list[str] = field(default_factory=list)
 
 
 def camel(job_type: str) -> str:
@@ -82,265 +73,58 @@ def validate_job_type(job_type: str) -> str:
     return job_type
 
 
+def stem(job_type: str) -> str:
+    """The logical-ID stem of a job type: what template.yaml's ``&{JobType}`` makes of it (its
+    alphanumeric characters: ``send-receipt`` -> ``sendreceipt``)."""
+    return re.sub(r"[^A-Za-z0-9]", "", job_type)
+
+
 def resource_ids(job_type: str) -> list[str]:
-    """The logical IDs new-handler adds to Resources, in template order."""
-    c = camel(job_type)
+    """The logical IDs the template's route loop generates for ``job_type`` (SAM's own come on top)."""
+    s = stem(job_type)
     return [
-        f"{c}Queue",
-        f"{c}QueuePolicy",
-        f"{c}DeadLetterQueue",
-        f"{c}DeadLetterQueuePolicy",
-        f"{c}FunctionLogGroup",
-        f"{c}FunctionRole",
-        f"{c}Function",
+        f"{s}{suffix}"
+        for suffix in (
+            "Queue",
+            "DeadLetterQueue",
+            "QueuePolicy",
+            "DeadLetterQueuePolicy",
+            "FunctionLogGroup",
+            "FunctionRole",
+            "Function",
+            "PollerPolicy",
+            "HeartbeatPolicy",
+            "DeadLetterPolicy",
+            "DeadLetters",
+            "DeadLetterQueueAlarm",
+            "QueueAgeAlarm",
+        )
     ]
 
 
 # ------------------------------------------------------------------------------------------------
-# template.yaml
+# template.yaml: a text edit (comments, order and layout stay as they are; the diff is two lines)
+
+#: The job types: a YAML sequence anchored &JobTypes (the route loop's collection).
+_JOB_TYPES = re.compile(r"^(?P<indent>[ ]*)- &JobTypes[ ]*\n(?P<items>(?:(?P=indent)[ ]{2}- [^\n]*\n)+)", re.MULTILINE)
+#: WORKERLESS_ROUTES: a folded !Sub, one route per line, the last one closing the JSON list.
+_ROUTES = re.compile(r"^(?P<indent>[ ]*)WORKERLESS_ROUTES: !Sub >-\n(?P<lines>(?:(?P=indent)[ ]{2}[^\n]*\n)+)", re.MULTILINE)
 
 
 def _yaml() -> Any:
     from ruamel.yaml import YAML
 
-    yaml = YAML()  # round-trip: comments, key order, quotes and unknown (!Ref, !Sub...) tags kept
-    yaml.preserve_quotes = True
-    yaml.width = 4096  # never re-wrap the long lines (the dashboard body, the routes)
-    yaml.indent(mapping=2, sequence=4, offset=2)
-    return yaml
+    return YAML(typ="rt")  # round-trip: reads the short tags (!Ref, !Sub) without knowing them
 
 
-def _dump(yaml: Any, data: Any) -> str:
-    out = io.StringIO()
-    yaml.dump(data, out)
-    return out.getvalue()
-
-
-_RESOURCES = """\
-Resources:
-  {c}Queue:
-    Type: AWS::SQS::Queue
-    Properties:
-      SqsManagedSseEnabled: true
-      MaximumMessageSize: 1048576
-      VisibilityTimeout: !Ref JobQueueVisibilityTimeout
-      RedrivePolicy:
-        deadLetterTargetArn: !GetAtt {c}DeadLetterQueue.Arn
-        maxReceiveCount: !Ref MaxReceiveCount
-
-  {c}QueuePolicy:
-    Type: AWS::SQS::QueuePolicy
-    Properties:
-      Queues: [!Ref {c}Queue]
-      PolicyDocument:
-        Version: "2012-10-17"
-        Statement:
-          - Sid: DenyInsecureTransport
-            Effect: Deny
-            Principal: "*"
-            Action: "sqs:*"
-            Resource: !GetAtt {c}Queue.Arn
-            Condition:
-              Bool:
-                aws:SecureTransport: "false"
-
-  # {t} jobs that failed MaxReceiveCount deliveries: DeadLetterFunction fails them at the engine.
-  {c}DeadLetterQueue:
-    Type: AWS::SQS::Queue
-    # Kept when the stack is deleted or the queue replaced: it may hold the only trace of a job.
-    DeletionPolicy: Retain
-    UpdateReplacePolicy: Retain
-    Properties:
-      SqsManagedSseEnabled: true
-      MaximumMessageSize: 1048576
-      VisibilityTimeout: 360
-      MessageRetentionPeriod: 1209600
-
-  {c}DeadLetterQueuePolicy:
-    Type: AWS::SQS::QueuePolicy
-    Properties:
-      Queues: [!Ref {c}DeadLetterQueue]
-      PolicyDocument:
-        Version: "2012-10-17"
-        Statement:
-          - Sid: DenyInsecureTransport
-            Effect: Deny
-            Principal: "*"
-            Action: "sqs:*"
-            Resource: !GetAtt {c}DeadLetterQueue.Arn
-            Condition:
-              Bool:
-                aws:SecureTransport: "false"
-
-  {c}FunctionLogGroup:
-    Type: AWS::Logs::LogGroup
-    Properties:
-      RetentionInDays: !Ref LogRetentionDays
-
-  {c}FunctionRole:
-    Type: AWS::IAM::Role
-    Properties:
-      Description: workerless handler {t} - consume its queue, claim and record jobs
-      AssumeRolePolicyDocument:
-        Version: "2012-10-17"
-        Statement:
-          - Effect: Allow
-            Principal:
-              Service: lambda.amazonaws.com
-            Action: sts:AssumeRole
-      Policies:
-        - PolicyName: workerless
-          PolicyDocument:
-            Version: "2012-10-17"
-            Statement:
-              # Its own log group only (LoggingConfig.LogGroup; the ARN's trailing :* is that group's
-              # streams), instead of AWSLambdaBasicExecutionRole's logs on "*".
-              - Sid: OwnLogGroup
-                Effect: Allow
-                Action:
-                  - logs:CreateLogStream
-                  - logs:PutLogEvents
-                Resource: !GetAtt {c}FunctionLogGroup.Arn
-              # What the SQS event source mapping needs, on the one queue it reads.
-              - Sid: JobEventSource
-                Effect: Allow
-                Action:
-                  - sqs:ReceiveMessage
-                  - sqs:DeleteMessage
-                  - sqs:GetQueueAttributes
-                Resource: !GetAtt {c}Queue.Arn
-              # Claims (conditional PutItem), the result, the lease stamp, giving a claim back and the
-              # reported mark (conditional UpdateItem), the lease check (GetItem); the engines' shared
-              # state (tokens, sessions) is in the same table. Exactly what the code calls
-              # (tests/functional/test_iam_drift.py): no batch reads, no Scan, Query or DeleteItem.
-              - Sid: JobRecords
-                Effect: Allow
-                Action:
-                  - dynamodb:GetItem
-                  - dynamodb:PutItem
-                  - dynamodb:UpdateItem
-                Resource: !GetAtt JobsTable.Arn
-              # The engine's connection values. A secret encrypted with a customer managed KMS key also
-              # needs kms:Decrypt on that key here (the AWS managed aws/secretsmanager key needs nothing).
-              - Sid: EngineSecret
-                Effect: Allow
-                Action: secretsmanager:GetSecretValue
-                Resource: !Ref EngineSecretArn
-
-  {c}Function:
-    Type: AWS::Serverless::Function
-    Properties:
-      Description: workerless handler for {t} jobs
-      CodeUri: functions/{t}/
-      Handler: app.handler
-      Role: !GetAtt {c}FunctionRole.Arn
-      LoggingConfig:
-        LogGroup: !Ref {c}FunctionLogGroup
-      Events:
-        Jobs:
-          Type: SQS
-          Properties:
-            Queue: !GetAtt {c}Queue.Arn
-            BatchSize: !Ref HandlerBatchSize
-            ScalingConfig:
-              MaximumConcurrency: !Ref HandlerMaximumConcurrency
-            # Only the items whose report is still owed are redelivered.
-            FunctionResponseTypes: [ReportBatchItemFailures]
-"""
-
-_ALARM = """\
-Resources:
-  {c}DeadLetterQueueAlarm:
-    Type: AWS::CloudWatch::Alarm
-    Condition: HasAlarmTopic
-    Properties:
-      AlarmDescription: workerless - {t} jobs were dead-lettered (DeadLetterFunction received them)
-      Namespace: AWS/SQS
-      MetricName: NumberOfMessagesReceived
-      Dimensions:
-        - Name: QueueName
-          Value: !GetAtt {c}DeadLetterQueue.QueueName
-      Statistic: Sum
-      Period: 300
-      EvaluationPeriods: 1
-      Threshold: 0
-      ComparisonOperator: GreaterThanThreshold
-      TreatMissingData: notBreaching
-      AlarmActions: [!Ref AlarmTopicArn]
-"""
-
-_AGE_ALARM = """\
-Resources:
-  {c}QueueAgeAlarm:
-    Type: AWS::CloudWatch::Alarm
-    Condition: HasAlarmTopic
-    Properties:
-      AlarmDescription: >-
-        workerless - a {t} job message is over 720 s old (HandlerTimeout's maximum of 120 s
-        plus 10 minutes) for 5 minutes running: handlers throttled at HandlerMaximumConcurrency,
-        failing, or a backlog. The engine's lease is extended meanwhile, up to WORKERLESS_MAX_HOLD_SECONDS.
-      Namespace: AWS/SQS
-      MetricName: ApproximateAgeOfOldestMessage
-      Dimensions:
-        - Name: QueueName
-          Value: !GetAtt {c}Queue.QueueName
-      Statistic: Maximum
-      Period: 60
-      EvaluationPeriods: 5
-      Threshold: 720
-      ComparisonOperator: GreaterThanThreshold
-      TreatMissingData: notBreaching
-      AlarmActions: [!Ref AlarmTopicArn]
-"""
-
-_DEAD_LETTER_EVENT = """\
-{c}DeadLetters:
-  Type: SQS
-  Properties:
-    Queue: !GetAtt {c}DeadLetterQueue.Arn
-    BatchSize: 10
-    FunctionResponseTypes: [ReportBatchItemFailures]
-"""
-
-_OUTPUTS = """\
-{c}QueueUrl:
-  Description: {t} job queue
-  Value: !Ref {c}Queue
-{c}DeadLetterQueueUrl:
-  Description: {t} dead-lettered jobs
-  Value: !Ref {c}DeadLetterQueue
-{c}FunctionName:
-  Description: {t} handler function
-  Value: !Ref {c}Function
-"""
-
-_GETATT_LIST = "- !GetAtt {c}{suffix}.Arn\n"
-
-
-def _snippet(yaml: Any, text: str, job_type: str) -> Any:
-    return yaml.load(text.replace("{t}", job_type).replace("{c}", camel(job_type)))
-
-
-def _insert_after(target: Any, after: str | None, source: Any, *, lead: str) -> None:
-    """Insert ``source``'s keys into ``target`` after key ``after`` (at the end when None), with the
-    comment ``lead`` (lines without ``#``; a leading blank line is "\n...") above the first one.
-
-    ruamel keeps the comment lines above a key in its parent's comment table under that key (the
-    snippet's later keys carry theirs along), but a snippet's first comment belongs to the snippet
-    mapping itself, so the first key's is set here, the way ruamel's own API writes one.
-    """
-    keys = list(target)
-    position = len(keys) if after is None else keys.index(after) + 1
-    first = None
-    for key, value in source.items():
-        first = key if first is None else first
-        target.insert(position, key, value)
-        if key in source.ca.items:
-            target.ca.items[key] = source.ca.items[key]
-        position += 1
-    if first is not None:
-        target.ca.items.pop(first, None)
-        target.yaml_set_comment_before_after_key(first, before=lead, indent=2)
+def template_job_types(text: str) -> list[str]:
+    """The job types of template.yaml's route loop (the &JobTypes list), in order."""
+    found = _JOB_TYPES.search(text)
+    if found is None:
+        raise ScaffoldError(
+            "template has no job type list anchored &JobTypes (the collection of its route loop)", key="JobTypes"
+        )
+    return [line.strip()[2:].strip().strip("\"'") for line in found.group("items").splitlines()]
 
 
 def _routes_node(data: Any) -> Any:
@@ -373,105 +157,50 @@ def route_types(data: Any) -> list[tuple[str, str]]:
     return out
 
 
-def _statement(role: Any, sid: str, role_id: str) -> Any:
-    try:
-        for policy in role["Properties"]["Policies"]:
-            for statement in policy["PolicyDocument"]["Statement"]:
-                if statement.get("Sid") == sid:
-                    return statement
-    except (KeyError, TypeError):
-        pass
-    raise ScaffoldError(f"template: {role_id} has no statement with Sid {sid!r} to add the queue to", key=role_id)
-
-
 def add_job_type(text: str, job_type: str) -> tuple[str, list[str]]:
-    """template.yaml's text with job type ``job_type`` wired in; returns (new text, logical IDs added).
+    """template.yaml's text with job type ``job_type`` added; returns (new text, logical IDs it generates).
 
-    Raises :class:`ScaffoldError` when the type is malformed or reserved, when any of its logical IDs
-    or its route already exists, or when the template lacks a place the wiring goes.
+    Two lines change: the type joins the &JobTypes list, and its route joins WORKERLESS_ROUTES.
+    Raises :class:`ScaffoldError` when the type is malformed or reserved, when it (or a type with
+    the same logical-ID stem) is already there, or when the template lacks either place.
     """
-    from ruamel.yaml.comments import CommentedMap, CommentedSeq
-    from ruamel.yaml.scalarstring import FoldedScalarString
-
     validate_job_type(job_type)
-    yaml = _yaml()
-    data = yaml.load(text)
-    if not isinstance(data, CommentedMap) or not isinstance(data.get("Resources"), CommentedMap):
-        raise ScaffoldError("template has no Resources mapping", key="Resources")
-    resources: CommentedMap = data["Resources"]
-    c = camel(job_type)
-    routes = route_types(data)
-    if any(t == job_type for t, _ in routes):
-        raise ScaffoldError(f"job type {job_type!r} already exists: WORKERLESS_ROUTES routes it", key="TYPE")
-    alarm_ids = [f"{c}DeadLetterQueueAlarm", f"{c}QueueAgeAlarm"]
-    added = [*resource_ids(job_type), *alarm_ids]
-    taken = [rid for rid in added if rid in resources]
-    if taken:
-        raise ScaffoldError(f"job type {job_type!r} already exists: template.yaml has {', '.join(taken)}", key="TYPE")
-
-    # 1. Resources, after the last routed job type's function (the job-type section of the file).
-    last_function = next(
-        (f"{q[: -len('Queue')]}Function" for _, q in reversed(routes) if f"{q[: -len('Queue')]}Function" in resources),
-        None,
+    types = template_job_types(text)
+    for existing in types:
+        if existing == job_type:
+            raise ScaffoldError(f"job type {job_type!r} is already in the template's job types", key="TYPE")
+        if stem(existing) == stem(job_type):
+            raise ScaffoldError(
+                f"job type {job_type!r} would have the logical IDs of {existing!r} ({stem(job_type)}Queue, ...)",
+                key="TYPE",
+            )
+    listed = _JOB_TYPES.search(text)
+    routes = _ROUTES.search(text)
+    assert listed is not None  # template_job_types found it
+    if routes is None:
+        raise ScaffoldError(
+            "template has no `WORKERLESS_ROUTES: !Sub >-` block (one route per line) to add the route to",
+            key="WORKERLESS_ROUTES",
+        )
+    if job_type in {t for t, _ in route_types(_yaml().load(text))}:
+        raise ScaffoldError(f"job type {job_type!r} already has a route in WORKERLESS_ROUTES", key="WORKERLESS_ROUTES")
+    route_lines = routes.group("lines").splitlines(keepends=True)
+    last = route_lines[-1].rstrip("\n")
+    if not last.endswith("]"):
+        raise ScaffoldError("WORKERLESS_ROUTES's last line must close the JSON list (end in ])", key="WORKERLESS_ROUTES")
+    indent = last[: len(last) - len(last.lstrip())]
+    route = json.dumps({"type": job_type, "queue": "@Q", "max": "@M"}, separators=(",", ":"))
+    route = route.replace('"@Q"', f'"${{{stem(job_type)}Queue}}"').replace('"@M"', "${MaxInFlight}")
+    route_lines[-1] = f"{last[:-1]},\n{indent}{route}]\n"
+    item = f"{listed.group('indent')}  - {job_type}\n"
+    # The later edit first, so the earlier one's offsets still hold.
+    edits = sorted(
+        [(listed.end("items"), listed.end("items"), item), (routes.start("lines"), routes.end("lines"), "".join(route_lines))],
+        reverse=True,
     )
-    lead = (
-        f"\n{SECTION_RULE} job type {job_type}\n\n"
-        f"Jobs of type {job_type}, one message per job (ActivatedJob.to_message).\n"
-        "Visibility 720 = 6 x HandlerTimeout's maximum (120 s): JobQueueVisibilityTimeout."
-    )
-    _insert_after(resources, last_function, _snippet(yaml, _RESOURCES, job_type)["Resources"], lead=lead)
-
-    # 2. The route: one more entry in the !Sub JSON list, in the same style (folded, one line).
-    node = _routes_node(data)
-    value = str(getattr(node, "value", node)).rstrip()
-    if not value.endswith("]"):
-        raise ScaffoldError("WORKERLESS_ROUTES is not a JSON list", key="WORKERLESS_ROUTES")
-    entry = f'{{"type":"{job_type}","queue":"${{{c}Queue}}","max":${{MaxInFlight}}}}'
-    new_value = f"{value[:-1]},{entry}]" if value[:-1].strip().endswith("}") else f"{value[:-1]}{entry}]"
-    if hasattr(node, "value"):
-        node.value = FoldedScalarString(new_value) if isinstance(node.value, FoldedScalarString) else new_value
-    else:  # pragma: no cover - the shipped template uses !Sub
-        data["Globals"]["Function"]["Environment"]["Variables"]["WORKERLESS_ROUTES"] = new_value
-
-    # 3. The poller may send to (and read the depth of) the new queue; the heartbeat may delete a
-    #    job message whose owed report it settled.
-    for role_id, sid, suffix in (
-        ("PollerFunctionRole", "FanOut", "Queue"),
-        ("HeartbeatFunctionRole", "SettleOwedReports", "Queue"),
-        ("DeadLetterFunctionRole", "DeadLetterEventSources", "DeadLetterQueue"),
-    ):
-        if role_id not in resources:
-            raise ScaffoldError(f"template has no {role_id}", key=role_id)
-        statement = _statement(resources[role_id], sid, role_id)
-        item = yaml.load(_GETATT_LIST.replace("{c}", c).replace("{suffix}", suffix))[0]
-        if not isinstance(statement["Resource"], CommentedSeq):
-            statement["Resource"] = CommentedSeq([statement["Resource"]])
-        statement["Resource"].append(item)
-
-    # 4. The dead-letter function consumes the new dead-letter queue.
-    try:
-        events = resources["DeadLetterFunction"]["Properties"]["Events"]
-    except KeyError:
-        raise ScaffoldError("template has no DeadLetterFunction with Events", key="DeadLetterFunction") from None
-    for key, value in yaml.load(_DEAD_LETTER_EVENT.replace("{c}", c)).items():
-        events[key] = value
-
-    # 5. Its alarms, each after the other job types' alarms of its kind (where the template has them).
-    placed = []
-    for suffix, snippet in (("DeadLetterQueueAlarm", _ALARM), ("QueueAgeAlarm", _AGE_ALARM)):
-        alarms = [f"{q[: -len('Queue')]}{suffix}" for _, q in routes]
-        last_alarm = next((a for a in reversed(alarms) if a in resources), None)
-        if last_alarm is not None:
-            _insert_after(resources, last_alarm, _snippet(yaml, snippet, job_type)["Resources"], lead="\n")
-            placed.append(f"{c}{suffix}")
-
-    # 6. Outputs: its queues and function, like the example types'.
-    outputs = data.get("Outputs")
-    if isinstance(outputs, CommentedMap):
-        for key, value in _snippet(yaml, _OUTPUTS, job_type).items():
-            if key not in outputs:
-                outputs[key] = value
-    return _dump(yaml, data), [rid for rid in added if rid not in alarm_ids or rid in placed]
+    for begin, end, replacement in edits:
+        text = text[:begin] + replacement + text[end:]
+    return text, resource_ids(job_type)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -542,7 +271,7 @@ def event_json(job_type: str, *, region: str = "us-east-1", account: str = "1234
                 "messageAttributes": {},
                 "md5OfBody": hashlib.md5(body.encode(), usedforsecurity=False).hexdigest(),
                 "eventSource": "aws:sqs",
-                "eventSourceARN": f"arn:aws:sqs:{region}:{account}:workerless-{camel(job_type)}Queue-Q4H0Z6L3K2PA",
+                "eventSourceARN": f"arn:aws:sqs:{region}:{account}:workerless-{stem(job_type)}Queue-Q4H0Z6L3K2PA",
                 "awsRegion": region,
             }
         ]
@@ -584,8 +313,4 @@ def scaffold_handler(job_type: str, *, template: str | Path = "template.yaml") -
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(content, encoding="utf-8")
     template_path.write_text(new_text, encoding="utf-8")
-    notes = [
-        "not added: the dashboard's widgets list the example types by name; "
-        "add the new type's queue there by hand if you want it on them",
-    ]
-    return Scaffold(job_type, list(files), added, template_path, notes)
+    return Scaffold(job_type, list(files), added, template_path)

@@ -181,6 +181,12 @@ class _Expander:
                 return self.find_in_map(arg, where)
             if key == "Fn::Length":
                 return self.length(arg, where)
+            # A logical ID a loop computed (Ref / GetAtt of !Sub "&{Id}Queue"): the transform
+            # resolves the Fn::Sub, which has nothing left to substitute.
+            if key == "Ref" and _literal_sub(arg) is not None:
+                return {"Ref": _literal_sub(arg)}
+            if key == "Fn::GetAtt" and isinstance(arg, list) and arg and _literal_sub(arg[0]) is not None:
+                return {"Fn::GetAtt": [_literal_sub(arg[0]), *(self.functions(a, where) for a in arg[1:])]}
         return {k: self.functions(v, f"{where}.{k}") for k, v in value.items()}
 
     def find_in_map(self, args: list[Any], where: str) -> Any:
@@ -213,6 +219,14 @@ class _Expander:
         if not isinstance(arg, list):
             raise ExtensionError(f"{where}: Fn::Length takes a list or a !Ref to a list parameter")
         return len(arg)
+
+
+def _literal_sub(value: Any) -> str | None:
+    """The text of ``{"Fn::Sub": "text"}`` when it has no ${...} left, else None."""
+    if isinstance(value, dict) and set(value) == {"Fn::Sub"} and isinstance(value["Fn::Sub"], str):
+        text = value["Fn::Sub"]
+        return None if "${" in text else text
+    return None
 
 
 def _substitute(value: Any, identifier: str, item: str) -> Any:
