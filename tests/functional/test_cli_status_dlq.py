@@ -56,7 +56,7 @@ def deployed(monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployed]:
         session: Any = boto3.session.Session(region_name="us-east-1")
         sqs, dynamodb = session.client("sqs"), session.client("dynamodb")
         queues: dict[str, str] = {}
-        for stem in ("ChargePayment", "ShipParcel"):
+        for stem in ("chargepayment", "shipparcel"):
             dlq = sqs.create_queue(QueueName=f"{STACK}-{stem}DeadLetterQueue-X1")["QueueUrl"]
             arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
             queues[f"{stem}DeadLetterQueue"] = dlq
@@ -122,8 +122,8 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 def test_status_of_a_stack_per_route(deployed: Deployed, capsys: pytest.CaptureFixture[str]) -> None:
     """GIVEN jobs waiting, in flight and dead-lettered, a recent tick, and failure metrics WHEN status
     reads the stack THEN each route's numbers, the last poll and the recent failures are right."""
-    dead_letter(deployed, "ChargePayment", [job_message("dead-1"), job_message("dead-2")])
-    charge = deployed.queues["ChargePaymentQueue"]
+    dead_letter(deployed, "chargepayment", [job_message("dead-1"), job_message("dead-2")])
+    charge = deployed.queues["chargepaymentQueue"]
     for i in range(3):
         deployed.sqs.send_message(QueueUrl=charge, MessageBody=job_message(f"wait-{i}"))
     deployed.sqs.receive_message(QueueUrl=charge, MaxNumberOfMessages=1, VisibilityTimeout=300)
@@ -189,7 +189,7 @@ def test_status_usage_errors(deployed: Deployed, capsys: pytest.CaptureFixture[s
 def test_dlq_show_lists_jobs_without_their_handle_and_deletes_nothing(
     deployed: Deployed, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    dead_letter(deployed, "ChargePayment", [job_message("dead-1"), job_message("dead-2"), "not json"])
+    dead_letter(deployed, "chargepayment", [job_message("dead-1"), job_message("dead-2"), "not json"])
     code, out, err = run(capsys, "dlq", "show", "charge-payment", "--stack-name", STACK, "--peek-seconds", "0")
     assert code == 0, err
     assert "charge-payment dead-letter queue: about 3 message(s); showing 3" in out
@@ -203,7 +203,7 @@ def test_dlq_show_lists_jobs_without_their_handle_and_deletes_nothing(
         "show",
         "charge-payment",
         "--queue-url",
-        deployed.queues["ChargePaymentDeadLetterQueue"],
+        deployed.queues["chargepaymentDeadLetterQueue"],
         "--json",
     )
     assert code == 0
@@ -211,7 +211,7 @@ def test_dlq_show_lists_jobs_without_their_handle_and_deletes_nothing(
     assert {line.get("job_id") for line in lines} == {"dead-1", "dead-2", None}
     assert LEASE_TOKEN not in out
     counts = deployed.sqs.get_queue_attributes(
-        QueueUrl=deployed.queues["ChargePaymentDeadLetterQueue"],
+        QueueUrl=deployed.queues["chargepaymentDeadLetterQueue"],
         AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
     )["Attributes"]
     assert sum(int(v) for v in counts.values()) == 3  # peeked, not deleted
@@ -219,7 +219,7 @@ def test_dlq_show_lists_jobs_without_their_handle_and_deletes_nothing(
 
 def test_dlq_redrive_moves_the_messages_back_unchanged(deployed: Deployed, capsys: pytest.CaptureFixture[str]) -> None:
     bodies = [job_message(f"dead-{i}") for i in range(12)]
-    dead_letter(deployed, "ChargePayment", bodies)
+    dead_letter(deployed, "chargepayment", bodies)
     code, out, err = run(capsys, "dlq", "redrive", "charge-payment", "--stack-name", STACK, "--limit", "5")
     assert code == 0, err
     assert out == "charge-payment: moved 5 message(s) back to the job queue; 7 left in the DLQ\n"
@@ -227,7 +227,7 @@ def test_dlq_redrive_moves_the_messages_back_unchanged(deployed: Deployed, capsy
     assert code == 0 and "moved 7 message(s)" in out and "0 left" in out
     received: list[str] = []
     for _ in range(5):
-        answer = deployed.sqs.receive_message(QueueUrl=deployed.queues["ChargePaymentQueue"], MaxNumberOfMessages=10)
+        answer = deployed.sqs.receive_message(QueueUrl=deployed.queues["chargepaymentQueue"], MaxNumberOfMessages=10)
         received += [m["Body"] for m in answer.get("Messages", [])]
     assert sorted(received) == sorted(bodies)
 

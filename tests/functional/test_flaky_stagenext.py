@@ -60,7 +60,7 @@ def test_under_a_flaky_stagenext_every_stage_is_delivered_once_and_the_run_goes_
     finally:
         server.stop()
 
-    for logical_id in ("ChargePaymentQueue", "SendReceiptQueue"):
+    for logical_id in ("chargepaymentQueue", "sendreceiptQueue"):
         depth = depths[logical_id]
         assert (depth.visible, depth.in_flight) == (0, 0), f"{logical_id}: {depth}"
     for stage_id in ids:

@@ -181,14 +181,14 @@ def _scenario(engine: str, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
             assert topo.iam is not None, "local mode enforces IAM by default"
             # A job whose handler never claimed it, dead-lettered (the test plays SQS's redrive).
             topo.client("sqs").send_message(
-                QueueUrl=topo.queue_url("ChargePaymentDeadLetterQueue"), MessageBody=dead_message
+                QueueUrl=topo.queue_url("chargepaymentDeadLetterQueue"), MessageBody=dead_message
             )
 
             def job_queues_empty() -> bool:
                 depths = topo.queue_depths()
                 return all(
                     depths[q].visible + depths[q].in_flight == 0
-                    for q in ("ChargePaymentQueue", "SendReceiptQueue", "GenerateReportQueue")
+                    for q in ("chargepaymentQueue", "sendreceiptQueue", "generatereportQueue")
                 )
 
             topo.run_until(
@@ -268,9 +268,9 @@ FUNCTIONS = [
     "PollerFunction",
     "HeartbeatFunction",
     "DeadLetterFunction",
-    "ChargePaymentFunction",
-    "SendReceiptFunction",
-    "GenerateReportFunction",
+    "chargepaymentFunction",
+    "sendreceiptFunction",
+    "generatereportFunction",
 ]
 
 

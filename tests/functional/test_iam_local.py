@@ -136,14 +136,14 @@ def test_a_removed_grant_is_refused_in_the_running_topology_with_awss_error(
 def test_a_role_that_cannot_poll_its_event_queue_is_refused_at_start(tmp_path: Path) -> None:
     """GIVEN a handler role without its event source statement WHEN the topology starts THEN it is
     refused as Lambda's CreateEventSourceMapping refuses it, naming the function, event and queue."""
-    text = without_statement(TEMPLATE.read_text(encoding="utf-8"), "ChargePaymentFunctionRole", "JobEventSource")
+    text = without_statement(TEMPLATE.read_text(encoding="utf-8"), "chargepaymentFunctionRole", "JobEventSource")
     topo = LocalTopology(template_copy(tmp_path, text), None)
     with pytest.raises(TemplateError) as caught:
         topo.start()
     message = str(caught.value)
-    assert "ChargePaymentFunction.Events.Jobs" in message
+    assert "chargepaymentFunction.Events.Jobs" in message
     assert "does not have permissions to call ReceiveMessage on SQS" in message
-    assert "workerless-local-ChargePaymentQueue" in message
+    assert "workerless-local-chargepaymentQueue" in message
     assert topo.iam is None or not topo.invocations
 
 

@@ -194,14 +194,14 @@ def test_lease_stolen_mid_run_stops_the_handler_and_nothing_of_it_is_applied(
         wait_for(topo, "record marked LOST", lambda: record_status(topo, task_id) == "lost", 8)
         wait_for(topo, "handler stopped", lambda: seen(events, "lease_lost", task_id) >= 2, 8)
         ran_for = time.monotonic() - started_at
-        wait_for(topo, "job message settled", lambda: not topo.queue_depths()["GenerateReportQueue"].busy, 5)
+        wait_for(topo, "job message settled", lambda: not topo.queue_depths()["generatereportQueue"].busy, 5)
         # A few more ticks: the pipeline must not lease, run or report the task again.
         more_polls(topo)
         invocations, errors = topo.invocations, topo.errors
 
     # Stopped before the job's own end (it sleeps 20 s from its start): by the lost lease, not by finishing.
     assert ran_for < 20, f"the handler ran for {ran_for:.1f} s: to its end, not stopped by the lost lease"
-    assert invocations.get("GenerateReportFunction") == 1
+    assert invocations.get("generatereportFunction") == 1
     assert not errors, f"no function invocation failed: {errors}"
     assert seen(events, "started", task_id) == 1
     assert seen(events, "activated", task_id) == 1
@@ -322,7 +322,7 @@ def test_domain_route_leases_only_its_domain_queue(serve: Serve, tmp_path: Path,
     only charge scope is queues:lease:charge-payment:eu-west, and charges on both queues
     THEN the eu-west charges are leased and completed, the plain charge-payment ones stay queued
     (never leased, never asked for), and no poll is refused."""
-    route = '{"type":"charge-payment","queue":"${ChargePaymentQueue}","max":${MaxInFlight}}'
+    route = '{"type":"charge-payment","queue":"${chargepaymentQueue}","max":${MaxInFlight}}'
     template = template_variant(tmp_path, {route: route[:-1] + ',"engineQueue":"charge-payment:eu-west"}'})
     emulator, url = serve(
         scopes=(

@@ -362,4 +362,4 @@ def test_a_scaffolded_job_types_role_grants_what_the_shipped_handlers_roles_gran
             (s.sid, s.actions, tuple(r.replace(own, "<own>") for r in s.resources)) for s in roles[function].statements
         ]
 
-    assert shape("ShipParcelFunction", "ShipParcel") == shape("ChargePaymentFunction", "ChargePayment")
+    assert shape("ShipParcelFunction", "ShipParcel") == shape("chargepaymentFunction", "ChargePayment")

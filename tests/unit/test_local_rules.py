@@ -99,18 +99,18 @@ def test_what_aws_refuses_does_not_run_locally(tmp_path: Path, changes: dict[str
 
 def test_the_real_templates_timings_hold_at_defaults_and_at_the_test_and_demo_values() -> None:
     as_written = LocalTopology(TEMPLATE).template
-    assert as_written.queue("ChargePaymentQueue").visibility_timeout == 720
-    assert as_written.function("ChargePaymentFunction").timeout == 120
-    assert as_written.queue("GenerateReportQueue").visibility_timeout == 5400
-    assert as_written.function("GenerateReportFunction").timeout == 900
+    assert as_written.queue("chargepaymentQueue").visibility_timeout == 720
+    assert as_written.function("chargepaymentFunction").timeout == 120
+    assert as_written.queue("generatereportQueue").visibility_timeout == 5400
+    assert as_written.function("generatereportFunction").timeout == 900
     assert as_written.queue("HeartbeatQueue").visibility_timeout == 360
     assert as_written.function("HeartbeatFunction").timeout == 60
     assert {q.maximum_message_size for q in as_written.queues} == {1_048_576}
-    assert LocalTopology(TEMPLATE, parameters=job_timings(10)).template.function("GenerateReportFunction").timeout == 10
+    assert LocalTopology(TEMPLATE, parameters=job_timings(10)).template.function("generatereportFunction").timeout == 10
     demo = {name: value for pair in cli.DEMO_TIMINGS for name, value in pair}
     assert LocalTopology(TEMPLATE, parameters=demo).template.queue("HeartbeatQueue").visibility_timeout == 10
     # A handler timeout longer than its queue's visibility is what Lambda refuses.
-    with pytest.raises(TemplateError, match=r"ChargePaymentFunction\.Events\.Jobs: .*Queue visibility timeout: 100"):
+    with pytest.raises(TemplateError, match=r"chargepaymentFunction\.Events\.Jobs: .*Queue visibility timeout: 100"):
         LocalTopology(TEMPLATE, parameters={"JobQueueVisibilityTimeout": "100"})
 
 

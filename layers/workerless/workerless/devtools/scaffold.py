@@ -108,7 +108,9 @@ def resource_ids(job_type: str) -> list[str]:
 #: The job types: a YAML sequence anchored &JobTypes (the route loop's collection).
 _JOB_TYPES = re.compile(r"^(?P<indent>[ ]*)- &JobTypes[ ]*\n(?P<items>(?:(?P=indent)[ ]{2}- [^\n]*\n)+)", re.MULTILINE)
 #: WORKERLESS_ROUTES: a folded !Sub, one route per line, the last one closing the JSON list.
-_ROUTES = re.compile(r"^(?P<indent>[ ]*)WORKERLESS_ROUTES: !Sub >-\n(?P<lines>(?:(?P=indent)[ ]{2}[^\n]*\n)+)", re.MULTILINE)
+_ROUTES = re.compile(
+    r"^(?P<indent>[ ]*)WORKERLESS_ROUTES: !Sub >-\n(?P<lines>(?:(?P=indent)[ ]{2}[^\n]*\n)+)", re.MULTILINE
+)
 
 
 def _yaml() -> Any:
@@ -187,7 +189,9 @@ def add_job_type(text: str, job_type: str) -> tuple[str, list[str]]:
     route_lines = routes.group("lines").splitlines(keepends=True)
     last = route_lines[-1].rstrip("\n")
     if not last.endswith("]"):
-        raise ScaffoldError("WORKERLESS_ROUTES's last line must close the JSON list (end in ])", key="WORKERLESS_ROUTES")
+        raise ScaffoldError(
+            "WORKERLESS_ROUTES's last line must close the JSON list (end in ])", key="WORKERLESS_ROUTES"
+        )
     indent = last[: len(last) - len(last.lstrip())]
     route = json.dumps({"type": job_type, "queue": "@Q", "max": "@M"}, separators=(",", ":"))
     route = route.replace('"@Q"', f'"${{{stem(job_type)}Queue}}"').replace('"@M"', "${MaxInFlight}")
@@ -195,7 +199,10 @@ def add_job_type(text: str, job_type: str) -> tuple[str, list[str]]:
     item = f"{listed.group('indent')}  - {job_type}\n"
     # The later edit first, so the earlier one's offsets still hold.
     edits = sorted(
-        [(listed.end("items"), listed.end("items"), item), (routes.start("lines"), routes.end("lines"), "".join(route_lines))],
+        [
+            (listed.end("items"), listed.end("items"), item),
+            (routes.start("lines"), routes.end("lines"), "".join(route_lines)),
+        ],
         reverse=True,
     )
     for begin, end, replacement in edits:

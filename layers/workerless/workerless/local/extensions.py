@@ -115,7 +115,9 @@ class _Expander:
             result[logical_id] = resource
         return result
 
-    def mapping(self, value: Mapping[str, Any], where: str, bound: dict[str, str], *, depth_allowed: bool) -> dict[str, Any]:
+    def mapping(
+        self, value: Mapping[str, Any], where: str, bound: dict[str, str], *, depth_allowed: bool
+    ) -> dict[str, Any]:
         """Expand the loops that are keys of ``value`` (and of the bodies they produce)."""
         result: dict[str, Any] = {}
         for key, item in value.items():
@@ -138,13 +140,17 @@ class _Expander:
         if not isinstance(identifier, str) or not re.fullmatch(r"[A-Za-z0-9]+", identifier):
             raise ExtensionError(f"{name}: the identifier must be alphanumeric, got {identifier!r}")
         if identifier in self.declared or identifier in bound:
-            raise ExtensionError(f"{name}: identifier {identifier} is already a parameter or an outer loop's identifier")
+            raise ExtensionError(
+                f"{name}: identifier {identifier} is already a parameter or an outer loop's identifier"
+            )
         items = self.collection(collection, name)
         for out_key in fragment:
             if not out_key.startswith(FOREACH_PREFIX) and not (
                 f"${{{identifier}}}" in out_key or f"&{{{identifier}}}" in out_key
             ):
-                raise ExtensionError(f"{name}: output key {out_key!r} must contain ${{{identifier}}} or &{{{identifier}}}")
+                raise ExtensionError(
+                    f"{name}: output key {out_key!r} must contain ${{{identifier}}} or &{{{identifier}}}"
+                )
         result: dict[str, Any] = {}
         for item in items:
             body = _substitute(copy.deepcopy(fragment), identifier, item)
@@ -159,7 +165,9 @@ class _Expander:
             parameter = value["Ref"]
             kind = str((self.declared.get(parameter) or {}).get("Type", ""))
             if parameter not in self.declared or not kind.startswith(("CommaDelimitedList", "List<")):
-                raise ExtensionError(f"{where}: the collection is !Ref {parameter}, not a list parameter of the template")
+                raise ExtensionError(
+                    f"{where}: the collection is !Ref {parameter}, not a list parameter of the template"
+                )
             raw = self.values.get(parameter, "")
             value = [p.strip() for p in raw.split(",")] if isinstance(raw, str) and raw else list(raw or [])
         if not isinstance(value, list):
@@ -231,7 +239,9 @@ def _literal_sub(value: Any) -> str | None:
 
 def _substitute(value: Any, identifier: str, item: str) -> Any:
     if isinstance(value, str):
-        return value.replace(f"${{{identifier}}}", item).replace(f"&{{{identifier}}}", re.sub(r"[^A-Za-z0-9]", "", item))
+        return value.replace(f"${{{identifier}}}", item).replace(
+            f"&{{{identifier}}}", re.sub(r"[^A-Za-z0-9]", "", item)
+        )
     if isinstance(value, list):
         return [_substitute(v, identifier, item) for v in value]
     if isinstance(value, dict):

@@ -1,0 +1,117 @@
+"""Local mode's reading of template.yaml's AWS::LanguageExtensions, held to SAM CLI's own expansion,
+and the routes-as-data template held to the hand-written one it replaced.
+
+SAM CLI (.venv-sam) expands the template with the Phase 1 it runs for `sam build` / `sam validate`
+(samcli.lib.cfn_language_extensions); local mode reads the result as an ordinary template. Both
+views must agree on every function, queue, event source, environment and role statement.
+tests/functional/data/template-before-routes.yaml is template.yaml as it was written out by hand
+before the route loop: each function's rendered role must grant exactly what it did.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from workerless.local.iam.roles import render_roles
+from workerless.local.template import LocalTemplate, load_template, resolve_template
+
+from tests.functional.test_template import (  # noqa: F401 - pytest fixture used by name
+    ROOT,
+    TEMPLATE,
+    _run,
+    _sam_path,
+    _sam_python,
+    offline_env,
+)
+
+BEFORE = Path(__file__).parent / "data" / "template-before-routes.yaml"
+SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:workerless/sheptra-AbCdEf"
+PARAMETERS = {"EngineSecretArn": SECRET}
+
+EXPAND = r"""
+import json, sys
+from samcli.yamlhelper import yaml_parse
+from samcli.lib.cfn_language_extensions.sam_integration import expand_language_extensions
+
+with open(sys.argv[1], encoding="utf-8") as fh:
+    source = yaml_parse(fh.read())
+values = {"AWS::Region": "us-east-1", "AWS::AccountId": "123456789012", **json.loads(sys.argv[2])}
+result = expand_language_extensions(source, parameter_values=values, enabled=True)
+assert result.had_language_extensions
+json.dump(result.expanded_template, sys.stdout)
+"""
+
+
+@pytest.fixture(scope="module")
+def sam_cli_view(offline_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> LocalTemplate:  # noqa: F811
+    sam = _sam_path()
+    result = _run([str(_sam_python(sam)), "-c", EXPAND, str(TEMPLATE), json.dumps(PARAMETERS)], offline_env)
+    assert result.returncode == 0, result.stderr
+    expanded = tmp_path_factory.mktemp("sam-cli") / "template.json"
+    expanded.write_text(result.stdout, encoding="utf-8")
+    return resolve_template(json.loads(result.stdout), base_dir=ROOT, path=expanded, parameters=PARAMETERS)
+
+
+@pytest.fixture(scope="module")
+def local_view() -> LocalTemplate:
+    return load_template(TEMPLATE, parameters=PARAMETERS)
+
+
+def _functions(template: LocalTemplate) -> dict[str, Any]:
+    return {
+        f.logical_id: (
+            f.code_dir,
+            f.handler,
+            f.timeout,
+            f.memory_size,
+            f.environment,
+            f.recursive_loop,
+            sorted(
+                (e.name, e.queue_id, e.batch_size, e.maximum_concurrency, e.report_batch_item_failures)
+                for e in f.sqs_events
+            ),
+            [(e.expression, e.enabled) for e in f.schedule_events],
+        )
+        for f in template.functions
+    }
+
+
+def _statements(template: LocalTemplate, parameters: dict[str, str]) -> dict[str, set[tuple[str, str, str]]]:
+    return {
+        function: {
+            (s.effect, action, resource) for s in role.statements for action in s.actions for resource in s.resources
+        }
+        for function, role in render_roles(template, parameters=parameters).items()
+    }
+
+
+def test_local_mode_sees_the_functions_sam_cli_expands(local_view: LocalTemplate, sam_cli_view: LocalTemplate) -> None:
+    ours, theirs = _functions(local_view), _functions(sam_cli_view)
+    assert set(ours) == set(theirs)
+    assert len([f for f in ours if f.endswith("Function")]) == len(ours) >= 6
+    for function in ours:
+        assert ours[function] == theirs[function], function
+
+
+def test_local_mode_sees_the_queues_sam_cli_expands(local_view: LocalTemplate, sam_cli_view: LocalTemplate) -> None:
+    assert local_view.queues == sam_cli_view.queues
+    assert local_view.tables == sam_cli_view.tables
+
+
+def test_local_mode_renders_the_roles_sam_cli_expands(local_view: LocalTemplate, sam_cli_view: LocalTemplate) -> None:
+    assert _statements(local_view, PARAMETERS) == _statements(sam_cli_view, PARAMETERS)
+
+
+def test_each_function_is_granted_exactly_what_the_hand_written_template_granted(local_view: LocalTemplate) -> None:
+    """Same routes, same grants. The route loop's logical IDs are the type without its hyphens
+    (chargepaymentQueue where the hand-written template had chargepaymentQueue): names compare
+    without case."""
+    before = load_template(BEFORE, parameters=PARAMETERS)
+    old = {k.lower(): {(e, a, r.lower()) for e, a, r in v} for k, v in _statements(before, PARAMETERS).items()}
+    new = {k.lower(): {(e, a, r.lower()) for e, a, r in v} for k, v in _statements(local_view, PARAMETERS).items()}
+    assert set(new) == set(old) == {f.logical_id.lower() for f in before.functions}
+    for function in old:
+        assert new[function] == old[function], function
