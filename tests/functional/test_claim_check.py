@@ -54,7 +54,9 @@ def serve(tmp_path: Path) -> Iterator[Any]:
         server.stop()
 
 
-def large_topology(tmp_path: Path, env_file: Path, *, heartbeat: bool = True) -> LocalTopology:
+def large_topology(
+    tmp_path: Path, env_file: Path, *, heartbeat: bool = True, parameters: dict[str, str] | None = None
+) -> LocalTopology:
     replacements = {"CodeUri: functions/send-receipt/": f"CodeUri: {HANDLERS}/"}
     if not heartbeat:
         # The heartbeat's event source off: an owed report can then only be settled by SQS's
@@ -63,7 +65,20 @@ def large_topology(tmp_path: Path, env_file: Path, *, heartbeat: bool = True) ->
             "            Queue: !GetAtt HeartbeatQueue.Arn\n            Enabled: false\n"
         )
     template = template_variant(tmp_path, replacements)
-    return LocalTopology(template, env_file, parameters=PARAMETERS, schedule_seconds=1)
+    return LocalTopology(template, env_file, parameters={**PARAMETERS, **(parameters or {})}, schedule_seconds=1)
+
+
+def s3_grants(topo: LocalTopology) -> set[tuple[str, str, str]]:
+    """(function, action, key prefix) of every S3 call the IAM check allowed; none may be refused."""
+    assert topo.iam is not None and topo.iam.refusals == [], [
+        r.message for r in (topo.iam.refusals if topo.iam else [])
+    ]
+    bucket = f"arn:aws:s3:::{topo.template.buckets[0].name}/"
+    return {
+        (g.function, g.action, g.resource.removeprefix(bucket).rsplit("/", 1)[0])
+        for g in topo.iam.grants
+        if g.action.startswith("s3:")
+    }
 
 
 def offloaded(events: Events, job_id: str) -> list[dict[str, Any]]:
@@ -110,8 +125,13 @@ def test_a_node_flow_task_with_a_5_mb_input_runs_through_the_claim_check(
     with large_topology(tmp_path, env_file) as topo:
         state = run_one(topo, emu, job_id)
         keys = objects(topo, "jobs/send-receipt/")
+        grants = s3_grants(topo)
 
     assert_first_attempt(state, {"receiptSent": True, **fingerprint(variables)})
+    assert grants == {
+        ("PollerFunction", "s3:PutObject", "jobs/send-receipt"),
+        ("SendReceiptFunction", "s3:GetObject", "jobs/send-receipt"),
+    }
     [note] = offloaded(events, job_id)
     assert note["bytes"] > 5_000_000
     assert len(keys) == 1
@@ -151,6 +171,7 @@ def test_a_sheptra_handler_returning_900_kb_of_incompressible_variables_complete
         state = run_one(topo, emu, job_id)
         [record] = records(topo)
         keys = objects(topo, "results/send-receipt/")
+        assert s3_grants(topo) == {("SendReceiptFunction", "s3:PutObject", "results/send-receipt")}
 
     expected = {"receiptSent": True, **fingerprint(variables), "blob": blob(900_000, job_id)}
     assert_first_attempt(state, expected)
@@ -205,12 +226,39 @@ def test_a_redelivered_job_whose_outcome_is_in_s3_is_rereported_not_rerun(
     with large_topology(tmp_path, env_file, heartbeat=False) as topo:
         state = run_one(topo, emu, job_id)
         [record] = records(topo)
+        grants = s3_grants(topo)
 
     assert_first_attempt(state, {"receiptSent": True, **fingerprint(variables), "blob": blob(900_000, job_id)})
     mine = [e for _, e, f in events if f.get("job_id") == job_id]
     assert mine.count("started") == 1, "the handler ran once"
     assert "report_owed" in mine and mine.count("rereported") == 1, mine
     assert "outcome_ref" in record and record["status"]["S"] == "reported"
+    assert ("SendReceiptFunction", "s3:GetObject", "results/send-receipt") in grants
+
+
+def test_an_owed_report_whose_outcome_is_in_s3_is_settled_by_the_heartbeat(
+    tmp_path: Path, serve: Any, events: Events
+) -> None:
+    """GIVEN a 900 KB outcome in S3 whose first report Sheptra refuses (503, every try), a 15 s lease
+    (the heartbeat's ticket comes in 5 s) and the job queue's 20 s visibility
+    THEN the heartbeat reads the outcome from S3 (its results/* grant) and re-sends it: accepted, the
+    handler ran once, the job message deleted."""
+    emu, env_file = serve("sheptra")
+    variables = {"orderId": "o5", "returnBytes": 900_000}
+    job_id = emu.create_job("send-receipt", variables, retries=3)
+    httpx.post(
+        f"{emu.base_url}/_admin/faults",
+        json={"method": "POST", "path": f"/cells/{emu.cell}/v1/jobs/{job_id}/complete", "status": 503, "times": 4},
+    ).raise_for_status()
+
+    with large_topology(tmp_path, env_file, parameters={"LeaseSeconds": "15"}) as topo:
+        state = run_one(topo, emu, job_id)
+        grants = s3_grants(topo)
+
+    assert_first_attempt(state, {"receiptSent": True, **fingerprint(variables), "blob": blob(900_000, job_id)})
+    mine = [e for _, e, f in events if f.get("job_id") == job_id]
+    assert mine.count("started") == 1 and mine.count("rereported") == 1, mine
+    assert ("HeartbeatFunction", "s3:GetObject", "results/send-receipt") in grants
 
 
 def test_a_job_larger_than_workerless_carries_is_failed_naming_its_size_and_the_limit(
@@ -225,6 +273,7 @@ def test_a_job_larger_than_workerless_carries_is_failed_naming_its_size_and_the_
     with large_topology(tmp_path, env_file) as topo:
         wait_final(topo, emu.job_state, [job_id], 90)
         keys = objects(topo, "jobs/")
+        assert s3_grants(topo) == set()
 
     state = emu.job_state(job_id)
     assert state["state"] == "failed"

@@ -330,6 +330,8 @@ class Poller:
         would be over the queue's MaximumMessageSize less the margin (:mod:`workerless.claimcheck`).
         A job larger than WORKERLESS_MAX_PAYLOAD_BYTES is failed at the engine (naming its size and the
         limit) and a job whose payload cannot be written is handed back: neither is in the answer."""
+        if self.payloads is None or not self.payloads.enabled:
+            return batch, [job.to_message() for job in batch]
         known = self.queues.max_message_bytes(queue_url)
         # Unknown (unreadable) limit: plan for the old 256 KiB default, never too high; offloading
         # a message that would have fitted costs a PUT and a GET, not the job.
@@ -339,7 +341,7 @@ class Poller:
         for job in batch:
             body = job.to_message()
             size = len(body.encode())
-            if size > threshold and self.payloads is not None and self.payloads.enabled:
+            if size > threshold:
                 offloaded = self._offload(job, size, report, deadline=deadline)
                 if offloaded is None:
                     continue
