@@ -81,6 +81,17 @@ def s3_grants(topo: LocalTopology) -> set[tuple[str, str, str]]:
     }
 
 
+def big_result_refused_once(emu: Any, variables: dict[str, Any]) -> str:
+    """A Sheptra send-receipt job whose first delivery's report is refused every try (four 503s: the
+    retry policy's tries), so it is left owed; its id."""
+    job_id: str = emu.create_job("send-receipt", variables, retries=3)
+    httpx.post(
+        f"{emu.base_url}/_admin/faults",
+        json={"method": "POST", "path": f"/cells/{emu.cell}/v1/jobs/{job_id}/complete", "status": 503, "times": 4},
+    ).raise_for_status()
+    return job_id
+
+
 def offloaded(events: Events, job_id: str) -> list[dict[str, Any]]:
     return [f for _, e, f in events if e == "offloaded" and f.get("job_id") == job_id]
 
@@ -217,11 +228,7 @@ def test_a_redelivered_job_whose_outcome_is_in_s3_is_rereported_not_rerun(
     has exactly its variables, on the first attempt."""
     emu, env_file = serve("sheptra")
     variables = {"orderId": "o4", "returnBytes": 900_000}
-    job_id = emu.create_job("send-receipt", variables, retries=3)
-    httpx.post(
-        f"{emu.base_url}/_admin/faults",
-        json={"method": "POST", "path": f"/cells/{emu.cell}/v1/jobs/{job_id}/complete", "status": 503, "times": 4},
-    ).raise_for_status()
+    job_id = big_result_refused_once(emu, variables)
 
     with large_topology(tmp_path, env_file, heartbeat=False) as topo:
         state = run_one(topo, emu, job_id)
@@ -245,11 +252,7 @@ def test_an_owed_report_whose_outcome_is_in_s3_is_settled_by_the_heartbeat(
     handler ran once, the job message deleted."""
     emu, env_file = serve("sheptra")
     variables = {"orderId": "o5", "returnBytes": 900_000}
-    job_id = emu.create_job("send-receipt", variables, retries=3)
-    httpx.post(
-        f"{emu.base_url}/_admin/faults",
-        json={"method": "POST", "path": f"/cells/{emu.cell}/v1/jobs/{job_id}/complete", "status": 503, "times": 4},
-    ).raise_for_status()
+    job_id = big_result_refused_once(emu, variables)
 
     with large_topology(tmp_path, env_file, parameters={"LeaseSeconds": "15"}) as topo:
         state = run_one(topo, emu, job_id)
