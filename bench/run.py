@@ -85,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
             cost.break_even_jobs_per_month(per_million["value"], idle_cost["value"])
         ),
         "parts": per_million["parts"],
+        # Jobs under the queue's and the table's limits (all of the billable run's) add nothing.
+        "claim_check_added": cost.claim_check_table(ROOT / "template.yaml"),
         "billed_ms_per_job": per_million["billed_ms_per_job"],
         "lambda_per_function": per_million["per_function"],
         "cloudwatch_logs_not_in_value": per_million["cloudwatch_logs"],
