@@ -83,15 +83,27 @@ def wait_counted(topo: LocalTopology, expected: dict[str, dict[str, int]], secon
     return summary
 
 
-def template_variant(tmp_path: Path, replacements: dict[str, str]) -> Path:
+def template_variant(
+    tmp_path: Path, replacements: dict[str, str] | None = None, *, handlers: dict[str, Path] | None = None
+) -> Path:
     """A copy of the real template.yaml in tmp_path with each ``old -> new`` applied (each ``old``
-    must occur exactly once). CodeUri paths are made absolute: they resolve against the template's
-    own directory, which for the copy is tmp_path."""
+    must occur exactly once), and ``handlers`` ({job type: directory}) as those routes' code.
+
+    The route loop's ``CodeUri: functions/${JobType}/`` is one line for every route, so a route's code
+    is swapped in the tree, not the text: the copy's functions/ links each of the repository's
+    function directories, except a ``handlers`` type's, which links its directory instead (local
+    mode resolves the link, so tracebacks name the real file)."""
     text = TEMPLATE.read_text(encoding="utf-8")
-    for old, new in replacements.items():
+    for old, new in (replacements or {}).items():
         assert text.count(old) == 1, f"template.yaml no longer has exactly one {old!r}"
         text = text.replace(old, new)
-    text = text.replace("CodeUri: functions/", f"CodeUri: {ROOT / 'functions'}/")
+    functions = tmp_path / "functions"
+    functions.mkdir()
+    real = {d.name: d for d in (ROOT / "functions").iterdir() if d.is_dir()}
+    for job_type in handlers or {}:
+        assert job_type in real, f"no functions/{job_type} in the repository to stand in for"
+    for name, directory in real.items():
+        (functions / name).symlink_to((handlers or {}).get(name, directory), target_is_directory=True)
     path = tmp_path / "template.yaml"
     path.write_text(text, encoding="utf-8")
     return path

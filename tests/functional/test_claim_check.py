@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from workerless.devtools.scaffold import stem
 from workerless.emulators import nodeflow, sheptra, stagenext
 from workerless.local import LocalTopology
 
@@ -25,6 +26,8 @@ from tests.functional.pipeline import Events, job_timings, template_variant, wai
 pytestmark = pytest.mark.slow
 
 HANDLERS = Path(__file__).resolve().parent / "handlers_large"
+#: send-receipt's function, as the route loop names it (charge-payment -> chargepaymentFunction).
+SEND_RECEIPT = f"{stem('send-receipt')}Function"
 #: Lambda's own timeouts and a short tick; leases long enough that no test needs the heartbeat to
 #: keep a job (a 5 MB job is read, hashed and reported well within a minute here).
 PARAMETERS = {"LeaseSeconds": "60", "TickSeconds": "1", **job_timings(20)}
@@ -57,14 +60,14 @@ def serve(tmp_path: Path) -> Iterator[Any]:
 def large_topology(
     tmp_path: Path, env_file: Path, *, heartbeat: bool = True, parameters: dict[str, str] | None = None
 ) -> LocalTopology:
-    replacements = {"CodeUri: functions/send-receipt/": f"CodeUri: {HANDLERS}/"}
+    replacements: dict[str, str] = {}
     if not heartbeat:
         # The heartbeat's event source off: an owed report can then only be settled by SQS's
         # redelivery of the job message (the path under test), never by the heartbeat's re-send.
         replacements["            Queue: !GetAtt HeartbeatQueue.Arn\n"] = (
             "            Queue: !GetAtt HeartbeatQueue.Arn\n            Enabled: false\n"
         )
-    template = template_variant(tmp_path, replacements)
+    template = template_variant(tmp_path, replacements, handlers={"send-receipt": HANDLERS})
     return LocalTopology(template, env_file, parameters={**PARAMETERS, **(parameters or {})}, schedule_seconds=1)
 
 
@@ -141,7 +144,7 @@ def test_a_node_flow_task_with_a_5_mb_input_runs_through_the_claim_check(
     assert_first_attempt(state, {"receiptSent": True, **fingerprint(variables)})
     assert grants == {
         ("PollerFunction", "s3:PutObject", "jobs/send-receipt"),
-        ("SendReceiptFunction", "s3:GetObject", "jobs/send-receipt"),
+        (SEND_RECEIPT, "s3:GetObject", "jobs/send-receipt"),
     }
     [note] = offloaded(events, job_id)
     assert note["bytes"] > 5_000_000
@@ -182,7 +185,7 @@ def test_a_sheptra_handler_returning_900_kb_of_incompressible_variables_complete
         state = run_one(topo, emu, job_id)
         [record] = records(topo)
         keys = objects(topo, "results/send-receipt/")
-        assert s3_grants(topo) == {("SendReceiptFunction", "s3:PutObject", "results/send-receipt")}
+        assert s3_grants(topo) == {(SEND_RECEIPT, "s3:PutObject", "results/send-receipt")}
 
     expected = {"receiptSent": True, **fingerprint(variables), "blob": blob(900_000, job_id)}
     assert_first_attempt(state, expected)
@@ -240,7 +243,7 @@ def test_a_redelivered_job_whose_outcome_is_in_s3_is_rereported_not_rerun(
     assert mine.count("started") == 1, "the handler ran once"
     assert "report_owed" in mine and mine.count("rereported") == 1, mine
     assert "outcome_ref" in record and record["status"]["S"] == "reported"
-    assert ("SendReceiptFunction", "s3:GetObject", "results/send-receipt") in grants
+    assert (SEND_RECEIPT, "s3:GetObject", "results/send-receipt") in grants
 
 
 def test_an_owed_report_whose_outcome_is_in_s3_is_settled_by_the_heartbeat(

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from workerless import cli
+from workerless.devtools.scaffold import template_job_types
 from workerless.devtools.status import topology_status
 from workerless.emulators import sheptra
 from workerless.local import LocalTopology
@@ -27,12 +28,17 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 SUBPROCESS_TIMEOUT = 120
+#: A name no user would pick: the project copy is the user's tree, which may have any type of its own
+#: (the docs' ship-parcel among them).
+TYPE = "zz-scaffold-probe"
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    """template.yaml, functions/ and events/ copied (they get written), the layer and venvs linked."""
+    """template.yaml, functions/ and events/ copied (they get written), samconfig.toml (SAM CLI expands
+    the template's Fn::ForEach only with its language_extensions), the layer linked."""
     shutil.copy2(ROOT / "template.yaml", tmp_path / "template.yaml")
+    shutil.copy2(ROOT / "samconfig.toml", tmp_path / "samconfig.toml")
     shutil.copytree(ROOT / "functions", tmp_path / "functions", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(ROOT / "events", tmp_path / "events")
     (tmp_path / "layers").symlink_to(ROOT / "layers")
@@ -70,19 +76,21 @@ def offline_env(tmp_path: Path) -> dict[str, str]:
 def test_new_handler_scaffolds_files_and_a_template_that_still_validates(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """GIVEN a copy of the project WHEN `new-handler ship-parcel` runs THEN the handler, its test and its
-    event exist, the template passes cfn-lint and `sam validate --lint`, and the generated test passes."""
+    """GIVEN a copy of the project WHEN `new-handler TYPE` runs THEN the handler, its test and its event
+    exist, the template gains the type and its route (two lines), passes cfn-lint and `sam validate
+    --lint`, and the generated test passes."""
     before = (project / "template.yaml").read_text(encoding="utf-8")
-    code, out, err = run(capsys, "new-handler", "ship-parcel", "--template", str(project / "template.yaml"))
+    code, out, err = run(capsys, "new-handler", TYPE, "--template", str(project / "template.yaml"))
     assert code == 0, err
-    app = project / "functions" / "ship-parcel" / "app.py"
-    test = project / "tests" / "unit" / "test_handler_ship_parcel.py"
-    event = project / "events" / "sqs-ship-parcel.json"
+    app = project / "functions" / TYPE / "app.py"
+    test = project / "tests" / "unit" / f"test_handler_{TYPE.replace('-', '_')}.py"
+    event = project / "events" / f"sqs-{TYPE}.json"
     for path in (app, test, event):
         assert path.is_file() and f"created {path}" in out
     assert "from workerless import Job, job_handler" in app.read_text()
     after = (project / "template.yaml").read_text(encoding="utf-8")
-    assert len(after.splitlines()) > len(before.splitlines()) and "ShipParcelFunction:" in after
+    assert template_job_types(after) == [*template_job_types(before), TYPE]
+    assert len(after.splitlines()) == len(before.splitlines()) + 2
 
     cfn_lint = Path(sys.executable).parent / "cfn-lint"
     lint = subprocess.run(
@@ -142,20 +150,20 @@ def test_new_handler_refuses_an_existing_type_and_leaves_everything_as_it_was(
     assert template.read_text(encoding="utf-8") == before
     assert not (project / "events" / "sqs-half-done.json").exists()
 
-    code, _, _ = run(capsys, "new-handler", "ship-parcel", "--template", str(template))
+    code, _, _ = run(capsys, "new-handler", TYPE, "--template", str(template))
     assert code == 0
     scaffolded = template.read_text(encoding="utf-8")
-    code, _, err = run(capsys, "new-handler", "ship-parcel", "--template", str(template))
+    code, _, err = run(capsys, "new-handler", TYPE, "--template", str(template))
     assert code == 2 and "already exists" in err
     assert template.read_text(encoding="utf-8") == scaffolded
 
 
 def test_invoke_runs_the_scaffolded_handler(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(capsys, "new-handler", "ship-parcel", "--template", str(project / "template.yaml"))[0] == 0
+    assert run(capsys, "new-handler", TYPE, "--template", str(project / "template.yaml"))[0] == 0
     code, out, err = run(
         capsys,
         "invoke",
-        "ship-parcel",
+        TYPE,
         "--variables",
         '{"orderId": "9"}',
         "--functions-dir",
@@ -164,8 +172,8 @@ def test_invoke_runs_the_scaffolded_handler(project: Path, capsys: pytest.Captur
     assert code == 0, err
     report = json.loads(out)
     assert report["outcome"] == {"kind": "complete", "variables": {"handled": True}}
-    assert report["job"]["type"] == "ship-parcel"
-    assert report["logs"] == [f"handling ship-parcel job {report['job']['id']}"]
+    assert report["job"]["type"] == TYPE
+    assert report["logs"] == [f"handling {TYPE} job {report['job']['id']}"]
 
 
 @pytest.fixture
@@ -186,10 +194,10 @@ def test_local_mode_runs_the_new_route_against_the_sheptra_emulator(
     """GIVEN a scaffolded job type WHEN local mode runs the scaffolded template against the Sheptra
     emulator THEN a job of the new type completes with the handler's variables, and the topology's
     status lists the new route with an empty queue and DLQ and a recent poll."""
-    assert run(capsys, "new-handler", "ship-parcel", "--template", str(project / "template.yaml"))[0] == 0
+    assert run(capsys, "new-handler", TYPE, "--template", str(project / "template.yaml"))[0] == 0
     env_file = project / "sheptra.env"
     env_file.write_text(emulator.env_block(emulator.base_url) + "\nWORKERLESS_ENGINE=sheptra\n")
-    job_id = emulator.create_job("ship-parcel", {"orderId": "p1"})
+    job_id = emulator.create_job(TYPE, {"orderId": "p1"})
     topology = LocalTopology(
         project / "template.yaml",
         env_file,
@@ -203,12 +211,12 @@ def test_local_mode_runs_the_new_route_against_the_sheptra_emulator(
         running_for = time.time() - started
     assert done, emulator.job_state(job_id)
     assert emulator.job_state(job_id)["output"] == {"handled": True}
-    route = next(r for r in status.routes if r.job_type == "ship-parcel")
+    route = next(r for r in status.routes if r.job_type == TYPE)
     assert (route.waiting, route.dead_lettered) == (0, 0)
-    assert [r.job_type for r in status.routes] == ["charge-payment", "send-receipt", "generate-report", "ship-parcel"]
+    assert [r.job_type for r in status.routes] == template_job_types((project / "template.yaml").read_text())
     # A poll of this run (not a stale record): it happened after the topology started.
     assert status.last_poll_seconds_ago is not None and status.last_poll_seconds_ago <= running_for
-    assert "ship-parcel" in status.table()
+    assert TYPE in status.table()
 
 
 @pytest.mark.filterwarnings("ignore::ResourceWarning")
@@ -217,10 +225,10 @@ def test_workerless_local_prints_the_status_while_it_runs_the_new_route(
 ) -> None:
     """The command-line path of the daily loop: scaffold, then `workerless local --status-every` against
     the emulator until idle; the job of the new type completes and the status lines name its route."""
-    assert run(capsys, "new-handler", "ship-parcel", "--template", str(project / "template.yaml"))[0] == 0
+    assert run(capsys, "new-handler", TYPE, "--template", str(project / "template.yaml"))[0] == 0
     env_file = project / "sheptra.env"
     env_file.write_text(emulator.env_block(emulator.base_url) + "\nWORKERLESS_ENGINE=sheptra\n")
-    job_id = emulator.create_job("ship-parcel", {"orderId": "p2"})
+    job_id = emulator.create_job(TYPE, {"orderId": "p2"})
     code, out, err = run(
         capsys,
         "--log-level",
@@ -244,9 +252,9 @@ def test_workerless_local_prints_the_status_while_it_runs_the_new_route(
     )
     assert code == 0, err[-2000:]
     assert emulator.job_state(job_id)["state"] == "completed"
-    assert "ship-parcel" in out  # the summary table
+    assert TYPE in out  # the summary table
     assert "job type" in err and "DLQ" in err and "last poll:" in err
-    status_rows = [line for line in err.splitlines() if line.startswith("ship-parcel ")]
+    status_rows = [line for line in err.splitlines() if line.startswith(f"{TYPE} ")]
     assert status_rows, err[-2000:]
 
     code, _, err = run(capsys, "local", "--template", str(project / "template.yaml"), "--status-every", "0")

@@ -8,6 +8,7 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -16,17 +17,30 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 from workerless import cli
 from workerless.devtools import clients
+from workerless.devtools.scaffold import _yaml, add_job_type, template_job_types
 from workerless.model import ActivatedJob, JobRef
 
 STACK = "workerless-test"
+TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
 LEASE_TOKEN = "lease-token-must-never-be-printed"
 
 
 class FakeCloudFormation:
-    """ListStackResources (paginated) of the stacks it knows."""
+    """ListStackResources (paginated) and GetTemplate (processed) of the stacks it knows; GetTemplate
+    refused as AccessDenied while ``template_refused``."""
 
-    def __init__(self, stacks: dict[str, list[dict[str, str]]]) -> None:
+    def __init__(self, stacks: dict[str, list[dict[str, str]]], templates: dict[str, dict[str, Any]]) -> None:
         self.stacks = stacks
+        self.templates = templates
+        self.template_refused = False
+
+    def get_template(self, StackName: str, TemplateStage: str) -> dict[str, Any]:
+        assert TemplateStage == "Processed"
+        if self.template_refused:
+            message = "not authorized to perform cloudformation:GetTemplate"
+            error = {"Error": {"Code": "AccessDenied", "Message": message}}
+            raise ClientError(error, "GetTemplate")  # type: ignore[arg-type]
+        return {"TemplateBody": json.dumps(self.templates[StackName])}
 
     def get_paginator(self, operation: str) -> FakeCloudFormation:
         assert operation == "list_stack_resources"
@@ -47,6 +61,21 @@ class Deployed:
     cloudwatch: Any
     queues: dict[str, str]
     table: str
+    cloudformation: FakeCloudFormation
+
+
+def processed_template(job_types: list[str]) -> dict[str, Any]:
+    """What GetTemplate (Processed) gives for the repository's template with ``job_types`` as its
+    routes: the route loop expanded and Globals applied, so every function carries WORKERLESS_ROUTES
+    as the template writes it (a Fn::Sub of the routes, the queues by their logical IDs)."""
+    text = TEMPLATE.read_text(encoding="utf-8")
+    for job_type in job_types:
+        if job_type not in template_job_types(text):
+            text = add_job_type(text, job_type)[0]
+    routes = _yaml().load(text)["Globals"]["Function"]["Environment"]["Variables"]["WORKERLESS_ROUTES"]
+    environment = {"Variables": {"WORKERLESS_ROUTES": {"Fn::Sub": str(routes.value)}}}
+    poller = {"Type": "AWS::Lambda::Function", "Properties": {"Environment": environment}}
+    return {"Resources": {"PollerFunction": poller}}
 
 
 @pytest.fixture
@@ -80,13 +109,13 @@ def deployed(monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployed]:
             {"LogicalResourceId": "JobsTable", "ResourceType": "AWS::DynamoDB::Table", "PhysicalResourceId": table}
         )
         resources.append({"LogicalResourceId": "PollerFunction", "ResourceType": "AWS::Lambda::Function"})
-        fake = FakeCloudFormation({STACK: resources})
+        fake = FakeCloudFormation({STACK: resources}, {STACK: processed_template(["charge-payment", "ship-parcel"])})
 
         def aws_client(service: str, **_: Any) -> Any:
             return fake if service == "cloudformation" else session.client(service)
 
         monkeypatch.setattr(clients, "aws_client", aws_client)
-        yield Deployed(sqs, dynamodb, session.client("cloudwatch"), queues, table)
+        yield Deployed(sqs, dynamodb, session.client("cloudwatch"), queues, table, fake)
 
 
 def job_message(job_id: str, job_type: str = "charge-payment") -> str:
@@ -127,7 +156,7 @@ def test_status_of_a_stack_per_route(deployed: Deployed, capsys: pytest.CaptureF
     for i in range(3):
         deployed.sqs.send_message(QueueUrl=charge, MessageBody=job_message(f"wait-{i}"))
     deployed.sqs.receive_message(QueueUrl=charge, MaxNumberOfMessages=1, VisibilityTimeout=300)
-    ship = deployed.queues["ShipParcelQueue"]
+    ship = deployed.queues["shipparcelQueue"]
     deployed.sqs.send_message(QueueUrl=ship, MessageBody=job_message("later", "ship-parcel"), DelaySeconds=60)
     tick = {"chain": "c1", "seq": 4, "last_tick": time.time() - 12}
     deployed.dynamodb.put_item(
@@ -163,10 +192,25 @@ def test_status_of_a_stack_per_route(deployed: Deployed, capsys: pytest.CaptureF
     assert "charge-payment" in out and "last poll: 1" in out and "poll cycles" not in out
 
 
+def test_status_names_the_routes_by_their_logical_ids_when_the_template_is_unreadable(
+    deployed: Deployed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """GIVEN a caller refused cloudformation:GetTemplate WHEN status reads the stack THEN every route is
+    still found, named by its logical IDs' stem (the dashes the loop dropped cannot be told back)."""
+    deployed.cloudformation.template_refused = True
+    code, out, err = run(capsys, "status", "--stack-name", STACK, "--json", "--no-metrics", "--template", "/none.yaml")
+    assert code == 0, err
+    assert {r["type"] for r in json.loads(out)["routes"]} == {"chargepayment", "shipparcel"}
+    # A local template.yaml names the routes it has.
+    code, out, err = run(capsys, "status", "--stack-name", STACK, "--json", "--no-metrics", "--template", str(TEMPLATE))
+    assert code == 0, err
+    assert {r["type"] for r in json.loads(out)["routes"]} == {"charge-payment", "shipparcel"}
+
+
 def test_status_says_why_the_last_poll_is_unknown_and_reads_explicit_routes(
     deployed: Deployed, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    route = f"ship-parcel={deployed.queues['ShipParcelQueue']},{deployed.queues['ShipParcelDeadLetterQueue']}"
+    route = f"ship-parcel={deployed.queues['shipparcelQueue']},{deployed.queues['shipparcelDeadLetterQueue']}"
     code, out, err = run(capsys, "status", "--route", route, "--table", deployed.table, "--no-metrics")
     assert code == 0, err
     assert "ship-parcel" in out and "charge-payment" not in out

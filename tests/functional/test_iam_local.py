@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 from botocore.exceptions import ClientError
+from workerless.devtools.scaffold import stem, template_job_types
 from workerless.emulators import sheptra, stagenext
 from workerless.local import LocalTopology, TemplateError
 
@@ -26,8 +27,13 @@ ACCOUNT = "123456789012"
 
 
 def without_statement(text: str, role: str, sid: str) -> str:
-    """``text`` with the statement ``sid`` of ``role``'s policy cut out (the rest of the file as is)."""
-    start = text.index(f"\n  {role}:\n")
+    """``text`` with the statement ``sid`` of ``role``'s policy cut out (the rest of the file as is).
+
+    ``role`` is a logical ID as written in the template: a library role (``PollerFunctionRole``), or
+    the route loop's ``"&{JobType}FunctionRole"``, whose statement is then cut from every route's role."""
+    match = re.search(rf"\n[ ]*{re.escape(role)}:\n", text)
+    assert match is not None, f"no resource {role} in the template"
+    start = match.start()
     head = text.index(f"- Sid: {sid}\n", start)
     line_start = text.rindex("\n", 0, head) + 1
     indent = head - line_start
@@ -134,16 +140,18 @@ def test_a_removed_grant_is_refused_in_the_running_topology_with_awss_error(
 
 
 def test_a_role_that_cannot_poll_its_event_queue_is_refused_at_start(tmp_path: Path) -> None:
-    """GIVEN a handler role without its event source statement WHEN the topology starts THEN it is
-    refused as Lambda's CreateEventSourceMapping refuses it, naming the function, event and queue."""
-    text = without_statement(TEMPLATE.read_text(encoding="utf-8"), "chargepaymentFunctionRole", "JobEventSource")
+    """GIVEN the routes' handler role without its event source statement WHEN the topology starts THEN
+    it is refused as Lambda's CreateEventSourceMapping refuses it, naming the first route's function,
+    event and queue."""
+    text = without_statement(TEMPLATE.read_text(encoding="utf-8"), '"&{JobType}FunctionRole"', "JobEventSource")
+    first = stem(template_job_types(text)[0])
     topo = LocalTopology(template_copy(tmp_path, text), None)
     with pytest.raises(TemplateError) as caught:
         topo.start()
     message = str(caught.value)
-    assert "chargepaymentFunction.Events.Jobs" in message
+    assert f"{first}Function.Events.Jobs" in message
     assert "does not have permissions to call ReceiveMessage on SQS" in message
-    assert "workerless-local-chargepaymentQueue" in message
+    assert f"workerless-local-{first}Queue" in message
     assert topo.iam is None or not topo.invocations
 
 

@@ -261,7 +261,7 @@ def test_logs_reach_the_task_in_order_followed_by_the_failure_stack(
     """GIVEN a handler that logs 60 lines through job.log and then raises
     THEN the task's log holds the 60 lines in order (the first 50 flushed mid-run, the rest before
     the report), then the stack of the failure, and the task is reported FAILED with the error."""
-    template = template_variant(tmp_path, {"CodeUri: functions/generate-report/": f"CodeUri: {TEST_HANDLERS}/"})
+    template = template_variant(tmp_path, handlers={"generate-report": TEST_HANDLERS})
     emulator, url = serve()
     lines = [f"step {i:02d}" for i in range(60)]
     task_id = emulator.create_job("generate-report", {"lines": lines, "error": "report exploded"}, retries=1)

@@ -141,22 +141,13 @@ def _routes_node(data: Any) -> Any:
 
 def route_types(data: Any) -> list[tuple[str, str]]:
     """(job type, queue logical id) of each route in WORKERLESS_ROUTES, in order."""
+    from workerless.devtools.stack import routes_in_text
+
     node = _routes_node(data)
-    text = str(getattr(node, "value", node))
-    # ${X} inside quotes is a reference (a queue URL); bare, a number (${MaxInFlight}).
-    text = re.sub(r'"\$\{([A-Za-z0-9:.]+)\}"', r'"@\1"', text)
-    text = re.sub(r"\$\{[A-Za-z0-9:.]+\}", "0", text)
     try:
-        routes = json.loads(text)
+        return routes_in_text(str(getattr(node, "value", node)))
     except ValueError as exc:
-        raise ScaffoldError(f"WORKERLESS_ROUTES is not a JSON list: {exc}", key="WORKERLESS_ROUTES") from None
-    if not isinstance(routes, list):
-        raise ScaffoldError("WORKERLESS_ROUTES is not a JSON list", key="WORKERLESS_ROUTES")
-    out: list[tuple[str, str]] = []
-    for route in routes:
-        queue = str(route.get("queue", "")) if isinstance(route, dict) else ""
-        out.append((str(route.get("type")) if isinstance(route, dict) else "", queue.removeprefix("@")))
-    return out
+        raise ScaffoldError(f"WORKERLESS_ROUTES is not a JSON list of routes: {exc}", key="WORKERLESS_ROUTES") from None
 
 
 def add_job_type(text: str, job_type: str) -> tuple[str, list[str]]:

@@ -2,14 +2,18 @@
 from a running :class:`~workerless.local.LocalTopology`.
 
 A deployed stack is read with ListStackResources (paginated): a queue's physical id is its URL, the
-table's is its name. Job types come from the template's contract: ``<Camel>Queue`` with a
-``<Camel>DeadLetterQueue`` is a job type (the poller's TickerQueue and the HeartbeatQueue are not);
-``routes`` (job type, queue logical id), e.g. read from a local template.yaml's WORKERLESS_ROUTES,
-names them exactly where ``Camel`` -> ``kebab-case`` would not.
+table's is its name. Job types come from the template's contract: ``<stem>Queue`` with a
+``<stem>DeadLetterQueue`` is a job type (the poller's TickerQueue and the HeartbeatQueue are not).
+The route loop's logical IDs drop the type's dashes (``charge-payment`` -> ``chargepaymentQueue``), so
+the names come from the stack's own WORKERLESS_ROUTES, read from its processed template
+(GetTemplate); when that cannot be read, from ``routes`` (job type, queue logical id) the caller
+passes (a local template.yaml's). Only when neither names a queue is its stem taken as the name
+(``ChargePayment`` -> ``charge-payment``, ``chargepayment`` as is).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -48,6 +52,45 @@ class Deployment:
 def kebab(camel: str) -> str:
     """``SendReceipt`` -> ``send-receipt`` (the inverse of the scaffold's naming)."""
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "-", camel).lower()
+
+
+def routes_in_text(text: str) -> list[tuple[str, str]]:
+    """(job type, queue logical id) of each route of a WORKERLESS_ROUTES ``Fn::Sub`` string, in order.
+
+    ``"${X}"`` (quoted) is a queue's reference, a bare ``${X}`` a number (``${MaxInFlight}``). Raises
+    ValueError when the text is not a JSON list of routes."""
+    text = re.sub(r'"\$\{([A-Za-z0-9:.]+)\}"', r'"@\1"', text)
+    text = re.sub(r"\$\{[A-Za-z0-9:.]+\}", "0", text)
+    routes = json.loads(text)
+    if not isinstance(routes, list):
+        raise ValueError("WORKERLESS_ROUTES is not a JSON list")
+    out: list[tuple[str, str]] = []
+    for route in routes:
+        if not isinstance(route, dict):
+            raise ValueError(f"a route of WORKERLESS_ROUTES is not an object: {route!r}")
+        out.append((str(route.get("type", "")), str(route.get("queue", "")).removeprefix("@")))
+    return out
+
+
+def deployed_routes(template: Any) -> list[tuple[str, str]] | None:
+    """The routes of a processed (deployed) template: the WORKERLESS_ROUTES of its first function that
+    has it (Globals put the same value in every function). None when no function has it."""
+    resources = template.get("Resources") if isinstance(template, dict) else None
+    for resource in (resources or {}).values():
+        if not isinstance(resource, dict) or resource.get("Type") != "AWS::Lambda::Function":
+            continue
+        variables = ((resource.get("Properties") or {}).get("Environment") or {}).get("Variables") or {}
+        value = variables.get("WORKERLESS_ROUTES")
+        if isinstance(value, dict):
+            value = value.get("Fn::Sub")
+        if isinstance(value, list) and value:
+            value = value[0]
+        if isinstance(value, str):
+            try:
+                return routes_in_text(value)
+            except ValueError:
+                return None
+    return None
 
 
 def from_resources(
@@ -98,7 +141,25 @@ def resolve_stack(
         ) from None
     except BotoCoreError as exc:
         raise ConfigurationError(f"cannot reach CloudFormation: {type(exc).__name__}", key="stack-name") from None
+    routes = _stack_routes(cloudformation, stack_name) or routes
     return from_resources(resources, routes=routes, source=f"stack {stack_name}")
+
+
+def _stack_routes(cloudformation: Any, stack_name: str) -> list[tuple[str, str]] | None:
+    """The stack's routes from its processed template; None (names from the stems) when it cannot be
+    read, e.g. a caller without cloudformation:GetTemplate: the queues are still found."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        body = cloudformation.get_template(StackName=stack_name, TemplateStage="Processed").get("TemplateBody")
+    except (ClientError, BotoCoreError):
+        return None
+    if isinstance(body, str):
+        try:
+            body = json.loads(body)
+        except ValueError:
+            return None
+    return deployed_routes(body)
 
 
 def from_topology(topology: Any) -> Deployment:
