@@ -40,6 +40,7 @@ import httpx
 import pytest
 from workerless import cli, observability
 from workerless.aws.sqs import QueueError, Queues
+from workerless.devtools.scaffold import stem, template_job_types
 from workerless.engines import build_engine
 from workerless.local import LocalTopology
 from workerless.local.iam.enforce import Grant, Refusal
@@ -54,6 +55,11 @@ from tests.functional.pipeline import FINAL, TEMPLATE, job_timings
 pytestmark = pytest.mark.slow
 
 ENGINES = ("sheptra", "nodeflow", "stagenext")
+#: The template's job types, read from its route loop: the scenario runs the three examples' failure
+#: paths, and a job of every other type (a scaffolded one) with its report owed, so that each route's
+#: grants are used.
+JOB_TYPES = template_job_types(TEMPLATE.read_text(encoding="utf-8"))
+EXAMPLES = ("charge-payment", "send-receipt", "generate-report")
 #: Each scenario settles in about 20 s here; the bound keeps three of them inside the test timeout.
 SCENARIO_SECONDS = 75
 
@@ -136,10 +142,11 @@ def _scenario(engine: str, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
         receipt = create("send-receipt", {"orderId": "o3"})
         # Longer than a lease: it cannot finish before the heartbeat's first extension.
         report = create("generate-report", {"seconds": 6})
-        jobs = [charge, declined, receipt, report]
+        others = [create(t, {"orderId": f"o-{t}"}) for t in JOB_TYPES if t not in EXAMPLES]
+        jobs = [charge, declined, receipt, report, *others]
         # Every try of one delivery's report (the retry policy tries 4 times) of a job of each type:
         # each report is left owed, for the heartbeat. The report's first extension: 409.
-        owed = [charge, receipt, report]
+        owed = [charge, receipt, report, *others]
         if engine == "sheptra":
             base = f"/cells/{emulator.cell}/v1/jobs"
             for job in owed:
@@ -186,10 +193,7 @@ def _scenario(engine: str, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
 
             def job_queues_empty() -> bool:
                 depths = topo.queue_depths()
-                return all(
-                    depths[q].visible + depths[q].in_flight == 0
-                    for q in ("chargepaymentQueue", "sendreceiptQueue", "generatereportQueue")
-                )
+                return all(depths[q].visible + depths[q].in_flight == 0 for q in (f"{stem(t)}Queue" for t in JOB_TYPES))
 
             topo.run_until(
                 lambda: (

@@ -20,6 +20,7 @@ import httpx
 import pytest
 from moto import mock_aws
 from workerless.aws.dynamo import JobStore
+from workerless.devtools.scaffold import template_job_types
 from workerless.emulators import nodeflow
 from workerless.emulators.http import EmulatorServer
 from workerless.emulators.nodeflow import NodeFlowEmulator
@@ -28,6 +29,7 @@ from workerless.model import JobRef, Outcome
 from workerless.record import Decision, Status, decide, lease_of
 
 from tests.functional.pipeline import (
+    TEMPLATE,
     Events,
     more_polls,
     template_variant,
@@ -317,13 +319,9 @@ def test_domain_route_leases_only_its_domain_queue(serve: Serve, tmp_path: Path,
     (never leased, never asked for), and no poll is refused."""
     route = '{"type":"charge-payment","queue":"${chargepaymentQueue}","max":${MaxInFlight}}'
     template = template_variant(tmp_path, {route: route[:-1] + ',"engineQueue":"charge-payment:eu-west"}'})
+    others = [t for t in template_job_types(TEMPLATE.read_text(encoding="utf-8")) if t != "charge-payment"]
     emulator, url = serve(
-        scopes=(
-            "queues:lease:charge-payment:eu-west",
-            "queues:lease:send-receipt",
-            "queues:lease:generate-report",
-            "tasks:report",
-        )
+        scopes=("queues:lease:charge-payment:eu-west", *(f"queues:lease:{t}" for t in others), "tasks:report")
     )
     eu = [emulator.create_job("charge-payment", {"orderId": f"eu{i}", "amount": 5}, domain="eu-west") for i in range(2)]
     plain = [emulator.create_job("charge-payment", {"orderId": f"p{i}", "amount": 5}) for i in range(2)]

@@ -504,7 +504,7 @@ def test_visibility_timeout_is_at_least_six_times_the_consumer_timeout(cfn: dict
             visibility = _default(cfn, cfn["Resources"][queue]["Properties"]["VisibilityTimeout"])
             assert visibility >= 6 * timeout, (queue, visibility, function, timeout)
             pairs += 1
-    assert pairs == len(ALL_FUNCTIONS) + 2  # DeadLetterFunction reads three queues
+    assert pairs == len(ALL_FUNCTIONS) + len(JOB_TYPES) - 1  # DeadLetterFunction reads one queue per route
     resources = cfn["Resources"]
     assert _default(cfn, resources["generatereportFunction"]["Properties"]["Timeout"]) == 900
     assert _default(cfn, resources["generatereportQueue"]["Properties"]["VisibilityTimeout"]) == 5400

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from workerless.devtools.scaffold import _yaml, route_types, with_job_types
 from workerless.local.iam.roles import render_roles
 from workerless.local.template import LocalTemplate, load_template, resolve_template
 
@@ -120,11 +121,16 @@ def test_local_mode_renders_the_roles_sam_cli_expands(local_view: LocalTemplate,
         assert len([s for s in ours[function] if s[1].startswith("s3:")]) == len(mangled), function
 
 
-def test_each_function_is_granted_exactly_what_the_hand_written_template_granted(local_view: LocalTemplate) -> None:
+def test_each_function_is_granted_exactly_what_the_hand_written_template_granted(tmp_path: Path) -> None:
     """Same routes, same grants. The route loop's logical IDs are the type without its hyphens
-    (chargepaymentQueue where the hand-written template had chargepaymentQueue): names compare
-    without case."""
+    (chargepaymentQueue where the hand-written template had ChargePaymentQueue): names compare
+    without case. The template is given the hand-written one's routes (a scaffolded type of the
+    user's own has no counterpart there)."""
     before = load_template(BEFORE, parameters=PARAMETERS)
+    routes = [job_type for job_type, _ in route_types(_yaml().load(BEFORE.read_text(encoding="utf-8")))]
+    variant = tmp_path / "template.yaml"
+    variant.write_text(with_job_types(TEMPLATE.read_text(encoding="utf-8"), routes), encoding="utf-8")
+    local_view = load_template(variant, parameters=PARAMETERS)
     old = {k.lower(): {(e, a, r.lower()) for e, a, r in v} for k, v in _statements(before, PARAMETERS).items()}
     new = {k.lower(): {(e, a, r.lower()) for e, a, r in v} for k, v in _statements(local_view, PARAMETERS).items()}
     assert set(new) == set(old) == {f.logical_id.lower() for f in before.functions}

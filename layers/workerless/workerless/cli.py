@@ -6,6 +6,7 @@
     workerless emulate  ENGINE [--port N] [--auth on|off] [--jobs FILE]
     workerless demo     [--engine sheptra] [--jobs N] [--template template.yaml]
     workerless new-handler TYPE [--template template.yaml]
+    workerless init     DIR [--job-type example-job]
     workerless invoke   TYPE [--variables JSON|@FILE] [--retries N]
     workerless status   (--stack-name NAME | --route TYPE=URL[,DLQ_URL] ... [--table NAME]) [--json]
     workerless secrets import --env-file .env [--secret-name NAME]
@@ -393,13 +394,18 @@ def _load_jobs(emulator: Any, path: str) -> list[str]:
 
 
 def demo_variables(job_type: str, index: int) -> dict[str, Any]:
-    """Valid input for the example handlers."""
+    """Valid input for the example handlers; an order id for any other type (a scaffolded handler)."""
     order = f"order-{index + 1:04d}"
     if job_type == "charge-payment":
         return {"orderId": order, "amount": round(10 + index * 2.5, 2)}
-    if job_type == "send-receipt":
-        return {"orderId": order}
-    return {"seconds": 1}
+    if job_type == "generate-report":
+        return {"seconds": 1}
+    return {"orderId": order}
+
+
+def _demo_job_types(template: Path) -> tuple[str, ...]:
+    """The template's job types (its WORKERLESS_ROUTES), the examples' when it has none to read."""
+    return tuple(t for t, _ in _template_routes(str(template)) or ()) or DEMO_JOB_TYPES
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -432,9 +438,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 parameters=parameters,
                 schedule_seconds=args.schedule_seconds,
             )
-            print(f"{args.engine} emulator on {server.url}; {args.jobs} job(s) of {', '.join(DEMO_JOB_TYPES)}")
+            types = _demo_job_types(template)
+            print(f"{args.engine} emulator on {server.url}; {args.jobs} job(s) of {', '.join(types)}")
             ids = [
-                emulator.create_job(DEMO_JOB_TYPES[i % len(DEMO_JOB_TYPES)], demo_variables(DEMO_JOB_TYPES[i % 3], i))
+                emulator.create_job(types[i % len(types)], demo_variables(types[i % len(types)], i))
                 for i in range(args.jobs)
             ]
             progress = _Progress(emulator, ids, started)
@@ -526,6 +533,17 @@ def _add_daily_loop_commands(commands: Any) -> None:
     new_handler.add_argument("job_type", metavar="TYPE", help="lowercase letters, digits and hyphens (ship-parcel)")
     new_handler.add_argument("--template", default="template.yaml", help="SAM template (default: template.yaml)")
     new_handler.set_defaults(run=cmd_new_handler)
+
+    init = commands.add_parser(
+        "init",
+        help="create a new SAM application that uses workerless, in a directory of its own",
+        description="Write DIR/template.yaml (one job type), samconfig.toml, functions/ (the example handler and "
+        "the library's functions), layers/workerless, events/, tests/, pyproject.toml, a Makefile (demo, test, "
+        "build) and a README. DIR must be absent or empty.",
+    )
+    init.add_argument("directory", metavar="DIR", help="the new application's directory (its name names the stack)")
+    init.add_argument("--job-type", default="example-job", help="the example job type (default: example-job)")
+    init.set_defaults(run=cmd_init)
 
     invoke = commands.add_parser(
         "invoke",
@@ -654,6 +672,19 @@ def cmd_new_handler(args: argparse.Namespace) -> int:
     print("  nothing is left to wire by hand")
     print()
     print(f"next: edit functions/{done.job_type}/app.py, then `workerless invoke {done.job_type} --variables '{{}}'`")
+    return EXIT_OK
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from workerless.devtools.init import init_application
+
+    app = init_application(args.directory, job_type=args.job_type)
+    print(f"created {app.directory} (job type {app.job_type}):")
+    for path in app.files:
+        print(f"  {path.relative_to(app.directory)}")
+    print("  functions/poller, functions/heartbeat, functions/deadletter, layers/workerless")
+    print()
+    print(f"next: cd {args.directory} && make demo && make test")
     return EXIT_OK
 
 

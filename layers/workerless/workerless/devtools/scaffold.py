@@ -150,6 +150,45 @@ def route_types(data: Any) -> list[tuple[str, str]]:
         raise ScaffoldError(f"WORKERLESS_ROUTES is not a JSON list of routes: {exc}", key="WORKERLESS_ROUTES") from None
 
 
+def route_line(job_type: str) -> str:
+    """The type's route in WORKERLESS_ROUTES: its queue by logical ID, the template's MaxInFlight."""
+    route = json.dumps({"type": job_type, "queue": "@Q", "max": "@M"}, separators=(",", ":"))
+    return route.replace('"@Q"', f'"${{{stem(job_type)}Queue}}"').replace('"@M"', "${MaxInFlight}")
+
+
+def with_job_types(text: str, job_types: list[str]) -> str:
+    """template.yaml's text with exactly ``job_types`` as its routes, in that order: the job-type list
+    and WORKERLESS_ROUTES. A type the template routes keeps its route line as written (its
+    ``max`` or ``engineQueue``); another gets :func:`route_line`."""
+    for job_type in job_types:
+        validate_job_type(job_type)
+    template_job_types(text)  # raises when the list is missing
+    listed = _JOB_TYPES.search(text)
+    routes = _ROUTES.search(text)
+    assert listed is not None
+    if routes is None or not job_types:
+        raise ScaffoldError("template has no `WORKERLESS_ROUTES: !Sub >-` block, or no job types given")
+    indent = routes.group("indent") + "  "
+    written = {}
+    for line in routes.group("lines").splitlines():
+        body = line.strip().lstrip("[").rstrip(",]")
+        found = re.search(r'"type":"([^"]+)"', body)
+        if found:
+            written[found.group(1)] = body
+    lines = [written.get(t, route_line(t)) for t in job_types]
+    new_routes = "".join(
+        f"{indent}{'[' if i == 0 else ''}{line}{']' if i == len(lines) - 1 else ','}\n" for i, line in enumerate(lines)
+    )
+    items = "".join(f"{listed.group('indent')}  - {t}\n" for t in job_types)
+    edits = [
+        (listed.start("items"), listed.end("items"), items),
+        (routes.start("lines"), routes.end("lines"), new_routes),
+    ]
+    for begin, end, replacement in sorted(edits, reverse=True):
+        text = text[:begin] + replacement + text[end:]
+    return text
+
+
 def add_job_type(text: str, job_type: str) -> tuple[str, list[str]]:
     """template.yaml's text with job type ``job_type`` added; returns (new text, logical IDs it generates).
 
@@ -184,9 +223,7 @@ def add_job_type(text: str, job_type: str) -> tuple[str, list[str]]:
             "WORKERLESS_ROUTES's last line must close the JSON list (end in ])", key="WORKERLESS_ROUTES"
         )
     indent = last[: len(last) - len(last.lstrip())]
-    route = json.dumps({"type": job_type, "queue": "@Q", "max": "@M"}, separators=(",", ":"))
-    route = route.replace('"@Q"', f'"${{{stem(job_type)}Queue}}"').replace('"@M"', "${MaxInFlight}")
-    route_lines[-1] = f"{last[:-1]},\n{indent}{route}]\n"
+    route_lines[-1] = f"{last[:-1]},\n{indent}{route_line(job_type)}]\n"
     item = f"{listed.group('indent')}  - {job_type}\n"
     # The later edit first, so the earlier one's offsets still hold.
     edits = sorted(

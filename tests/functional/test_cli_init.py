@@ -1,0 +1,111 @@
+"""`workerless init DIR`: a new application of its own, whose `make demo`, `make test` and `make build`
+pass in its directory, as a new user on a fresh machine would run them.
+
+Cost: the application's .venv is installed by its own Makefile (pip, from the shared pip cache once it
+is warm); `make build` shares this repository's .venv-sam (SAM_VENV=) rather than installing SAM CLI a
+second time, and is skipped, saying so, when the machine has no CPython 3.12 for the layer's bytecode."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from workerless import cli
+from workerless.devtools.scaffold import stem, template_job_types
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+TYPE = "example-job"
+#: Per make target: a venv install with a cold pip cache is the longest.
+MAKE_TIMEOUT = 600
+
+
+def make_env(tmp_path: Path) -> dict[str, str]:
+    """No make flags from an outer make, no SAM CLI telemetry or version check."""
+    app_dir = tmp_path / "sam-cli-config"
+    app_dir.mkdir(exist_ok=True)
+    (app_dir / "metadata.json").write_text(json.dumps({"lastVersionCheck": time.time(), "telemetryEnabled": False}))
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "VIRTUAL_ENV")}
+    env.update({"SAM_CLI_TELEMETRY": "0", "__SAM_CLI_APP_DIR": str(app_dir), "AWS_EC2_METADATA_DISABLED": "true"})
+    return env
+
+
+def make(app: Path, env: dict[str, str], *targets: str) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        ["make", "--no-print-directory", *targets],
+        cwd=app,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=MAKE_TIMEOUT,
+        check=False,
+    )
+    assert result.returncode == 0, f"make {' '.join(targets)}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result
+
+
+def test_init_creates_an_application_whose_demo_tests_and_build_pass(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app = tmp_path / "orders-app"
+    assert cli.main(["init", str(app)]) == 0
+    out = capsys.readouterr().out
+    assert f"created {app} (job type {TYPE})" in out
+
+    # Its own template: this repository's, with one route.
+    text = (app / "template.yaml").read_text(encoding="utf-8")
+    assert template_job_types(text) == [TYPE]
+    assert f'"type":"{TYPE}","queue":"${{{stem(TYPE)}Queue}}"' in text
+    assert 'stack_name = "orders-app"' in (app / "samconfig.toml").read_text(encoding="utf-8")
+    assert sorted(p.name for p in (app / "functions").iterdir()) == sorted(["deadletter", "heartbeat", "poller", TYPE])
+    # Tests for its handlers only: none of the framework's suite.
+    assert [p.relative_to(app).as_posix() for p in (app / "tests").rglob("*.py")] == [
+        f"tests/unit/test_handler_{TYPE.replace('-', '_')}.py"
+    ]
+    assert (app / "layers" / "workerless" / "workerless" / "pipeline.py").is_file()
+    assert not list((app / "layers").rglob("__pycache__"))
+
+    # A second init into it is refused, and writes nothing.
+    assert cli.main(["init", str(app)]) == 2
+    assert "exists and is not an empty directory" in capsys.readouterr().err
+
+    env = make_env(tmp_path)
+    demo = make(app, env, "demo")
+    assert "completed" in demo.stdout and TYPE in demo.stdout
+    tested = make(app, env, "test")
+    assert "1 passed" in tested.stdout
+
+    # A type added in the new application is tested there too.
+    added = subprocess.run(
+        [str(app / ".venv" / "bin" / "workerless"), "new-handler", "ship-parcel"],
+        cwd=app,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=MAKE_TIMEOUT,
+        check=False,
+    )
+    assert added.returncode == 0, added.stderr
+    assert "2 passed" in make(app, env, "test").stdout
+
+    python312 = subprocess.run(
+        ["make", "-s", "--no-print-directory", "print-python312"],
+        cwd=ROOT / "layers" / "workerless",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if python312.returncode != 0:
+        pytest.skip(f"make build needs a CPython 3.12 for the layer's bytecode: {python312.stderr.strip()}")
+    make(app, env, "build", f"SAM_VENV={ROOT / '.venv-sam'}")
+    built = app / ".aws-sam" / "build"
+    assert (built / "template.yaml").is_file()
+    assert (built / f"{stem(TYPE)}Function" / "app.py").is_file()
+    assert (built / "shipparcelFunction" / "app.py").is_file()
