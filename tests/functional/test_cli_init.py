@@ -49,6 +49,8 @@ def make(app: Path, env: dict[str, str], *targets: str) -> subprocess.CompletedP
     return result
 
 
+# A cold pip cache makes the venv install the longest step; the suite's 300 s default is per test.
+@pytest.mark.timeout(3 * MAKE_TIMEOUT)
 def test_init_creates_an_application_whose_demo_tests_and_build_pass(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -67,7 +69,7 @@ def test_init_creates_an_application_whose_demo_tests_and_build_pass(
     assert [p.relative_to(app).as_posix() for p in (app / "tests").rglob("*.py")] == [
         f"tests/unit/test_handler_{TYPE.replace('-', '_')}.py"
     ]
-    assert (app / "layers" / "workerless" / "workerless" / "pipeline.py").is_file()
+    assert (app / "layers" / "workerless" / "workerless" / "poller.py").is_file()
     assert not list((app / "layers").rglob("__pycache__"))
 
     # A second init into it is refused, and writes nothing.
