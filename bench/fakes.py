@@ -110,10 +110,20 @@ class FakeSqs:
     Queues spring into existence on first use of their URL.
     """
 
-    def __init__(self, meter: Meter, *, clock: Callable[[], float] = time.time, visibility: float = 30.0) -> None:
+    def __init__(
+        self,
+        meter: Meter,
+        *,
+        clock: Callable[[], float] = time.time,
+        visibility: float = 30.0,
+        max_message_bytes: int = 1_048_576,
+    ) -> None:
         self.meter = meter
         self.clock = clock
         self.visibility = visibility
+        #: Every queue's MaximumMessageSize (the template's queues: 1 MiB). GetQueueAttributes answers
+        #: it as SQS does; without it the wrapper asks again before every SendMessageBatch.
+        self.max_message_bytes = max_message_bytes
         self.queues: dict[str, list[_Message]] = {}
         self._lock = threading.Lock()
 
@@ -133,6 +143,7 @@ class FakeSqs:
             "ApproximateNumberOfMessages": visible,
             "ApproximateNumberOfMessagesNotVisible": invisible,
             "ApproximateNumberOfMessagesDelayed": delayed,
+            "MaximumMessageSize": self.max_message_bytes,
         }
         wanted = values if "All" in AttributeNames else {k: v for k, v in values.items() if k in AttributeNames}
         return {"Attributes": {k: str(v) for k, v in wanted.items()}}
