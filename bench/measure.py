@@ -210,6 +210,7 @@ def billable_run(jobs: int = 10_000, rate_per_second: float | None = 2.0, *, see
     )
     with quiet_logs(), patched_time(p.clock), p:
         logged_before = (LOG_SINK.bytes, LOG_SINK.lines)
+        p.meter.ddb_windows.clear()
         t0 = p.clock()
         arrivals, at = [], t0
         for _ in range(jobs):
@@ -255,6 +256,13 @@ def billable_run(jobs: int = 10_000, rate_per_second: float | None = 2.0, *, see
         p.pump_heartbeat()
         elapsed = time.perf_counter() - started
         virtual = p.clock() - t0
+        by_hour = LOG_SINK.metrics_between(int(t0 // 3600), int(p.clock() // 3600))
+        # CloudWatch bills a custom metric for each hour in which it is published: the distinct
+        # metrics of a whole hour of the run (of the run's longest hour when it spans none whole).
+        whole = [h for h in by_hour if h * 3600 >= t0 and (h + 1) * 3600 <= p.clock()]
+        hours = whole or list(by_hour)
+        per_hour = max((len(by_hour[h]) for h in hours), default=0)
+        kms_windows = sorted({(c, w) for c, w in p.meter.ddb_windows if c not in ("esm", "?")})
         log_bytes, log_lines = LOG_SINK.bytes - logged_before[0], LOG_SINK.lines - logged_before[1]
         states: dict[str, int] = {}
         for job in p.emulator.jobs():
@@ -281,6 +289,10 @@ def billable_run(jobs: int = 10_000, rate_per_second: float | None = 2.0, *, see
             "engine_requests": p.engine_stats(),
             "log_bytes_per_job": round(log_bytes / jobs, 1),
             "log_lines_per_job": round(log_lines / jobs, 2),
+            "custom_metrics_per_hour": per_hour,
+            "custom_metrics": sorted(set().union(*by_hour.values())) if by_hour else [],
+            # one table-key Decrypt per (function role, 5-minute window) with a DynamoDB call
+            "kms_decrypts": len(kms_windows),
         }
     return result
 
@@ -289,8 +301,11 @@ def billable_run(jobs: int = 10_000, rate_per_second: float | None = 2.0, *, see
 
 
 def _snapshot(p: Pipeline) -> dict[str, float]:
+    from bench.pipeline import LOG_SINK
+
     totals = p.meter.totals()
     return {
+        "log_bytes": float(LOG_SINK.bytes),
         "sqs_requests": totals["sqs_requests"],
         "wru": totals["ddb_write_units"],
         "rru": totals["ddb_read_units"],
@@ -313,8 +328,12 @@ def idle_invocations(tick_seconds: int = 20, repeats: int = 20) -> dict[str, Any
     from bench.pipeline import TICKER_URL
 
     handlers = {t: _ok for t in TEMPLATE_TYPES}
+    from bench.pipeline import LOG_SINK
+
     with quiet_logs(), Pipeline("sheptra", handlers, tick_seconds=tick_seconds, poll_budget_seconds=20) as p:
         p.poll()  # the watchdog starts the chain (and the first token is minted: not idle cost)
+        # Every EMF metric an idle invocation publishes is new in the sink: none published so far counts.
+        LOG_SINK.metric_hours.clear()
         ticks: list[dict[str, float]] = []
         watchdogs: list[dict[str, float]] = []
         for _ in range(repeats):
@@ -328,9 +347,16 @@ def idle_invocations(tick_seconds: int = 20, repeats: int = 20) -> dict[str, Any
             p.poll({})  # the schedule fires while the chain is healthy: nothing to restart
             watchdogs.append(_delta(_snapshot(p), before))
         depth = p.sqs.depth(TICKER_URL)
+        idle_metrics = sorted({name for _, name in LOG_SINK.metric_hours})
     del _json
 
     def mean(rows: list[dict[str, float]]) -> dict[str, float]:
         return {k: round(sum(r[k] for r in rows) / len(rows), 6) for k in rows[0]}
 
-    return {"per_tick": mean(ticks), "per_watchdog": mean(watchdogs), "ticker_depth_after": depth}
+    return {
+        "per_tick": mean(ticks),
+        "per_watchdog": mean(watchdogs),
+        "ticker_depth_after": depth,
+        # The custom metrics the idle invocations published (each is billed for every idle hour).
+        "custom_metrics": idle_metrics,
+    }

@@ -8,7 +8,10 @@ from pathlib import Path
 from typing import Any
 
 ENGINE_TOLERANCE = 1.05  # within 5% of the protocol's floor
-COST_TARGET = 1.75
+COST_TARGET = 2.50  # all-in, at 2 jobs/s
+BACKLOG_TARGET = 1.75  # all-in, a backlog
+BREAK_EVEN_TARGET = 2_500_000  # jobs a month against one always-on Fargate worker
+DISPATCH_TARGET = 1000.0  # jobs a second, one deployment on paper
 IDLE_TARGET = 1.00
 P50_TARGET, P99_TARGET = 1.0, 2.0
 CPU_TARGET = 3.0
@@ -28,8 +31,14 @@ def targets(r: dict[str, Any]) -> dict[str, bool | None]:
         out[f"engine_{engine}"] = er[engine]["value"] <= ENGINE_TOLERANCE * er[engine]["floor"] + 1e-9
         ext = r["long_job_extends"][engine]
         out[f"extends_{engine}"] = ext["extends"] == ext["expected"]
-    out["cost"] = r["cost_per_million_jobs_usd"]["value"] <= COST_TARGET
-    out["idle"] = r["idle_cost_per_month_usd"] <= IDLE_TARGET
+    cost = r["cost_per_million_jobs_usd"]
+    out["cost"] = cost["value"] <= COST_TARGET
+    out["backlog"] = None if cost.get("backlog") is None else cost["backlog"] <= BACKLOG_TARGET
+    be = cost.get("break_even_jobs_per_month_vs_fargate")
+    out["break_even"] = be is not None and be >= BREAK_EVEN_TARGET
+    rate = (r.get("dispatch_rate_jobs_per_s") or {}).get("deployment_on_paper")
+    out["dispatch"] = None if rate is None else rate >= DISPATCH_TARGET
+    out["idle"] = r["idle_cost_per_month_usd"]["value"] <= IDLE_TARGET
     if lat:
         out["p50"] = lat["p50_load"] is not None and lat["p50_load"] <= P50_TARGET
         out["p99"] = lat["p99_load"] is not None and lat["p99_load"] <= P99_TARGET
@@ -38,6 +47,7 @@ def targets(r: dict[str, Any]) -> dict[str, bool | None]:
         out["p50"] = out["p99"] = out["idle_latency"] = None
     out["cpu"] = r["cpu_per_job"]["ratio"] <= CPU_TARGET
     out["cold"] = all(v["ratio"] <= COLD_TARGET for v in r["cold_start"].values())
+    out["cold_path"] = all(v["cold_path_ratio"] <= COLD_TARGET for v in r["cold_start"].values())
     return out
 
 
@@ -83,12 +93,22 @@ def write_results_md(r: dict[str, Any], path: Path) -> None:
             f"| {x['expected']} (one per lease/3) | — | {_mark(t['extends_' + engine])} |"
         )
     add(
-        f"| 2 | adapter overhead, $ per million jobs ({r['billable_run']['rate_per_second']:g} jobs/s) | ${cost['value']:.2f} | ≤ ${COST_TARGET:.2f} | floor ${cost['floor']:.2f}; "
+        f"| 2 | $ per million jobs, all-in ({r['billable_run']['rate_per_second']:g} jobs/s) | ${cost['value']:.2f} | ≤ ${COST_TARGET:.2f} | floor ${cost['floor']:.2f}; "
         f"Step Functions Standard ≥ ${cost['step_functions_standard']:.0f}; Fargate ${cost['fargate_monthly']:.2f}/month "
         f"| {_mark(t['cost'])} |"
     )
+    if cost.get("backlog") is not None:
+        add(
+            f"| 2 | $ per million jobs, all-in (a backlog) | ${cost['backlog']:.2f} | ≤ ${BACKLOG_TARGET:.2f} | floor ${cost['floor']:.2f} "
+            f"| {_mark(t['backlog'])} |"
+        )
+    be = cost.get("break_even_jobs_per_month_vs_fargate")
     add(
-        f"| 3 | idle cost, $ per month (defaults, 3 routes) | ${r['idle_cost_per_month_usd']:.2f} | ≤ ${IDLE_TARGET:.2f} "
+        f"| 2 | break-even against one always-on Fargate worker (all-in, {r['billable_run']['rate_per_second']:g} jobs/s) | "
+        f"{(be or 0) / 1e6:.2f} million jobs a month | ≥ {BREAK_EVEN_TARGET / 1e6:.1f} million | Fargate ${cost['fargate_monthly']:.2f}/month | {_mark(t['break_even'])} |"
+    )
+    add(
+        f"| 3 | idle cost, $ per month, all-in (defaults, 3 routes) | ${r['idle_cost_per_month_usd']['value']:.2f} | ≤ ${IDLE_TARGET:.2f} "
         f"| Fargate worker ${cost['fargate_monthly']:.2f} | {_mark(t['idle'])} |"
     )
     if lat:
@@ -231,13 +251,20 @@ def write_results_md(r: dict[str, Any], path: Path) -> None:
                 f"| {rate} | {row['jobs']:,} | ${row['usd_per_million']:.2f} | {100 * row['poller_paused_fraction']:.0f}% "
                 f"| {row['get_queue_attributes_per_job']:.2f} | {row['engine_requests_per_job']:.2f} |"
             )
-    if cost.get("log_bytes_per_job"):
+    if cost.get("log_bytes_per_job") is not None:
         add("")
+        parts = cost["parts"]
         add(
-            f"Not in the issue's list, so not in the figure above, but billed all the same: the functions write "
-            f"{cost['log_bytes_per_job']:,.0f} bytes of logs and EMF metrics per job "
-            f"({run.get('log_lines_per_job', 0):.1f} lines, at the template's INFO level), which CloudWatch Logs "
-            f"ingests at $0.50 per GB: **${cost['cloudwatch_logs_not_in_value']:.2f} per million jobs** more."
+            f"**CloudWatch and KMS, in the figure above.** Logs: the functions write {cost['log_bytes_per_job']:,.0f} bytes "
+            f"of logs and EMF lines per job ({cost.get('log_lines_per_job') or 0:.1f} lines, at the template's INFO level), "
+            f"and Lambda adds its START/END/REPORT lines ({cost['log_bytes_per_job_with_platform']:,.0f} bytes a job in all), "
+            f"ingested at $0.50 per GB: ${parts['cloudwatch_logs']:.2f} per million jobs. Metrics: every EMF metric name x "
+            f"dimension set is a custom metric at $0.30 a month, prorated by the hours in which it is published; the run "
+            f"published {cost.get('custom_metrics_per_hour') or 0} in an hour ({', '.join(cost.get('custom_metrics') or []) or 'none'}): "
+            f"${parts['cloudwatch_metrics']:.2f} per million jobs at this rate. KMS: the table's SSE uses the AWS managed key "
+            f"(KMS requests billed at $0.03 per 10,000), one table-key Decrypt per function role and 5-minute window "
+            f"({cost.get('kms_decrypts') or 0} role-windows in the run, x2 front-end hosts assumed): ${parts['kms']:.3f} per "
+            "million jobs; the queues' SSE-SQS uses SQS-owned keys (no KMS request billed)."
         )
     add("")
     be = cost.get("break_even_jobs_per_month_vs_fargate")
@@ -246,12 +273,12 @@ def write_results_md(r: dict[str, Any], path: Path) -> None:
         f"{2} state transitions per job (the Task state and the terminal state) x $25 per million = "
         f"${cost['step_functions_standard']:.0f} per million jobs, plus an always-on activity worker. An always-on "
         f"Fargate worker (0.25 vCPU, 0.5 GB, arm64): ${cost['fargate_monthly']:.2f} a month whatever the volume. "
-        f"Break-even with workerless (idle ${r['idle_cost_per_month_usd']:.2f}/month + ${cost['value']:.2f} per million "
+        f"Break-even with workerless (idle ${r['idle_cost_per_month_usd']['value']:.2f}/month + ${cost['value']:.2f} per million "
         f"jobs): about {be:,.0f} jobs a month — below that workerless costs less; above it one Fargate task does, "
         "as long as one task can keep up (see docs/scaling.md). Step Functions Standard with the same Fargate "
         f"activity worker never breaks even with workerless: it costs more per job (${cost['step_functions_standard']:.0f} "
         f"vs ${cost['value']:.2f} per million) and more when idle (${cost['fargate_monthly']:.2f} vs "
-        f"${r['idle_cost_per_month_usd']:.2f} a month)."
+        f"${r['idle_cost_per_month_usd']['value']:.2f} a month)."
     )
     add("")
     add(
@@ -260,7 +287,8 @@ def write_results_md(r: dict[str, Any], path: Path) -> None:
         f"Per month: {idle['ticks_per_month']:,} ticks (TickSeconds {r['template_shape']['tick_seconds']}), "
         f"{idle['watchdog_invocations_per_month']:,} watchdog runs, and Lambda's SQS event sources long-polling "
         f"{r['template_shape']['sqs_event_sources']} queues ({idle['event_source_requests_per_month']:,} billed receives, "
-        "assuming five idle pollers per event source, each a 20 s long poll). Parts, $ per month: "
+        "assuming five idle pollers per event source, each a 20 s long poll); the custom metrics an idle invocation "
+        f"publishes: {', '.join(idle.get('custom_metrics') or []) or 'none'}. Parts, $ per month: "
         + ", ".join(f"{k.replace('_', ' ')} {v:.2f}" for k, v in idle["parts"].items())
         + "."
     )
@@ -320,7 +348,7 @@ def _esm_sensitivity(r: dict[str, Any]) -> str:
     idle = r["idle_cost_detail"]
     esm = idle["parts"]["event_source_long_polls"]
     one = esm / ESM_IDLE_POLLERS
-    total = r["idle_cost_per_month_usd"] - esm + one
+    total = r["idle_cost_per_month_usd"]["value"] - esm + one
     verdict = "under" if total <= IDLE_TARGET else "still over"
     return (
         f"with one idle long poll per event source instead of {ESM_IDLE_POLLERS}, the event sources cost "
@@ -428,7 +456,7 @@ def _gaps(r: dict[str, Any], t: dict[str, bool | None]) -> list[str]:
     if not t["idle"]:
         shape = r["template_shape"]
         out.append(
-            f"**Idle cost (${r['idle_cost_per_month_usd']:.2f}/month, target ${IDLE_TARGET:.2f}).** "
+            f"**Idle cost (${r['idle_cost_per_month_usd']['value']:.2f}/month, target ${IDLE_TARGET:.2f}).** "
             f"${idle['parts']['event_source_long_polls']:.2f} of it is Lambda's SQS event sources long-polling "
             f"{shape['sqs_event_sources']} queues (≈ ${ESM_MONTHLY_PER_QUEUE:.2f} a month each, whatever the code "
             "does), the rest the tick chain and the watchdog. The changes that close it, in order: (1) one shared "
@@ -610,7 +638,7 @@ def write_readme_section(r: dict[str, Any], path: Path) -> None:
         lines.append(f"| … the same on a backlog (every job at once) | ${backlog['usd_per_million']:.2f} | ≤ $1.75 | |")
     lines += [
         f"| the same work on Step Functions Standard | ≥ ${cost['step_functions_standard']:.0f} | | |",
-        f"| idle cost per month (defaults, 3 routes) | ${r['idle_cost_per_month_usd']:.2f} | ≤ $1.00 (an always-on Fargate worker: ${cost['fargate_monthly']:.2f}) | {ok(t['idle'])} |",
+        f"| idle cost per month (defaults, 3 routes) | ${r['idle_cost_per_month_usd']['value']:.2f} | ≤ $1.00 (an always-on Fargate worker: ${cost['fargate_monthly']:.2f}) | {ok(t['idle'])} |",
     ]
     if lat:
         lines.append(
