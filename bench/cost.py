@@ -230,3 +230,60 @@ def idle_monthly(
         "per_tick": per_tick,
         "per_watchdog": per_watchdog,
     }
+
+
+# ------------------------------------------------------------------------- dispatch rate on paper
+
+#: DynamoDB: a single item lives in one partition, which takes at most 1,000 write units a second
+#: (DynamoDB developer guide, "partitions and data distribution"): the poller lock and intent items.
+DDB_PARTITION_WRU_PER_S = 1000
+#: SQS standard queues: "a nearly unlimited number of transactions per second per API action"
+#: (SQS quotas); Lambda: 1,000 concurrent executions per account by default (Lambda quotas).
+LAMBDA_ACCOUNT_CONCURRENCY = 1000
+
+
+def dispatch_on_paper(
+    *,
+    jobs_per_poll: float,
+    poller_cpu_ms_per_job: float,
+    routes: int,
+    intent_wru_per_cycle: float,
+    handler_ms_per_invocation: float,
+    handler_batch: int,
+) -> dict[str, Any]:
+    """One deployment's dispatch rate on AWS, from measured figures and published latencies/quotas.
+
+    One poller polls at a time (the poller lock), so a deployment dispatches what one poller cycle
+    does, back to back: an engine activation (LATENCY_MS engine), one SendMessageBatch per route
+    and started 10 jobs, one heartbeat ticket, the intent log's writes, and the poller's measured CPU
+    per job stretched to 256 MB's share of a vCPU. Ceilings: the intent item's partition (its writes
+    a cycle against 1,000 WRU/s) and the account's Lambda concurrency for the handlers."""
+    per_route = jobs_per_poll / max(1, routes)
+    batches = routes * math.ceil(max(1.0, per_route) / 10)
+    cycle_ms = (
+        LATENCY_MS["engine"]
+        + batches * LATENCY_MS["sqs"]
+        + LATENCY_MS["sqs"]  # the ticket
+        + 3 * LATENCY_MS["dynamodb"]  # intent record, dispatched, clear
+        + poller_cpu_ms_per_job * jobs_per_poll * LAMBDA_FULL_VCPU_MB / MEMORY_MB
+    )
+    poller = 1000 * jobs_per_poll / cycle_ms
+    partition = DDB_PARTITION_WRU_PER_S / max(1.0, intent_wru_per_cycle) * jobs_per_poll
+    handlers = LAMBDA_ACCOUNT_CONCURRENCY * handler_batch * 1000 / max(1.0, handler_ms_per_invocation)
+    value = min(poller, partition, handlers)
+    return {
+        "value": round(value, 1),
+        "cycle_ms": round(cycle_ms, 1),
+        "jobs_per_poll": round(jobs_per_poll, 2),
+        "limits_jobs_per_s": {
+            "one_poller_cycle": round(poller, 1),
+            "intent_item_partition": round(partition, 1),
+            "lambda_account_concurrency": round(handlers, 1),
+        },
+        "binding": min(
+            ("one_poller_cycle", poller),
+            ("intent_item_partition", partition),
+            ("lambda_account_concurrency", handlers),
+            key=lambda kv: kv[1],
+        )[0],
+    }

@@ -128,6 +128,28 @@ def main(argv: list[str] | None = None) -> int:
             load_seconds=12 if args.quick else 30, idle_samples=2 if args.quick else 3
         )
 
+    log("6b/6 one poller's dispatch rate in the local topology (a backlog, room never binding)")
+    from bench.latency import dispatch_rate
+
+    local = dispatch_rate(jobs=200 if args.quick else 600)
+    jobs_per_poll = local.get("jobs_per_poll") or 1.0
+    handler = per_million["per_function"].get("charge-payment", {})
+    paper = cost.dispatch_on_paper(
+        jobs_per_poll=jobs_per_poll,
+        poller_cpu_ms_per_job=results["cpu_per_job"]["adapter_by_function_ms"].get("poller", 0.0),
+        routes=len(measure.TEMPLATE_TYPES),
+        # the intent item is rewritten three times a cycle, about 200 bytes a job (workerless/intent.py)
+        intent_wru_per_cycle=3 * max(1, -(-int(jobs_per_poll * 200) // 1024)),
+        handler_ms_per_invocation=handler.get("billed_ms_per_invocation", 50.0),
+        handler_batch=5,
+    )
+    results["dispatch_rate_jobs_per_s"] = {
+        "one_poller_local": local.get("jobs_per_s"),
+        "deployment_on_paper": paper["value"],
+        "local": local,
+        "on_paper": paper,
+    }
+
     results["elapsed_s"] = round(time.monotonic() - started, 1)
     (OUT / "results.json").write_text(json.dumps(results, indent=2, sort_keys=False) + "\n", encoding="utf-8")
     from bench.report import write_plot, write_readme_section, write_results_md
