@@ -59,11 +59,7 @@ def pickup_latency(
     observability.add_listener(listener)
     try:
         with tempfile.TemporaryDirectory(prefix="workerless-bench-") as tmp:
-            env_file = Path(tmp) / "bench.env"
-            values = emulator.engine_values(server.url)
-            env_file.write_text(
-                "WORKERLESS_ENGINE=sheptra\n" + "".join(f"{k}={v}\n" for k, v in values.items()), encoding="utf-8"
-            )
+            env_file = _env_file(Path(tmp), emulator, server)
             parameters = {"EngineName": "sheptra", "LogLevel": "ERROR", "TickSeconds": str(tick)}
             # The template as written: the watchdog at its rate (1 minute), the tick at TickSeconds.
             topology = LocalTopology(template, env_file, parameters=parameters)
@@ -124,6 +120,16 @@ def pickup_latency(
     }
 
 
+def _env_file(directory: Path, emulator: Any, server: Any) -> Path:
+    """The engine values of ``emulator`` served at ``server``, as a local-mode env file."""
+    env_file = directory / "bench.env"
+    values = emulator.engine_values(server.url)
+    env_file.write_text(
+        "WORKERLESS_ENGINE=sheptra\n" + "".join(f"{k}={v}\n" for k, v in values.items()), encoding="utf-8"
+    )
+    return env_file
+
+
 def _template_tick(template: Path) -> int:
     from workerless.local.template import parse_template_text
 
@@ -158,11 +164,7 @@ def dispatch_rate(*, jobs: int = 600, max_in_flight: int = 1000) -> dict[str, An
     observability.add_listener(listener)
     try:
         with tempfile.TemporaryDirectory(prefix="workerless-bench-") as tmp:
-            env_file = Path(tmp) / "bench.env"
-            values = emulator.engine_values(server.url)
-            env_file.write_text(
-                "WORKERLESS_ENGINE=sheptra\n" + "".join(f"{k}={v}\n" for k, v in values.items()), encoding="utf-8"
-            )
+            env_file = _env_file(Path(tmp), emulator, server)
             parameters = {"EngineName": "sheptra", "LogLevel": "ERROR", "MaxInFlight": str(max_in_flight)}
             with LocalTopology(ROOT / "template.yaml", env_file, parameters=parameters) as topology:
                 topology.run_until(lambda: len(dispatched) >= jobs, max_seconds=180)

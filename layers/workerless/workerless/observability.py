@@ -84,21 +84,10 @@ EVENTS = (
     "dead_letter_rejected",
 )
 
-#: The steps that end a job's handling (one INFO line each); every other step logs at DEBUG.
-OUTCOMES = frozenset(
-    {
-        "released",
-        "completed",
-        "failed",
-        "thrown",
-        "rereported",
-        "report_owed",
-        "lease_lost",
-        "skipped",
-        "dead_lettered",
-        "dead_letter_rejected",
-    }
-)
+#: The steps on the way to a job's outcome: DEBUG lines. Every other step ends the job's handling
+#: (its outcome: one INFO line each).
+STEPS = frozenset({"activated", "dispatched", "started", "extended"})
+OUTCOMES = frozenset(EVENTS) - STEPS
 
 #: The metric (Count) each counted lifecycle step is counted under. Steps without one (dispatched,
 #: started, skipped, rereported, report_owed) are in the logs: a metric filter can count them.
