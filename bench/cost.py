@@ -20,6 +20,10 @@ DDB_PER_WRU = 0.625 / 1e6  # on-demand
 DDB_PER_RRU = 0.125 / 1e6
 SCHEDULER_PER_INVOCATION = 1.00 / 1e6  # EventBridge Scheduler (a SAM Schedule rule is priced alike here)
 SFN_PER_TRANSITION = 25.0 / 1e6  # Step Functions Standard
+#: S3 Standard (the claim check's bucket): PUT per request, GET per request, storage per GB-month.
+S3_PER_PUT = 0.005 / 1000
+S3_PER_GET = 0.0004 / 1000
+S3_PER_GB_MONTH = 0.023
 #: CloudWatch Logs ingestion, standard log class, per GB (what the functions write, EMF lines included).
 LOGS_PER_GB = 0.50
 #: CloudWatch custom metrics: $0.30 a month each (first 10,000 tier), prorated by the hours in which
@@ -157,6 +161,61 @@ def break_even_jobs_per_month(per_million: float, idle_monthly: float) -> float 
     if per_job <= 0:
         return None
     return max(0.0, (fargate_monthly() - idle_monthly) / per_job)
+
+
+# --------------------------------------------------------------------------------- claim check
+
+
+def claim_check_per_job(
+    message_bytes: int,
+    *,
+    max_message_bytes: int,
+    expiry_days: int,
+    result_bytes: int = 0,
+    gets: int = 1,
+) -> dict[str, Any]:
+    """What the claim check adds to one job (USD): nothing when the job message fits its queue's limit
+    less the margin (workerless.claimcheck) and the result fits the job record; otherwise per object
+    a PUT, ``gets`` GETs (the handler's read; a re-report reads a stored result again) and its storage
+    until the lifecycle rule expires it (``expiry_days``, plus half a day on average: S3 rounds the
+    expiry up to the next midnight UTC). The SQS message that carries a pointer instead of the
+    variables is billed as one 64 KiB chunk, not up to 16 (not credited here: the total stays an
+    upper bound)."""
+    from workerless.claimcheck import OUTCOME_INLINE_BYTES, message_threshold
+
+    objects = []
+    if message_bytes > message_threshold(max_message_bytes):
+        objects.append(message_bytes)
+    if result_bytes > OUTCOME_INLINE_BYTES:
+        objects.append(result_bytes)
+    months = (expiry_days + 0.5) / (HOURS_PER_MONTH / 24)
+    parts = {
+        "s3_put": len(objects) * S3_PER_PUT,
+        "s3_get": len(objects) * gets * S3_PER_GET,
+        "s3_storage": sum(objects) / 1e9 * months * S3_PER_GB_MONTH,
+    }
+    return {"value": sum(parts.values()), "parts": parts, "objects": len(objects)}
+
+
+def claim_check_table(template: Path) -> list[dict[str, Any]]:
+    """The claim check's cost per million jobs at a few sizes, from the template's queue limit and
+    lifecycle expiry (bench/RESULTS.md)."""
+    from workerless.local.template import load_template, parse_template_text
+
+    loaded = load_template(template)
+    data = parse_template_text(template.read_text(encoding="utf-8"), source=str(template))
+    limit = min(q.maximum_message_size for q in loaded.queues)
+    rules = data["Resources"]["PayloadBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
+    days = int(next(r["ExpirationInDays"] for r in rules if "ExpirationInDays" in r))
+    rows = []
+    for label, message, result in (
+        ("100 KB job, 1 KB result", 100_000, 1_000),
+        ("2 MB job, 1 KB result", 2_000_000, 1_000),
+        ("5 MB job, 900 KB result", 5_000_000, 900_000),
+    ):
+        priced = claim_check_per_job(message, max_message_bytes=limit, expiry_days=days, result_bytes=result)
+        rows.append({"case": label, "per_million_usd": round(priced["value"] * 1e6, 3), "objects": priced["objects"]})
+    return rows
 
 
 # --------------------------------------------------------------------------------- idle, per month

@@ -91,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
             cost.break_even_jobs_per_month(backlog["value"], idle_cost["value"]) if backlog else None
         ),
         "parts": per_million["parts"],
+        # Jobs under the queue's and the table's limits (all of the billable run's) add nothing.
+        "claim_check_added": cost.claim_check_table(ROOT / "template.yaml"),
         "billed_ms_per_job": per_million["billed_ms_per_job"],
         "lambda_per_function": per_million["per_function"],
         "log_bytes_per_job": run.get("log_bytes_per_job"),

@@ -81,3 +81,17 @@ def wait_counted(topo: LocalTopology, expected: dict[str, dict[str, int]], secon
     summary = topo.summary.as_dict()
     assert done, f"the summary did not count {expected} within {seconds} s: {summary}"
     return summary
+
+
+def template_variant(tmp_path: Path, replacements: dict[str, str]) -> Path:
+    """A copy of the real template.yaml in tmp_path with each ``old -> new`` applied (each ``old``
+    must occur exactly once). CodeUri paths are made absolute: they resolve against the template's
+    own directory, which for the copy is tmp_path."""
+    text = TEMPLATE.read_text(encoding="utf-8")
+    for old, new in replacements.items():
+        assert text.count(old) == 1, f"template.yaml no longer has exactly one {old!r}"
+        text = text.replace(old, new)
+    text = text.replace("CodeUri: functions/", f"CodeUri: {ROOT / 'functions'}/")
+    path = tmp_path / "template.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path

@@ -110,3 +110,36 @@ def test_a_retryable_error_leaves_the_letter_for_the_queues_next_delivery(aws: A
     assert response == {"batchItemFailures": [{"itemIdentifier": "m-dlq"}]}
     assert "dead_letter_rejected" not in [e for _, e, _ in events]
     assert runtime.get_store().get(job.key) is None
+
+
+def test_a_stored_result_in_the_claim_check_is_reported_from_the_dead_letter_queue(
+    aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GIVEN a dead-lettered job whose handler stored a 900 KB incompressible result (too large for
+    its record: in the claim check's S3 bucket, moto's) THEN the dead-letter function reads it back
+    and reports exactly that outcome, and settles the record."""
+    import base64
+    import random
+
+    import boto3
+
+    monkeypatch.setenv("WORKERLESS_PAYLOAD_BUCKET", "payloads")
+    boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="payloads")
+    runtime.reset()
+    engine = FakeEngine()
+    runtime.set_engine(engine)
+    job = activated(engine)
+    store = runtime.get_store()
+    big = Outcome.complete({"blob": base64.b64encode(random.Random(7).randbytes(675_000)).decode()})
+    assert store.claim(job.key, owner="o", claim_seconds=-1, job_type="charge-payment") == (True, None)
+    assert store.store_outcome(job.key, owner="o", outcome=big, job_type="charge-payment") is None
+    stored = store.get(job.key)
+    assert stored is not None and stored.outcome is None and stored.outcome_ref is not None
+    assert stored.outcome_ref.key.startswith("results/charge-payment/")
+
+    response = entrypoints.deadletter(letter(job), FakeContext())
+
+    assert response == {"batchItemFailures": []}
+    assert engine.reports[job.ref.job_id] == [big]
+    record = store.get(job.key)
+    assert record is not None and record.status is Status.REPORTED

@@ -1,8 +1,9 @@
 """Jobs larger than 256 KiB (issue 10, item 3): SQS takes a message up to the queue's
 MaximumMessageSize (1 MiB, SQS's default and maximum since 2025), so a 300 KB job the engine hands
 out is queued and runs; batches are sized to the queue's limit (at most 10 entries and the limit in
-all); and a StageNext stage over the limit is failed under its lease — never acknowledged with a
-result the engine discards, which would lose it."""
+all); and a StageNext stage too large to carry at all is failed under its lease — never acknowledged
+with a result the engine discards, which would lose it. (Jobs over the queue's limit go through the
+claim check: tests/functional/test_claim_check.py.)"""
 
 from __future__ import annotations
 
@@ -146,20 +147,21 @@ def test_a_300_kb_job_completes_through_the_local_topology(engine: tuple[Path, A
     assert state["attempts"] == 1
 
 
-def test_a_stagenext_stage_over_the_queue_limit_is_failed_under_its_lease_not_lost(tmp_path: Path) -> None:
-    """GIVEN a StageNext stage whose input (1.2 MB) can never fit the job queue's 1 MiB
+def test_a_stagenext_stage_larger_than_workerless_carries_is_failed_under_its_lease_not_lost(tmp_path: Path) -> None:
+    """GIVEN a StageNext stage whose input (34 MB) is over what workerless carries, even through its
+    claim check (WORKERLESS_MAX_PAYLOAD_BYTES, 32 MiB; a 1.2 MB stage now goes through the claim check)
     WHEN the poller pulls it
-    THEN it acquires the stage's lease and fails it for good with the limit in the reason: the
-    emulator's consumer, which fences results by the Running execution, applies that result, and
-    the delivery is acknowledged only after it. (Posted without the lease, the result was discarded
-    and the acknowledged delivery never came back: the stage stayed dispatched for ever.)"""
+    THEN it acquires the stage's lease and fails it for good with the size and the limit in the
+    reason: the emulator's consumer, which fences results by the Running execution, applies that
+    result, and the delivery is acknowledged only after it. (Posted without the lease, the result was
+    discarded and the acknowledged delivery never came back: the stage stayed dispatched for ever.)"""
     emu = stagenext.create(lease_seconds=6)
     server = emu.serve(port=0)
     try:
         env_file = tmp_path / "stagenext.env"
         values = {"WORKERLESS_ENGINE": "stagenext", **emu.engine_values(server.url)}
         env_file.write_text("".join(f"{k}={v}\n" for k, v in values.items()), encoding="utf-8")
-        stage_id = emu.create_job("send-receipt", {"orderId": "huge", "blob": "z" * 1_200_000}, retries=3)
+        stage_id = emu.create_job("send-receipt", {"orderId": "huge", "blob": "z" * 34_000_000}, retries=3)
 
         with topology(env_file, job_visibility_seconds=10) as topo:
             wait_final(topo, emu.job_state, [stage_id], 40)
@@ -168,7 +170,7 @@ def test_a_stagenext_stage_over_the_queue_limit_is_failed_under_its_lease_not_lo
 
     state = emu.job_state(stage_id)
     assert state["state"] == "failed"
-    assert "MaximumMessageSize" in (state["error_message"] or "")
+    assert "workerless carries at most 33554432 bytes" in (state["error_message"] or "")
     [result] = state["results"]
     assert result["applied"] and not result["discarded"] and result["retryable"] is False
     assert len(state["executions"]) == 1 and state["retries"] == 3, "failed for good, not retried"

@@ -27,7 +27,14 @@ from workerless.local import LocalTopology
 from workerless.model import JobRef, Outcome
 from workerless.record import Decision, Status, decide, lease_of
 
-from tests.functional.pipeline import ROOT, TEMPLATE, Events, more_polls, topology, wait_counted, wait_final
+from tests.functional.pipeline import (
+    Events,
+    more_polls,
+    template_variant,
+    topology,
+    wait_counted,
+    wait_final,
+)
 
 #: Runs the topology for seconds to minutes: `make test` runs it, `make test-fast` does not.
 pytestmark = pytest.mark.slow
@@ -63,20 +70,6 @@ def write_env(tmp_path: Path, emulator: NodeFlowEmulator, url: str) -> Path:
     values = {"WORKERLESS_ENGINE": "nodeflow", **emulator.engine_values(url)}
     path = tmp_path / "nodeflow.env"
     path.write_text("".join(f"{key}={value}\n" for key, value in values.items()), encoding="utf-8")
-    return path
-
-
-def template_variant(tmp_path: Path, replacements: dict[str, str]) -> Path:
-    """A copy of the real template.yaml in tmp_path with each ``old -> new`` applied (each ``old``
-    must occur exactly once). CodeUri paths are made absolute: they resolve against the template's
-    own directory, which for the copy is tmp_path."""
-    text = TEMPLATE.read_text(encoding="utf-8")
-    for old, new in replacements.items():
-        assert text.count(old) == 1, f"template.yaml no longer has exactly one {old!r}"
-        text = text.replace(old, new)
-    text = text.replace("CodeUri: functions/", f"CodeUri: {ROOT / 'functions'}/")
-    path = tmp_path / "template.yaml"
-    path.write_text(text, encoding="utf-8")
     return path
 
 

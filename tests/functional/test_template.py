@@ -159,6 +159,11 @@ def _logical_id(ref: Any) -> str:
     assert isinstance(ref, dict), f"expected an intrinsic naming a resource, got {ref!r}"
     if "Ref" in ref:
         return str(ref["Ref"])
+    if "Fn::Sub" in ref:
+        # "${Bucket.Arn}/prefix/*": the resource its first reference names.
+        found = re.search(r"\$\{([A-Za-z0-9]+)", str(ref["Fn::Sub"]))
+        assert found is not None, f"!Sub names no resource: {ref!r}"
+        return found.group(1)
     target = ref["Fn::GetAtt"]
     return str(target[0] if isinstance(target, list) else target.split(".")[0])
 
@@ -547,6 +552,69 @@ def test_job_records_and_dead_letters_outlive_the_stack(cfn: dict[str, Any]) -> 
     for name in dead_letter_queues:
         queue = cfn["Resources"][name]
         assert (queue.get("DeletionPolicy"), queue.get("UpdateReplacePolicy")) == ("Retain", "Retain"), name
+
+
+def test_claim_check_bucket_is_private_encrypted_tls_only_and_expires_with_the_records(cfn: dict[str, Any]) -> None:
+    """The claim check's bucket: SSE, every public-access block, objects owned by the bucket owner, a
+    policy refusing plain HTTP, and a lifecycle expiring objects after the job record's TTL (the
+    settings default: WORKERLESS_RECORD_TTL_SECONDS, which the template does not override)."""
+    from workerless.settings import Settings
+
+    bucket = cfn["Resources"]["PayloadBucket"]
+    assert bucket["Type"] == "AWS::S3::Bucket"
+    props = bucket["Properties"]
+    [rule] = props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert rule["ServerSideEncryptionByDefault"]["SSEAlgorithm"] in ("AES256", "aws:kms")
+    assert props["PublicAccessBlockConfiguration"] == {
+        "BlockPublicAcls": True,
+        "BlockPublicPolicy": True,
+        "IgnorePublicAcls": True,
+        "RestrictPublicBuckets": True,
+    }
+    assert props["OwnershipControls"]["Rules"] == [{"ObjectOwnership": "BucketOwnerEnforced"}]
+    [expiry] = [r for r in props["LifecycleConfiguration"]["Rules"] if "ExpirationInDays" in r]
+    assert expiry["Status"] == "Enabled" and "Prefix" not in expiry and "Filter" not in expiry
+    ttl = Settings.model_fields["record_ttl_seconds"].default
+    assert expiry["ExpirationInDays"] * 86400 == ttl
+    env = cfn["Resources"]["PollerFunction"]["Properties"]["Environment"]["Variables"]
+    assert "WORKERLESS_RECORD_TTL_SECONDS" not in env
+    assert env["WORKERLESS_PAYLOAD_BUCKET"] == {"Ref": "PayloadBucket"}
+    [policy] = _resources(cfn, "AWS::S3::BucketPolicy").values()
+    assert policy["Properties"]["Bucket"] == {"Ref": "PayloadBucket"}
+    [deny] = _as_list(policy["Properties"]["PolicyDocument"]["Statement"])
+    assert (deny["Effect"], deny["Principal"], deny["Action"]) == ("Deny", "*", "s3:*")
+    assert deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+    assert {_logical_id(r) for r in deny["Resource"]} == {"PayloadBucket"} and len(deny["Resource"]) == 2
+
+
+def _s3_grants(cfn: dict[str, Any], function: str) -> set[tuple[str, str]]:
+    """(action, resource suffix after the bucket ARN) of the function's S3 statements."""
+    grants: set[tuple[str, str]] = set()
+    for policy in _role_of(cfn, function)["Properties"]["Policies"]:
+        for statement in _as_list(policy["PolicyDocument"]["Statement"]):
+            actions = [a for a in _as_list(statement["Action"]) if a.startswith("s3:")]
+            if not actions:
+                continue
+            assert statement["Sid"].startswith("ClaimCheck"), statement
+            for resource in _as_list(statement["Resource"]):
+                text = resource["Fn::Sub"]
+                assert text.startswith("${PayloadBucket.Arn}/"), text
+                grants |= {(a, text.removeprefix("${PayloadBucket.Arn}")) for a in actions}
+    return grants
+
+
+def test_each_function_is_granted_only_its_claim_check_prefixes(cfn: dict[str, Any]) -> None:
+    """The poller writes jobs/; a handler reads its own type's jobs/ and writes and reads its own
+    results/; the heartbeat and the dead-letter function read results/ (to re-report)."""
+    assert _s3_grants(cfn, "PollerFunction") == {("s3:PutObject", "/jobs/*")}
+    for function in ("HeartbeatFunction", "DeadLetterFunction"):
+        assert _s3_grants(cfn, function) == {("s3:GetObject", "/results/*")}, function
+    for job_type, camel in JOB_TYPES.items():
+        assert _s3_grants(cfn, f"{camel}Function") == {
+            ("s3:GetObject", f"/jobs/{job_type}/*"),
+            ("s3:PutObject", f"/results/{job_type}/*"),
+            ("s3:GetObject", f"/results/{job_type}/*"),
+        }, job_type
 
 
 # ----------------------------------------------------------------------------- parameters and outputs

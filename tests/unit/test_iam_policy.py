@@ -216,8 +216,19 @@ def test_a_secret_is_evaluated_by_its_full_arn_and_shown_as_given() -> None:
     assert unknown.resource == "arn:aws:secretsmanager:us-east-1:123456789012:secret:nope"
 
 
+def test_s3_calls_are_checked_on_the_object_or_the_bucket() -> None:
+    """The claim check's calls name the object (arn:aws:s3:::bucket/key), as IAM evaluates them, so a
+    grant of one prefix (bucket/jobs/charge-payment/*) does not cover another."""
+    arn = "arn:aws:s3:::b/jobs/t/k"
+    assert needs("s3", "GetObject", {"Bucket": "b", "Key": "jobs/t/k"}) == [Need("s3:GetObject", arn, arn)]
+    assert needs("s3", "HeadObject", {"Bucket": "b", "Key": "jobs/t/k"}) == [Need("s3:GetObject", arn, arn)]
+    assert needs("s3", "ListObjectsV2", {"Bucket": "b"}) == [Need("s3:ListBucket", "arn:aws:s3:::b", "arn:aws:s3:::b")]
+    assert resource_matches("arn:aws:s3:::b/jobs/t/*", arn)
+    assert not resource_matches("arn:aws:s3:::b/jobs/other/*", arn)
+
+
 def test_other_services_are_checked_by_action_and_sts_identity_needs_nothing() -> None:
-    assert needs("s3", "GetObject", {"Bucket": "b", "Key": "k"}) == [Need("s3:GetObject", UNMODELLED, "*")]
+    assert needs("lambda", "Invoke", {"FunctionName": "f"}) == [Need("lambda:Invoke", UNMODELLED, "*")]
     assert needs("sts", "GetCallerIdentity", {}) == []
 
 
@@ -357,9 +368,12 @@ def test_a_scaffolded_job_types_role_grants_what_the_shipped_handlers_roles_gran
     )
     roles = render_roles(load_template(tmp_path / "template.yaml"))
 
-    def shape(function: str, own: str) -> list[tuple[str | None, tuple[str, ...], tuple[str, ...]]]:
+    def shape(function: str, own: str, job_type: str) -> list[tuple[str | None, tuple[str, ...], tuple[str, ...]]]:
         return [
-            (s.sid, s.actions, tuple(r.replace(own, "<own>") for r in s.resources)) for s in roles[function].statements
+            (s.sid, s.actions, tuple(r.replace(own, "<own>").replace(f"/{job_type}/", "/<type>/") for r in s.resources))
+            for s in roles[function].statements
         ]
 
-    assert shape("ShipParcelFunction", "ShipParcel") == shape("ChargePaymentFunction", "ChargePayment")
+    assert shape("ShipParcelFunction", "ShipParcel", "ship-parcel") == shape(
+        "ChargePaymentFunction", "ChargePayment", "charge-payment"
+    )

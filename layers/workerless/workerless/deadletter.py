@@ -83,8 +83,11 @@ def process_dead_letter(
             "dead-lettered job was already settled", extra={"job_id": ref.job_id, "status": record.status.value}
         )
         return
-    if record is not None and record.status is Status.STORED and record.outcome is not None:
-        outcome = record.outcome
+    if record is not None and record.status is Status.STORED and record.has_outcome:
+        # Read from the claim check's bucket when it was too large for the record; a failed read
+        # propagates (the DLQ hands the message back later).
+        outcome = store.load_outcome(record)
+        assert outcome is not None
         note = "stored result reported from the dead-letter queue"
     else:
         state = record.status.value if record is not None else "never claimed"

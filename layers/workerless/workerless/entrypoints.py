@@ -33,7 +33,7 @@ def poller(event: dict[str, Any], context: Any) -> dict[str, Any]:
 def _poll(event: dict[str, Any], context: Any) -> dict[str, Any]:
     from workerless.aws.dynamo import DynamoState
     from workerless.poller import continue_ticker
-    from workerless.runtime import get_engine, get_queues, get_store
+    from workerless.runtime import get_engine, get_payloads, get_queues, get_store
     from workerless.settings import get_settings
 
     settings = get_settings()
@@ -85,11 +85,18 @@ def _poll(event: dict[str, Any], context: Any) -> dict[str, Any]:
         )
         # A dead holder's lock blocks polling until it expires, but its unfinished batch need not
         # wait for that: handing jobs back and sending tickets never takes room.
-        recovered = _observed_poller()(settings, observability.observe_engine(get_engine()), queues, intents=intents)
+        recovered = _observed_poller()(
+            settings, observability.observe_engine(get_engine()), queues, intents=intents, payloads=get_payloads()
+        )
         counters = {k: v for k, v in vars(recovered.recover(deadline=_deadline(context))).items() if isinstance(v, int)}
         return {**counters, "lock_held": 1}
     poller = _observed_poller()(
-        settings, observability.observe_engine(get_engine()), queues, intents=intents, lock=lock
+        settings,
+        observability.observe_engine(get_engine()),
+        queues,
+        intents=intents,
+        lock=lock,
+        payloads=get_payloads(),
     )
     poller.last_dispatch = relayed  # a relay carries on lingering from the last dispatch
     poller.inherit_depths(relay.get("depths"))

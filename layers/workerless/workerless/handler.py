@@ -252,6 +252,9 @@ class JobProcessor:
         deadline: float,
         aws_deadline: float,
     ) -> None:
+        if job.payload is not None:
+            # Before the claim: a read that fails costs a redelivery, not a claim held until it expires.
+            job = _read_payload(job)
         request_id = getattr(context, "aws_request_id", None) or "local"
         # Unique to this processing of this message: only a retry of our own claim call can match it.
         owner = f"{request_id}:{message_id}:{uuid.uuid4().hex[:8]}"
@@ -268,10 +271,11 @@ class JobProcessor:
         )
         if not claimed:
             decision = decide(found, time.time(), lease)
-            if decision is Decision.REREPORT and found is not None and found.outcome is not None:
+            if decision is Decision.REREPORT and found is not None and found.has_outcome:
                 logger.info("result already stored: re-reporting it, not running the handler again")
+                stored = store.load_outcome(found)
                 observability.record(job.ref.job_type, "rereported", job_id=job.ref.job_id)
-                self._report(job, found.outcome, engine=engine, store=store, deadline=deadline, receipt=receipt)
+                self._report(job, stored, engine=engine, store=store, deadline=deadline, receipt=receipt)
                 return
             if decision is Decision.DONE:
                 logger.info("job already reported: acknowledging the redelivery")
@@ -377,9 +381,10 @@ class JobProcessor:
         if not begun:
             _acknowledge(job, engine=engine, deadline=deadline)
             return
-        if found is not None and found.outcome is not None:
+        if found is not None and found.has_outcome:
             logger.warning("engine granted the lease of a job recorded as settled: reporting its stored outcome")
-            self._report(job, found.outcome, engine=engine, store=store, deadline=deadline, receipt=receipt)
+            stored = store.load_outcome(found)
+            self._report(job, stored, engine=engine, store=store, deadline=deadline, receipt=receipt)
             return
         logger.warning("engine granted the lease of a job recorded as not ours: handing the delivery back")
         _hand_back(job, engine=engine, deadline=deadline, reason="the job record says this delivery must not run")
@@ -514,15 +519,16 @@ class JobProcessor:
     def _store_once(self, job: ActivatedJob, outcome: Outcome, *, owner: str, store: Any) -> Outcome | None:
         from workerless.aws.dynamo import OutcomeTooLargeError
 
+        job_type = job.ref.job_type
         try:
-            found = store.store_outcome(job.key, owner=owner, outcome=outcome)
+            found = store.store_outcome(job.key, owner=owner, outcome=outcome, job_type=job_type)
         except OutcomeTooLargeError as exc:
             outcome = Outcome.fail(f"result too large: {exc}", retries=0, terminal=True)
-            found = store.store_outcome(job.key, owner=owner, outcome=outcome)
+            found = store.store_outcome(job.key, owner=owner, outcome=outcome, job_type=job_type)
         if found is None:
             return outcome
-        if found.status is Status.STORED and found.outcome is not None:
-            earlier: Outcome = found.outcome
+        if found.status is Status.STORED and found.has_outcome:
+            earlier: Outcome | None = store.load_outcome(found)
             return earlier  # an earlier delivery of ours stored first: report that one
         return None
 
@@ -554,6 +560,26 @@ class JobProcessor:
             )
         observability.record(job.ref.job_type, "report_owed", job_id=job.ref.job_id)
         raise ReportOwedError(f"report of job {job.ref.job_id} still owed")
+
+
+def _read_payload(job: ActivatedJob) -> ActivatedJob:
+    """The job with its variables read from the claim check's bucket (the poller put them there: the
+    message would have been over its queue's limit). A failed read fails the delivery (SQS redelivers
+    it; a job whose object is gone ends in the dead-letter queue, which fails it at the engine)."""
+    from workerless.runtime import get_payloads
+
+    assert job.payload is not None
+    try:
+        data = get_payloads().get(job.payload)
+        variables = json.loads(data)
+    except StoreError as exc:
+        logger.error("could not read the job's variables from the claim check", extra={"error": str(exc)})
+        raise
+    except ValueError as exc:
+        raise MessageFormatError(f"the job's variables in S3 are not JSON: {exc}", field="payload") from exc
+    if not isinstance(variables, dict):
+        raise MessageFormatError("the job's variables in S3 are not a JSON object", field="payload")
+    return job.with_variables(variables)
 
 
 def _leave_to_the_gateway(exc: RetryableEngineError) -> None:

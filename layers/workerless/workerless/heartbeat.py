@@ -248,9 +248,11 @@ def _rereport(
     not be marked: tried again, a repeat meets 409) or "final" (the engine refused it for good: the
     owed mark is cleared and the job message's SQS redelivery settles it, as before)."""
     ref = entry.ref
-    assert record.outcome is not None
     try:
-        settled = report_stored(ref, record.outcome, engine=engine, store=store, deadline=deadline)
+        # An outcome too large for the record is read from the claim check's bucket.
+        outcome = store.load_outcome(record)
+        assert outcome is not None
+        settled = report_stored(ref, outcome, engine=engine, store=store, deadline=deadline)
     except StoreError as exc:
         logger.warning(
             "could not record the re-sent report; trying again", extra={"job_id": ref.job_id, "error": str(exc)}

@@ -12,11 +12,13 @@ never log it. SQS queues and the DynamoDB table are encrypted at rest.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from workerless.claimcheck import PayloadRef
 from workerless.errors import MessageFormatError
 
 MESSAGE_VERSION = 1
@@ -80,6 +82,10 @@ class ActivatedJob:
 
     ``lease_expires_at`` is the expiry the engine actually granted (epoch seconds): engines clamp
     the lease asked for, so heartbeat timing is computed from this, never from the request.
+
+    ``payload`` points at the variables in the claim check's bucket when they were too large for the
+    job message (:mod:`workerless.claimcheck`): ``variables`` is then empty until the handler reads
+    them (:meth:`with_variables`). Everything else stays in the message.
     """
 
     ref: JobRef
@@ -91,18 +97,30 @@ class ActivatedJob:
     element_id: str | None = None
     traceparent: str | None = None
     custom_headers: dict[str, Any] = field(default_factory=dict)
+    payload: PayloadRef | None = None
 
     @property
     def key(self) -> str:
         return self.ref.key
 
-    def to_message(self) -> str:
-        """Serialise for one SQS message body."""
+    def variables_json(self) -> bytes:
+        """The variables as the message carries them (compact JSON): what a claim check stores."""
+        return json.dumps(self.variables, separators=(",", ":")).encode()
+
+    def with_variables(self, variables: dict[str, Any]) -> ActivatedJob:
+        """This job with its variables read back from the claim check."""
+        return dataclasses.replace(self, variables=variables, payload=None)
+
+    def to_message(self, *, payload: PayloadRef | None = None) -> str:
+        """Serialise for one SQS message body; with ``payload``, the variables are in that object."""
+        carried: dict[str, Any] = (
+            {"payload": payload.to_dict()} if payload is not None else {"variables": self.variables}
+        )
         return json.dumps(
             {
                 "v": MESSAGE_VERSION,
                 "ref": self.ref.to_dict(),
-                "variables": self.variables,
+                **carried,
                 "lease_expires_at": self.lease_expires_at,
                 "activated_at": self.activated_at,
                 "retries": self.retries,
@@ -129,7 +147,8 @@ class ActivatedJob:
         if data.get("v") != MESSAGE_VERSION:
             raise MessageFormatError(f"unsupported message version {data.get('v')!r}", field="v")
         ref = JobRef.from_dict(_require(data, "ref", dict))
-        variables = _require(data, "variables", dict)
+        payload = PayloadRef.from_dict(data["payload"]) if "payload" in data else None
+        variables = {} if payload is not None else _require(data, "variables", dict)
         lease = _require(data, "lease_expires_at", (int, float))
         activated = _require(data, "activated_at", (int, float))
         retries = data.get("retries")
@@ -154,6 +173,7 @@ class ActivatedJob:
             element_id=optional["element_id"],
             traceparent=optional["traceparent"],
             custom_headers=headers,
+            payload=payload,
         )
 
 

@@ -41,6 +41,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workerless import observability
+from workerless.aws.payloads import PayloadError
+from workerless.aws.sqs import FALLBACK_MESSAGE_BYTES
+from workerless.claimcheck import JOBS_PREFIX, message_threshold, object_key, too_large_reason
 from workerless.errors import (
     ConfigurationError,
     EngineError,
@@ -103,10 +106,13 @@ class Poller:
         intents: Any = None,
         lock: Any = None,
         wall: Callable[[], float] | None = None,
+        payloads: Any = None,
     ) -> None:
         self.settings = settings
         self.engine = engine
         self.queues = queues
+        #: workerless.aws.payloads.Payloads, the claim check (None or disabled: nothing is offloaded).
+        self.payloads = payloads
         #: workerless.intent.IntentLog (None: no log; a dead poller's jobs wait out their lease).
         self.intents = intents
         #: workerless.poller_lock.PollerLock, already taken (None: the caller guarantees one poller).
@@ -311,7 +317,8 @@ class Poller:
                 for job in batch:
                     self._hand_back(job, f"no route handles job type {job_type!r}", report, deadline=deadline)
                 continue
-            failures = {f.index: f for f in self.queues.send_batch(route.queue_url, [j.to_message() for j in batch])}
+            batch, bodies = self._messages(route.queue_url, batch, report, deadline=deadline)
+            failures = {f.index: f for f in self.queues.send_batch(route.queue_url, bodies)}
             sent_here = 0
             for index, job in enumerate(batch):
                 failure = failures.get(index)
@@ -337,6 +344,51 @@ class Poller:
                 return len(sent)
         self._intent(lambda log: log.clear(intent))
         return len(sent)
+
+    def _messages(
+        self, queue_url: str, batch: list[ActivatedJob], report: PollReport, *, deadline: float
+    ) -> tuple[list[ActivatedJob], list[str]]:
+        """Each job's message body, its variables written to the claim check's bucket when the message
+        would be over the queue's MaximumMessageSize less the margin (:mod:`workerless.claimcheck`).
+        A job larger than WORKERLESS_MAX_PAYLOAD_BYTES is failed at the engine (naming its size and the
+        limit) and a job whose payload cannot be written is handed back: neither is in the answer."""
+        if self.payloads is None or not self.payloads.enabled:
+            return batch, [job.to_message() for job in batch]
+        known = self.queues.max_message_bytes(queue_url)
+        # Unknown (unreadable) limit: plan for the old 256 KiB default, never too high; offloading
+        # a message that would have fitted costs a PUT and a GET, not the job.
+        threshold = message_threshold(known if known is not None else FALLBACK_MESSAGE_BYTES)
+        kept: list[ActivatedJob] = []
+        bodies: list[str] = []
+        for job in batch:
+            body = job.to_message()
+            size = len(body.encode())
+            if size > threshold:
+                offloaded = self._offload(job, size, report, deadline=deadline)
+                if offloaded is None:
+                    continue
+                body = offloaded
+            kept.append(job)
+            bodies.append(body)
+        return kept, bodies
+
+    def _offload(self, job: ActivatedJob, size: int, report: PollReport, *, deadline: float) -> str | None:
+        """The job's message with its variables in the claim check's bucket; None when the job was
+        failed (too large for workerless to carry) or handed back (the bucket refused the write)."""
+        data = job.variables_json()
+        limit = self.settings.max_payload_bytes
+        if len(data) > limit:
+            self._fail_for_good(job, too_large_reason("the job's input", len(data), limit), report, deadline=deadline)
+            return None
+        try:
+            ref = self.payloads.put(object_key(JOBS_PREFIX, job.ref.job_type), data)
+        except PayloadError as exc:
+            self._hand_back(
+                job, f"could not write the job's variables to the claim check: {exc}", report, deadline=deadline
+            )
+            return None
+        observability.record(job.ref.job_type, "offloaded", job_id=job.ref.job_id, bytes=len(data))
+        return job.to_message(payload=ref)
 
     def _send_ticket(self, jobs: list[ActivatedJob]) -> list[ActivatedJob]:
         """Send the heartbeat tickets of ``jobs``: one per :data:`~workerless.ticket.MAX_TICKET_ENTRIES`

@@ -40,6 +40,7 @@ import json
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from workerless.claimcheck import PayloadRef
 from workerless.model import JobRef, Outcome
 
 
@@ -76,6 +77,14 @@ class JobRecord:
     #: heartbeat deletes that message once the report lands. It authorises deleting the message:
     #: kept out of repr(), never logged.
     receipt: str | None = field(default=None, repr=False)
+    #: Where the stored outcome is when it was too large for the record (the claim check's bucket):
+    #: ``outcome`` is then None; the store's ``load_outcome`` reads it.
+    outcome_ref: PayloadRef | None = None
+
+    @property
+    def has_outcome(self) -> bool:
+        """Whether a result is stored, in the record or in the claim check's bucket."""
+        return self.outcome is not None or self.outcome_ref is not None
 
     @property
     def in_pipeline(self) -> bool:
@@ -85,7 +94,7 @@ class JobRecord:
     @property
     def report_owed(self) -> bool:
         """Whether the heartbeat should re-report this record's stored result."""
-        return self.status is Status.STORED and self.outcome is not None and self.report_owed_at is not None
+        return self.status is Status.STORED and self.has_outcome and self.report_owed_at is not None
 
     def claim_live(self, now: float) -> bool:
         return self.status is Status.CLAIMED and (self.claim_expires_at or 0.0) > now
@@ -138,7 +147,7 @@ def decide(found: JobRecord | None, now: float, lease: str = "") -> Decision:
     if found.status is Status.STORED:
         return Decision.REREPORT
     if found.status is Status.REPORTED:
-        if found.outcome is not None and found.other_lease(lease):
+        if found.has_outcome and found.other_lease(lease):
             return Decision.REREPORT
         return Decision.DONE
     if found.status in (Status.LOST, Status.SKIPPED):

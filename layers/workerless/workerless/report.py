@@ -46,7 +46,7 @@ def report_stored(ref: JobRef, outcome: Outcome, *, engine: Any, store: Any, dea
             f"result is over the engine's cap of {exc.cap} bytes; job failed instead", retries=0, terminal=True
         )
         logger.error("result over the engine's cap: failing the job", extra={"job_id": ref.job_id, "cap": exc.cap})
-        store.replace_outcome(ref.key, replacement)
+        store.replace_outcome(ref.key, replacement, job_type=ref.job_type)
         return report_stored(ref, replacement, engine=engine, store=store, deadline=deadline)
     except RetryableEngineError as exc:
         logger.warning("report not accepted yet", extra={"job_id": ref.job_id, "error": str(exc)})

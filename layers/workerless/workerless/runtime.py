@@ -14,6 +14,7 @@ from workerless.settings import clear_settings, engine_values, get_settings, inf
 
 if TYPE_CHECKING:
     from workerless.aws.dynamo import JobStore
+    from workerless.aws.payloads import Payloads
     from workerless.aws.sqs import Queues
     from workerless.engines.base import Engine
 
@@ -42,10 +43,27 @@ def get_store() -> JobStore:
         from workerless.aws.dynamo import JobStore
 
         settings = get_settings()
-        return JobStore(settings.table_name, ttl_seconds=settings.record_ttl_seconds)
+        return JobStore(
+            settings.table_name,
+            ttl_seconds=settings.record_ttl_seconds,
+            payloads=get_payloads(),
+            max_outcome_bytes=settings.max_payload_bytes,
+        )
 
     store: JobStore = _get("store", build)
     return store
+
+
+def get_payloads() -> Payloads:
+    """The claim check's bucket (WORKERLESS_PAYLOAD_BUCKET; disabled without one)."""
+
+    def build() -> Payloads:
+        from workerless.aws.payloads import Payloads
+
+        return Payloads(get_settings().payload_bucket)
+
+    payloads: Payloads = _get("payloads", build)
+    return payloads
 
 
 def get_queues() -> Queues:

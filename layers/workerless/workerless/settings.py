@@ -76,6 +76,16 @@ class Settings(BaseModel):
     #: Seconds between ticks of the self-rescheduling poller chain (0: schedule only).
     tick_seconds: int = Field(default=0, alias="WORKERLESS_TICK_SECONDS", ge=0, le=900)
     record_ttl_seconds: int = Field(default=7 * 24 * 3600, alias="WORKERLESS_RECORD_TTL_SECONDS", ge=60)
+    #: The claim check's S3 bucket (workerless.claimcheck): job messages and stored outcomes past
+    #: their queue's or table's limit go there. None: nothing is offloaded (such jobs fail, naming
+    #: the limit). The template's PayloadBucket; its lifecycle expires objects after the record TTL.
+    payload_bucket: str | None = Field(default=None, alias="WORKERLESS_PAYLOAD_BUCKET")
+    #: The largest job input or handler result workerless carries (through the claim check): a
+    #: function holds it in memory, several times over while it is parsed. Raise it together with
+    #: the functions' MemorySize (32 MiB suits the template's 256 MB).
+    max_payload_bytes: int = Field(
+        default=32 * 1024 * 1024, alias="WORKERLESS_MAX_PAYLOAD_BYTES", ge=1024 * 1024, le=1024 * 1024 * 1024
+    )
     #: Backoff given to the engine when a handler raises an ordinary exception.
     fail_backoff_seconds: int = Field(default=30, alias="WORKERLESS_FAIL_BACKOFF_SECONDS", ge=0, le=86_400)
     secret_arn: str | None = Field(default=None, alias="WORKERLESS_SECRET_ARN")

@@ -4,9 +4,11 @@ Low-level client with hand-marshalled attributes: the resource layer costs impor
 start and hides the conditional-write answers this module depends on. Every write is conditional;
 every item carries a TTL (``expires_at``).
 
-Outcomes are stored as JSON, zlib-compressed past 32 KiB. A DynamoDB item is capped at 400 KB, so
-an outcome still over :data:`MAX_OUTCOME_BYTES` after compression cannot be stored, and the handler
-fails the job with that reason instead (docs/assumptions.md).
+Outcomes are stored as JSON, zlib-compressed past 32 KiB. A DynamoDB item is capped at 400 KB
+(names included), so an outcome still over :data:`~workerless.claimcheck.OUTCOME_INLINE_BYTES` after
+compression goes to the claim check's bucket (``results/<job type>/``) and the record keeps a pointer
+(``outcome_ref``); without a bucket, or past WORKERLESS_MAX_PAYLOAD_BYTES, it cannot be stored and
+the handler fails the job with that reason instead (docs/assumptions.md).
 """
 
 from __future__ import annotations
@@ -17,12 +19,12 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
+from workerless.claimcheck import OUTCOME_INLINE_BYTES, RESULTS_PREFIX, PayloadRef, object_key
 from workerless.errors import StoreError
 from workerless.model import Outcome
 from workerless.record import JobRecord, Status
 
 COMPRESS_OVER = 32 * 1024
-MAX_OUTCOME_BYTES = 350 * 1024
 #: DynamoDB error codes that the same call will meet again however often it is retried: retrying
 #: them only burns the invocation's time. Every other failure (throttles, 5xx, transport errors,
 #: codes not listed here) counts as retryable.
@@ -42,27 +44,29 @@ FINAL_ERROR_CODES = frozenset(
 
 
 class OutcomeTooLargeError(StoreError):
-    """The outcome does not fit in a DynamoDB item even compressed."""
+    """The outcome can be neither kept in the record nor carried by the claim check."""
 
-    def __init__(self, size: int) -> None:
-        super().__init__(f"result is {size} bytes compressed; the job table stores at most {MAX_OUTCOME_BYTES}")
+    def __init__(self, size: int, cap: int, where: str) -> None:
+        super().__init__(f"result is {size} bytes; {where} at most {cap} bytes", retryable=False)
         self.size = size
-        self.cap = MAX_OUTCOME_BYTES
+        self.cap = cap
 
 
-def _encode_outcome(outcome: Outcome) -> dict[str, Any]:
-    raw = json.dumps(outcome.to_dict(), separators=(",", ":")).encode()
+def _encode_inline(raw: bytes) -> dict[str, Any]:
     if len(raw) <= COMPRESS_OVER:
         return {"S": raw.decode()}
-    packed = zlib.compress(raw, 6)
-    if len(packed) > MAX_OUTCOME_BYTES:
-        raise OutcomeTooLargeError(len(packed))
-    return {"B": packed}
+    return {"B": zlib.compress(raw, 6)}
 
 
 def _decode_outcome(value: dict[str, Any]) -> Outcome:
     raw = zlib.decompress(value["B"]) if "B" in value else value["S"].encode()
     return Outcome.from_dict(json.loads(raw))
+
+
+def _inline_bytes(value: dict[str, Any]) -> int:
+    """The ``outcome`` attribute's size as DynamoDB counts it: its name plus its value's bytes."""
+    body = value["B"] if "B" in value else value["S"].encode()
+    return len("outcome") + len(body)
 
 
 def _to_record(item: dict[str, Any]) -> JobRecord:
@@ -72,6 +76,7 @@ def _to_record(item: dict[str, Any]) -> JobRecord:
         owner=item.get("owner", {}).get("S"),
         claim_expires_at=float(item["claim_expires_at"]["N"]) if "claim_expires_at" in item else None,
         outcome=_decode_outcome(item["outcome"]) if "outcome" in item else None,
+        outcome_ref=_outcome_ref(item),
         lost_reason=item.get("lost_reason", {}).get("S"),
         deliveries=int(item.get("deliveries", {}).get("N", "0")),
         lease=item.get("lease", {}).get("S"),
@@ -79,6 +84,12 @@ def _to_record(item: dict[str, Any]) -> JobRecord:
         report_owed_at=float(item["report_owed_at"]["N"]) if "report_owed_at" in item else None,
         receipt=item.get("receipt", {}).get("S"),
     )
+
+
+def _outcome_ref(item: dict[str, Any]) -> PayloadRef | None:
+    if "outcome_ref" not in item:
+        return None
+    return PayloadRef.from_dict(json.loads(item["outcome_ref"]["S"]), field="outcome_ref")
 
 
 class JobStore:
@@ -89,11 +100,58 @@ class JobStore:
         >>> claimed, found = store.claim("sheptra#42#r3", owner="req-1", claim_seconds=60, job_type="charge")
     """
 
-    def __init__(self, table: str, *, ttl_seconds: int, client: Any = None, clock: Any = time.time) -> None:
+    def __init__(
+        self,
+        table: str,
+        *,
+        ttl_seconds: int,
+        client: Any = None,
+        clock: Any = time.time,
+        payloads: Any = None,
+        max_outcome_bytes: int = 32 * 1024 * 1024,
+    ) -> None:
         self.table = table
         self.ttl_seconds = ttl_seconds
         self._client = client
         self._clock = clock
+        #: workerless.aws.payloads.Payloads: the claim check for outcomes too large for a record.
+        self.payloads = payloads
+        self.max_outcome_bytes = max_outcome_bytes
+
+    def _outcome_attribute(self, outcome: Outcome, job_type: str) -> tuple[str, dict[str, Any]]:
+        """(attribute name, value) that stores ``outcome``: ``outcome`` in the record when it fits the
+        item limit less the margin, else ``outcome_ref`` pointing at the compressed JSON in the claim
+        check's bucket. Raises OutcomeTooLargeError when neither can take it."""
+        raw = json.dumps(outcome.to_dict(), separators=(",", ":")).encode()
+        if len(raw) > self.max_outcome_bytes:
+            raise OutcomeTooLargeError(
+                len(raw), self.max_outcome_bytes, "workerless carries (WORKERLESS_MAX_PAYLOAD_BYTES)"
+            )
+        value = _encode_inline(raw)
+        if _inline_bytes(value) <= OUTCOME_INLINE_BYTES:
+            return "outcome", value
+        packed = value["B"]
+        if self.payloads is None or not self.payloads.enabled:
+            raise OutcomeTooLargeError(
+                len(packed), OUTCOME_INLINE_BYTES, "compressed, with no claim-check bucket the job table stores"
+            )
+        ref: PayloadRef = self.payloads.put(object_key(RESULTS_PREFIX, job_type), packed)
+        return "outcome_ref", {"S": json.dumps(ref.to_dict(), separators=(",", ":"))}
+
+    def load_outcome(self, record: JobRecord) -> Outcome | None:
+        """The record's stored outcome, read from the claim check's bucket when it was offloaded."""
+        if record.outcome is not None or record.outcome_ref is None:
+            return record.outcome
+        payloads = self.payloads
+        if payloads is None:
+            from workerless.aws.payloads import Payloads
+
+            payloads = self.payloads = Payloads(record.outcome_ref.bucket)
+        data = payloads.get(record.outcome_ref)
+        try:
+            return _decode_outcome({"B": data})
+        except (zlib.error, ValueError) as exc:
+            raise StoreError(f"stored outcome {record.outcome_ref.key} is unreadable: {exc}", retryable=False) from exc
 
     @property
     def client(self) -> Any:
@@ -177,7 +235,7 @@ class JobStore:
             "claimed_at": {"N": repr(now)},
             "expires_at": self._ttl(now),
         }
-        condition = "attribute_not_exists(pk) OR (#s = :claimed AND claim_expires_at < :now)"
+        condition = "attribute_not_exists(pk) OR (#s = :claimed AND claim_expires_at <= :now)"
         names = {"#s": "status"}
         values: dict[str, Any] = {":claimed": {"S": Status.CLAIMED.value}, ":now": {"N": repr(now)}}
         if lease:
@@ -256,25 +314,27 @@ class JobStore:
             return False
         return True
 
-    def store_outcome(self, key: str, *, owner: str, outcome: Outcome) -> JobRecord | None:
-        """Store the result, only while this delivery still holds the claim.
+    def store_outcome(self, key: str, *, owner: str, outcome: Outcome, job_type: str = "job") -> JobRecord | None:
+        """Store the result, only while this delivery still holds the claim (an outcome too large for
+        the record goes to the claim check first, under ``results/<job_type>/``).
 
         Returns None when stored, or the record found otherwise (LOST: the heartbeat saw the lease go).
         """
         now = self._clock()
+        attribute, value = self._outcome_attribute(outcome, job_type)
         try:
             self._call(
                 "update_item",
                 TableName=self.table,
                 Key={"pk": {"S": key}},
-                UpdateExpression="SET #s = :stored, outcome = :o, stored_at = :now REMOVE claim_expires_at",
+                UpdateExpression=f"SET #s = :stored, {attribute} = :o, stored_at = :now REMOVE claim_expires_at",
                 ConditionExpression="#s = :claimed AND #owner = :owner",
                 ExpressionAttributeNames={"#s": "status", "#owner": "owner"},
                 ExpressionAttributeValues={
                     ":stored": {"S": Status.STORED.value},
                     ":claimed": {"S": Status.CLAIMED.value},
                     ":owner": {"S": owner},
-                    ":o": _encode_outcome(outcome),
+                    ":o": value,
                     ":now": {"N": repr(now)},
                 },
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
@@ -283,16 +343,18 @@ class JobStore:
             return _to_record(refused.item) if refused.item else self.get(key)
         return None
 
-    def replace_outcome(self, key: str, outcome: Outcome) -> None:
+    def replace_outcome(self, key: str, outcome: Outcome, *, job_type: str = "job") -> None:
         """Swap a stored outcome the engine refused as too large for a failure naming the cap."""
+        attribute, value = self._outcome_attribute(outcome, job_type)
+        other = "outcome_ref" if attribute == "outcome" else "outcome"
         self._call(
             "update_item",
             TableName=self.table,
             Key={"pk": {"S": key}},
-            UpdateExpression="SET outcome = :o",
+            UpdateExpression=f"SET {attribute} = :o REMOVE {other}",
             ConditionExpression="#s = :stored",
             ExpressionAttributeNames={"#s": "status"},
-            ExpressionAttributeValues={":o": _encode_outcome(outcome), ":stored": {"S": Status.STORED.value}},
+            ExpressionAttributeValues={":o": value, ":stored": {"S": Status.STORED.value}},
         )
 
     def mark_reported(self, key: str, *, note: str | None = None, lease: str = "") -> None:

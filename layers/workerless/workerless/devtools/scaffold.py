@@ -209,6 +209,19 @@ Resources:
                   - sqs:DeleteMessage
                   - sqs:GetQueueAttributes
                 Resource: !GetAtt {c}Queue.Arn
+              # Claim check (PayloadBucket), this job type's prefixes only: reads the variables of a job
+              # too large for its queue; writes, and reads again to re-report, a result too large for
+              # its job record.
+              - Sid: ClaimCheckJobs
+                Effect: Allow
+                Action: s3:GetObject
+                Resource: !Sub "${PayloadBucket.Arn}/jobs/{t}/*"
+              - Sid: ClaimCheckResults
+                Effect: Allow
+                Action:
+                  - s3:PutObject
+                  - s3:GetObject
+                Resource: !Sub "${PayloadBucket.Arn}/results/{t}/*"
               # Claims (conditional PutItem), the result, the lease stamp, giving a claim back and the
               # reported mark (conditional UpdateItem), the lease check (GetItem); the engines' shared
               # state (tokens, sessions) is in the same table. Exactly what the code calls

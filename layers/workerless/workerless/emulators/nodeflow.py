@@ -148,8 +148,9 @@ class NodeFlowEmulator:
     :data:`WORKER_SCOPES`); ``token_ttl_seconds`` (3600); ``default_lease_seconds`` (60),
     ``lease_min_seconds`` (5), ``lease_max_seconds`` (600); ``max_wait_seconds`` (20, the long-poll
     bound); ``max_count`` (100 tasks per lease call); ``worker_ttl_seconds`` (60: how long a poller
-    counts as listening); ``output_cap_bytes`` (1 MiB); ``reason_cap_chars`` (4096);
-    ``log_message_cap_chars`` (32768); ``log_batch_cap`` (500 lines per call).
+    counts as listening); ``output_cap_bytes`` (None: the seed names no cap on a report's output; a
+    test sets one); ``reason_cap_chars`` (4096); ``log_message_cap_chars`` (32768); ``log_batch_cap``
+    (500 lines per call).
     """
 
     name = "nodeflow"
@@ -167,7 +168,7 @@ class NodeFlowEmulator:
         max_wait_seconds: float = 20,
         max_count: int = 100,
         worker_ttl_seconds: float = 60,
-        output_cap_bytes: int = 1024 * 1024,
+        output_cap_bytes: int | None = None,
         reason_cap_chars: int = 4096,
         log_message_cap_chars: int = 32768,
         log_batch_cap: int = 500,
@@ -759,7 +760,7 @@ class NodeFlowEmulator:
         if output is not None and not isinstance(output, dict):
             raise _problem(400, "Bad Request", "output must be an object", "VALIDATION_ERROR", field="output")
         size = len(json.dumps(output, separators=(",", ":")).encode()) if output is not None else 0
-        if size > self.output_cap_bytes:
+        if self.output_cap_bytes is not None and size > self.output_cap_bytes:
             raise _problem(
                 413,
                 "Content Too Large",

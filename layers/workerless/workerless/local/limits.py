@@ -564,7 +564,6 @@ def precise_long_polls() -> None:
     at the end of each one-second wait, so a message whose delay ran out meanwhile waits up to a
     second more than on AWS (the poller's 1 s relays: up to 2 s a cycle instead of 1). Patched to look
     again every LONG_POLL_RECHECK_SECONDS while it waits. Idempotent."""
-    import threading
     import time
 
     from moto.sqs.models import Queue

@@ -1,4 +1,4 @@
-"""Run every function of a SAM template in one process, on an embedded SQS and DynamoDB (moto).
+"""Run every function of a SAM template in one process, on an embedded SQS, DynamoDB and S3 (moto).
 
 :class:`LocalTopology` does what AWS does around the functions, and nothing about what they do:
 
@@ -92,6 +92,7 @@ REMOVED_ENV: tuple[str, ...] = (
     "AWS_ENDPOINT_URL",
     "AWS_ENDPOINT_URL_SQS",
     "AWS_ENDPOINT_URL_DYNAMODB",
+    "AWS_ENDPOINT_URL_S3",
     "WORKERLESS_AWS_ENDPOINT_URL",
     "WORKERLESS_SECRET_ARN",
 )
@@ -613,6 +614,12 @@ class LocalTopology:
                     TableName=table.name,
                     TimeToLiveSpecification={"Enabled": True, "AttributeName": table.ttl_attribute},
                 )
+        if self.template.buckets:
+            # The claim check's bucket (moto's S3, the same PutObject / GetObject calls as on AWS).
+            # Its lifecycle rule is not emulated: nothing in a local run lives for a week.
+            s3 = session.client("s3", config=config)
+            for bucket in self.template.buckets:
+                s3.create_bucket(Bucket=bucket.name)
 
     def _create_engine_secret(self) -> None:
         """The env file's engine values as an embedded secret, named to the functions as in AWS."""

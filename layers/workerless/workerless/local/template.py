@@ -33,6 +33,7 @@ ACCOUNT_ID = "123456789012"
 STACK_NAME = "workerless-local"
 
 QUEUE_TYPE = "AWS::SQS::Queue"
+BUCKET_TYPE = "AWS::S3::Bucket"
 TABLE_TYPES = ("AWS::DynamoDB::Table", "AWS::Serverless::SimpleTable")
 FUNCTION_TYPES = ("AWS::Serverless::Function", "AWS::Lambda::Function")
 
@@ -196,6 +197,16 @@ class TableSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class BucketSpec:
+    logical_id: str
+    name: str
+
+    @property
+    def arn(self) -> str:
+        return bucket_arn(self.name)
+
+
+@dataclass(frozen=True, slots=True)
 class LocalTemplate:
     """The resolved template: what local mode creates and runs."""
 
@@ -206,6 +217,7 @@ class LocalTemplate:
     tables: tuple[TableSpec, ...]
     #: Parameters with neither a default nor an override (resolved to "").
     unset_parameters: tuple[str, ...] = ()
+    buckets: tuple[BucketSpec, ...] = ()
 
     def function(self, logical_id: str) -> FunctionSpec:
         for spec in self.functions:
@@ -246,6 +258,10 @@ def queue_url(name: str) -> str:
 
 def queue_arn(name: str) -> str:
     return f"arn:aws:sqs:{REGION}:{ACCOUNT_ID}:{name}"
+
+
+def bucket_arn(name: str) -> str:
+    return f"arn:aws:s3:::{name}"
 
 
 def table_arn(name: str) -> str:
@@ -384,11 +400,15 @@ class _Resolver:
             "AWS::Lambda::Function": "FunctionName",
             "AWS::Logs::LogGroup": "LogGroupName",
             "AWS::IAM::Role": "RoleName",
+            BUCKET_TYPE: "BucketName",
         }.get(rtype)
         if key and props.get(key) is not None:
             return str(self.resolve(props[key], f"{logical_id}.{key}"))
         if rtype == QUEUE_TYPE and _truthy(props.get("FifoQueue")):
             return f"{self.stack_name}-{logical_id}.fifo"
+        if rtype == BUCKET_TYPE:
+            # CloudFormation names a bucket in lower case (S3 refuses upper case).
+            return f"{self.stack_name}-{logical_id}".lower()
         return f"{self.stack_name}-{logical_id}"
 
     def ref(self, name: str, where: str) -> Any:
@@ -430,6 +450,7 @@ class _Resolver:
             QUEUE_TYPE: {"Arn": queue_arn(physical), "QueueName": physical, "QueueUrl": queue_url(physical)},
             "AWS::DynamoDB::Table": {"Arn": table, "StreamArn": f"{table}/stream/local"},
             "AWS::Serverless::SimpleTable": {"Arn": table},
+            BUCKET_TYPE: {"Arn": bucket_arn(physical), "DomainName": f"{physical}.s3.amazonaws.com"},
             "AWS::Serverless::Function": {"Arn": f"arn:aws:lambda:{REGION}:{ACCOUNT_ID}:function:{physical}"},
             "AWS::Lambda::Function": {"Arn": f"arn:aws:lambda:{REGION}:{ACCOUNT_ID}:function:{physical}"},
         }
@@ -571,6 +592,11 @@ class _Resolver:
         tables = [
             self._table(lid, r) for lid, r in self.resources.items() if r["Type"] in TABLE_TYPES and self.included(lid)
         ]
+        buckets = [
+            BucketSpec(lid, self.physical_name(lid))
+            for lid, r in self.resources.items()
+            if r["Type"] == BUCKET_TYPE and self.included(lid)
+        ]
         arn_to_queue = {q.arn: q.logical_id for q in queues}
         functions = []
         for lid, resource in self.resources.items():
@@ -587,6 +613,7 @@ class _Resolver:
             queues=tuple(queues),
             tables=tuple(tables),
             unset_parameters=tuple(self.unset),
+            buckets=tuple(buckets),
         )
 
     def _queue(self, lid: str, props: Mapping[str, Any]) -> QueueSpec:

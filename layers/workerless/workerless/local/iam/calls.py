@@ -10,6 +10,9 @@ name on one resource. What is modelled (the services the pipeline calls, precise
   the index ARN; ``BatchGetItem``/``BatchWriteItem`` once per table of ``RequestItems``;
   ``TransactGetItems`` as ``dynamodb:GetItem`` and ``TransactWriteItems`` as ``PutItem`` /
   ``UpdateItem`` / ``DeleteItem`` / ``ConditionCheckItem``, per contained action and table;
+- **S3** (the claim check's objects): ``GetObject`` / ``PutObject`` / ``DeleteObject`` and their
+  kin on the object ``arn:aws:s3:::<Bucket>/<Key>``; bucket calls (``ListObjectsV2``,
+  ``CreateBucket`` ...) on ``arn:aws:s3:::<Bucket>``, ``ListObjects*`` as ``s3:ListBucket``;
 - **Secrets Manager**: the secret of ``SecretId``, by name or ARN, evaluated against the secret's
   full ARN (with its 6-character suffix) where it exists;
 - **STS** ``GetCallerIdentity`` needs no permission.
@@ -77,6 +80,8 @@ def needs(
         return _dynamodb(operation, params)
     if prefix == "secretsmanager":
         return [_secret(operation, params, secret_arn)]
+    if prefix == "s3":
+        return [_s3(operation, params)]
     return [Need(f"{prefix}:{operation}", UNMODELLED, "*")]
 
 
@@ -144,6 +149,32 @@ def _dynamodb(operation: str, params: Mapping[str, Any]) -> list[Need]:
         return out
     index = params.get("IndexName") if operation in ("Query", "Scan") else None
     return [_table_need(f"dynamodb:{operation}", params.get("TableName"), index)]
+
+
+# -- S3 ---------------------------------------------------------------------------------------------
+
+#: Object operations whose IAM action differs from the operation's name.
+_S3_ACTIONS = {
+    "HeadObject": "GetObject",
+    "ListObjects": "ListBucket",
+    "ListObjectsV2": "ListBucket",
+    "HeadBucket": "ListBucket",
+    "DeleteObjects": "DeleteObject",
+    "CopyObject": "PutObject",
+    "CreateMultipartUpload": "PutObject",
+    "UploadPart": "PutObject",
+    "CompleteMultipartUpload": "PutObject",
+}
+
+
+def _s3(operation: str, params: Mapping[str, Any]) -> Need:
+    action = f"s3:{_S3_ACTIONS.get(operation, operation)}"
+    bucket = params.get("Bucket")
+    if not isinstance(bucket, str) or not bucket:
+        return Need(action, "*", "*")  # ListBuckets: no resource-level permission
+    key = params.get("Key")
+    arn = f"arn:aws:s3:::{bucket}/{key}" if isinstance(key, str) and key else f"arn:aws:s3:::{bucket}"
+    return Need(action, arn, arn)
 
 
 # -- Secrets Manager --------------------------------------------------------------------------------

@@ -97,6 +97,13 @@ class Refusal:
             if self.prefix == "dynamodb":
                 body["__type"] = "com.amazon.coral.service#AccessDeniedException"
             headers, status = {}, 400
+        elif self.prefix == "s3":
+            # S3's REST-XML error: an <Error> root, no <ErrorResponse> around it.
+            xml = (
+                '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
+                f"<Message>{_xml_escape(self.message)}</Message><RequestId>{request_id}</RequestId></Error>"
+            )
+            return 403, {"x-amz-request-id": request_id, "content-type": "application/xml"}, xml.encode()
         else:
             xml = (
                 "<ErrorResponse><Error><Type>Sender</Type><Code>AccessDenied</Code>"

@@ -1,0 +1,93 @@
+"""S3: the claim check's objects (see :mod:`workerless.claimcheck`): job variables and stored
+outcomes too large for their queue or table.
+
+Two calls, PutObject and GetObject, on keys under the prefix a function is granted
+(``arn:aws:s3:::<bucket>/<prefix>/*``). The bucket encrypts every object (SSE-S3) and its
+lifecycle rule expires them: nothing here deletes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workerless.claimcheck import PayloadRef, digest
+from workerless.errors import StoreError
+
+#: S3 error codes that the same call meets again however often it is retried.
+FINAL_ERROR_CODES = frozenset(
+    {"AccessDenied", "NoSuchBucket", "NoSuchKey", "InvalidBucketName", "InvalidRequest", "AllAccessDisabled"}
+)
+
+
+class PayloadError(StoreError):
+    """An S3 call of the claim check failed (after botocore's retries), or an object is not what its
+    pointer says."""
+
+
+class Payloads:
+    """The claim-check bucket. ``bucket`` None: no bucket configured (nothing is offloaded).
+
+    Example:
+        >>> payloads = Payloads("workerless-payloads")                     # doctest: +SKIP
+        >>> ref = payloads.put("jobs/charge-payment/4f1c...", b'{"orderId": "o1"}')
+        >>> payloads.get(ref)
+        b'{"orderId": "o1"}'
+    """
+
+    def __init__(self, bucket: str | None, *, client: Any = None) -> None:
+        self.bucket = bucket or None
+        self._client = client
+
+    @property
+    def enabled(self) -> bool:
+        return self.bucket is not None
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            from workerless.aws.clients import client
+
+            self._client = client("s3")
+        return self._client
+
+    def _call(self, operation: str, **kwargs: Any) -> Any:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        from workerless.aws.clients import DeadlineReachedError
+
+        try:
+            return getattr(self.client, operation)(**kwargs)
+        except ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code", "error"))
+            raise PayloadError(
+                f"S3 {operation} of {kwargs.get('Key')} failed: {code}",
+                code=code,
+                retryable=code not in FINAL_ERROR_CODES,
+            ) from exc
+        except BotoCoreError as exc:
+            raise PayloadError(f"S3 {operation} of {kwargs.get('Key')} failed: {type(exc).__name__}") from exc
+        except DeadlineReachedError as exc:
+            raise PayloadError(
+                f"S3 {operation} not sent: the invocation's deadline has passed", retryable=False
+            ) from exc
+
+    def put(self, key: str, data: bytes) -> PayloadRef:
+        """Write ``data`` at ``key``; the pointer to it."""
+        if self.bucket is None:
+            raise PayloadError("no payload bucket is configured (WORKERLESS_PAYLOAD_BUCKET)", retryable=False)
+        self._call("put_object", Bucket=self.bucket, Key=key, Body=data)
+        return PayloadRef(bucket=self.bucket, key=key, size=len(data), sha256=digest(data))
+
+    def get(self, ref: PayloadRef) -> bytes:
+        """The object ``ref`` points at, checked against its size and SHA-256."""
+        answer = self._call("get_object", Bucket=ref.bucket, Key=ref.key)
+        try:
+            data: bytes = answer["Body"].read()
+        except Exception as exc:  # a broken stream is a failed read, tried again
+            raise PayloadError(f"S3 get_object of {ref.key}: reading the body failed: {type(exc).__name__}") from exc
+        if len(data) != ref.size or digest(data) != ref.sha256:
+            raise PayloadError(
+                f"S3 object {ref.key} is {len(data)} bytes and does not match its pointer ({ref.size} bytes)",
+                retryable=False,
+            )
+        return data
