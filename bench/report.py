@@ -19,6 +19,36 @@ COLD_TARGET = 2.0
 ESM_MONTHLY_PER_QUEUE = 5 * 3 * 60 * 730 * 0.40 / 1e6  # five idle 20 s long polls, a month, priced
 
 
+#: The same all-in model (this bench/, fakes answering MaximumMessageSize) run on the code as it was
+#: before issue 13's first phase (68f24ce: a poller that slept between polls, five INFO lines and
+#: 32 custom metrics a busy hour), for the "what each move changed" table. Measured once on this
+#: machine; the latency and CPU figures are that commit's own `make bench`.
+BEFORE = {
+    "commit": "68f24ce",
+    "cost": 11.44,
+    "parts": {
+        "sqs": 2.08,
+        "dynamodb_write": 3.09,
+        "dynamodb_read": 0.14,
+        "lambda_requests": 0.29,
+        "lambda_duration": 2.04,
+        "cloudwatch_metrics": 1.87,
+        "cloudwatch_logs": 1.89,
+        "kms": 0.05,
+    },
+    "backlog": 6.38,
+    "idle": 5.54,
+    "idle_metrics": 8,
+    "metrics_per_hour": 32,
+    "log_lines_per_job": 6.09,
+    "log_bytes_per_job": 3305,
+    "get_queue_attributes_per_job": 0.71,
+    "p50": 0.24,
+    "p99": 1.79,
+    "cpu_ms": 0.979,
+}
+
+
 def _mark(ok: bool | None) -> str:
     return "—" if ok is None else ("**met**" if ok else "**not met**")
 
@@ -152,6 +182,10 @@ def write_results_md(r: dict[str, Any], path: Path) -> None:
             f"| 7 | dispatch rate, one deployment on paper | {dispatch['deployment_on_paper']:,.0f} jobs/s | ≥ {DISPATCH_TARGET:,.0f} "
             f"| binding: {dispatch['on_paper']['binding'].replace('_', ' ')} | {_mark(t['dispatch'])} |"
         )
+    add("")
+    add(f"## What each move changed (before: {BEFORE['commit']}, the same all-in model; after: this run)")
+    add("")
+    _moves(r, add)
     add("")
     add("## How each figure is measured")
     add("")
@@ -377,6 +411,57 @@ def _esm_sensitivity(r: dict[str, Any]) -> str:
         f"${one:.2f} a month and the idle total is ${total:.2f}, {verdict} the ${IDLE_TARGET:.2f} target with no "
         "code change."
     )
+
+
+def _moves(r: dict[str, Any], add: Any) -> None:
+    cost = r["cost_per_million_jobs_usd"]
+    parts = cost["parts"]
+    run = r["billable_run"]
+    lat = r.get("pickup_latency_s") or {}
+    gqa = run["sqs_requests_by_call"].get("poller:GetQueueAttributes", 0) / run["jobs"]
+    b = BEFORE
+    add("| move | figure | before | after |")
+    add("| --- | --- | --- | --- |")
+    add(
+        "| the bench's SQS fake answers MaximumMessageSize (the wrapper re-asked before every SendMessageBatch: "
+        "a measurement artefact, not waste; issue 10's poller reads depths no more often than before) "
+        f"| poller GetQueueAttributes a job | 1.67 (as reported) / {b['get_queue_attributes_per_job']:.2f} (measured) | {gqa:.2f} |"
+    )
+    add(
+        "| one INFO line per job outcome, lifecycle steps and an idle poll at DEBUG "
+        f"| log lines a job; CloudWatch Logs $/M | {b['log_lines_per_job']:.1f}; ${b['parts']['cloudwatch_logs']:.2f} "
+        f"| {cost.get('log_lines_per_job') or 0:.1f}; ${parts['cloudwatch_logs']:.2f} |"
+    )
+    add(
+        "| a fixed set of metrics, service-wide (failures per type), no zero counts, none from an idle tick "
+        f"| custom metrics a busy hour; $/M | {b['metrics_per_hour']}; ${b['parts']['cloudwatch_metrics']:.2f} "
+        f"| {cost.get('custom_metrics_per_hour') or 0}; ${parts['cloudwatch_metrics']:.2f} |"
+    )
+    idle = r["idle_cost_detail"]
+    add(
+        "| (same) | custom metrics an idle tick publishes; idle $/month | "
+        f"{b['idle_metrics']} ($2.40 a month); ${b['idle']:.2f} | {len(idle.get('custom_metrics') or [])}; "
+        f"${r['idle_cost_per_month_usd']['value']:.2f} |"
+    )
+    add(
+        "| no sleeping poller: relay 1 s later with a delayed message, the lock and counts handed on "
+        f"| Lambda duration $/M; SQS $/M | ${b['parts']['lambda_duration']:.2f}; ${b['parts']['sqs']:.2f} "
+        f"| ${parts['lambda_duration']:.2f}; ${parts['sqs']:.2f} |"
+    )
+    if lat:
+        add(
+            f"| (same) | pickup p50 / p99 at 2 jobs/s | {b['p50']:.2f} s / {b['p99']:.2f} s | {lat['p50_load']:.2f} s / {lat['p99_load']:.2f} s |"
+        )
+    add(
+        "| the intent log's first read serves its first write (the `dispatched` write kept: see the gaps) "
+        f"| DynamoDB read $/M; write $/M | ${b['parts']['dynamodb_read']:.2f}; ${b['parts']['dynamodb_write']:.2f} "
+        f"| ${parts['dynamodb_read']:.2f}; ${parts['dynamodb_write']:.2f} |"
+    )
+    add(
+        f"| all of it | $ per million jobs all-in, 2 jobs/s; backlog | ${b['cost']:.2f}; ${b['backlog']:.2f} "
+        f"| ${cost['value']:.2f}; ${cost.get('backlog') or 0:.2f} |"
+    )
+    add(f"| (same) | adapter CPU a job | {b['cpu_ms']:.3f} ms | {r['cpu_per_job']['adapter_ms']:.3f} ms |")
 
 
 def _calls(m: dict[str, float]) -> str:
