@@ -4,6 +4,14 @@
 (Lambda's task root) — the cumulative time of the ``app`` import, median of ``runs`` runs — beside
 a bare ``import boto3`` measured the same way in the same run. The interpreter's own start-up
 imports (encodings, site) are not counted for either.
+
+The *cold path* (:func:`layer_cold_path`: the entry module and every module its first invocation
+imports) runs as Lambda would run it: the layer ``make build`` ships (built here by its own Makefile
+target, with only the bytecode the build compiles, for CPython 3.12), under a CPython 3.12 with
+nothing on ``sys.path`` but the function's code, the layer, the standard library and the runtime's
+boto3 (tests/functional/layer_probe.py lays it out, as the layer test does), ``-B`` so that no run
+leaves bytecode for the next, each run a fresh interpreter; beside a bare ``import boto3`` from the
+same runtime directory, in the same run.
 """
 
 from __future__ import annotations
@@ -116,6 +124,94 @@ def cold_path_detail(function: str, startup: set[str]) -> tuple[float, list[tupl
     return total, top[:6]
 
 
+def _build_layer(work: Path) -> tuple[str, Path, Path]:
+    """The shipped layer (its Makefile target), runnable on this machine; the runtime's boto3.
+
+    Returns (python3.12, layer python/ directory, runtime packages directory)."""
+    import shutil
+    import tempfile
+
+    from tests.functional.test_layer_artifact import (
+        LAYER_SOURCE,
+        _make_env,
+        _run,
+        _runtime_packages,
+        _swap_native_modules,
+    )
+
+    python312 = _run(["make", "-s", "--no-print-directory", "print-python312"], cwd=LAYER_SOURCE, env=_make_env())
+    python312_path = python312.stdout.strip().splitlines()[-1]
+    artifacts = work / "artifacts"
+    _run(
+        [
+            "make",
+            "--no-print-directory",
+            "build-WorkerlessLayer",
+            f"ARTIFACTS_DIR={artifacts}",
+            f"PYTHON={sys.executable}",
+            f"PYTHON312={python312_path}",
+        ],
+        cwd=LAYER_SOURCE,
+        env=_make_env(),
+    )
+    runnable = work / "runnable" / "python"
+    shutil.copytree(artifacts / "python", runnable)
+    _swap_native_modules(python312_path, artifacts / "python", runnable, Path(tempfile.mkdtemp(dir=work)))
+    return python312_path, runnable, _runtime_packages(python312_path)
+
+
+def _probe_seconds(python312: str, task: Path, layer: Path, runtime: Path, modules: tuple[str, ...]) -> float:
+    """Wall seconds of ``import app`` plus ``modules`` in a fresh CPython 3.12 laid out as Lambda."""
+    import json
+
+    probe = ROOT / "tests" / "functional" / "layer_probe.py"
+    args = {"mode": "import", "task": str(task), "layer": str(layer), "runtime": str(runtime)}
+    args |= {"modules": list(modules), "clients": []}
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "AWS_REGION": "us-east-1", "LAMBDA_TASK_ROOT": str(task)}
+    proc = subprocess.run(
+        [python312, "-I", "-S", "-B", str(probe), json.dumps(args)],
+        cwd=task,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return float(json.loads(proc.stdout)["all_seconds"])
+
+
+def layer_cold_path(runs: int = 5) -> dict[str, Any]:
+    """Cold path per function from the built layer (see the module docstring): median of ``runs``,
+    each beside a bare ``import boto3`` from the runtime's directory; ratio = median of the pairs'."""
+    import shutil
+    import tempfile
+
+    work = Path(tempfile.mkdtemp(prefix="workerless-bench-layer-"))
+    try:
+        python312, layer, runtime = _build_layer(work)
+        bare = work / "bare-boto3"
+        bare.mkdir()
+        (bare / "app.py").write_text("import boto3\n", encoding="utf-8")
+        out: dict[str, Any] = {}
+        for function in FUNCTIONS:
+            task = work / "task" / function
+            shutil.copytree(ROOT / "functions" / function, task)
+            cold, base = [], []
+            _probe_seconds(python312, task, layer, runtime, COLD_PATH[function])  # file-system caches warm
+            for _ in range(runs):
+                base.append(_probe_seconds(python312, bare, layer, runtime, ()))
+                cold.append(_probe_seconds(python312, task, layer, runtime, COLD_PATH[function]))
+            out[function] = {
+                "cold_path_ms": round(1000 * statistics.median(cold), 1),
+                "cold_path_boto3_ms": round(1000 * statistics.median(base), 1),
+                "cold_path_ratio": round(statistics.median(c / b for c, b in zip(cold, base, strict=True)), 2),
+                "python": "3.12",
+            }
+        return out
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def cold_start(runs: int = 7) -> dict[str, Any]:
     """Median of ``runs`` for every function, each run paired with a bare ``import boto3`` measured
     right before it (interleaved, so that a busy machine slows both alike); ratio = median of the
@@ -141,9 +237,18 @@ def cold_start(runs: int = 7) -> dict[str, Any]:
             "import_ms": round(statistics.median(entry), 1),
             "boto3_ms": round(boto3_ms, 1),
             "ratio": round(statistics.median(e / b for e, b in zip(entry, boto3_runs, strict=True)), 2),
+            # the same cold path in this interpreter with its own bytecode caches (for the heaviest list)
             "cold_path_import_ms": round(statistics.median(cold), 1),
-            "cold_path_ratio": round(statistics.median(c / b for c, b in zip(cold, boto3_runs, strict=True)), 2),
+            "cold_path_dev_ratio": round(statistics.median(c / b for c, b in zip(cold, boto3_runs, strict=True)), 2),
             "heaviest_imports_ms": {name: round(ms, 1) for ms, name in children},
             "cold_path_heaviest_ms": {name: round(ms, 1) for ms, name in cold_path_detail(function, startup)[1]},
         }
+    try:
+        layer = layer_cold_path(runs=max(3, runs - 2))
+    except Exception as exc:  # noqa: BLE001 - no CPython 3.12 or no package index: say so, measure the rest
+        for function in out:
+            out[function].update({"cold_path_ms": None, "cold_path_ratio": None, "cold_path_error": str(exc)[:300]})
+        return out
+    for function, figures in layer.items():
+        out[function].update(figures)
     return out

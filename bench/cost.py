@@ -10,6 +10,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from bench.fakes import KMS_WINDOW_SECONDS
+
 # --- us-east-1 list prices (issue 6; Fargate from the Fargate pricing page, Linux/ARM) ------------
 LAMBDA_PER_REQUEST = 0.20 / 1e6
 LAMBDA_PER_GB_S = 0.0000133334  # arm64
@@ -22,14 +24,32 @@ SFN_PER_TRANSITION = 25.0 / 1e6  # Step Functions Standard
 S3_PER_PUT = 0.005 / 1000
 S3_PER_GET = 0.0004 / 1000
 S3_PER_GB_MONTH = 0.023
-#: Not in the issue's list, shown beside it: CloudWatch Logs ingestion, standard log class, per GB.
+#: CloudWatch Logs ingestion, standard log class, per GB (what the functions write, EMF lines included).
 LOGS_PER_GB = 0.50
+#: CloudWatch custom metrics: $0.30 a month each (first 10,000 tier), prorated by the hours in which
+#: the metric (one name x one dimension set with its values) is published.
+METRIC_PER_MONTH = 0.30
+#: AWS KMS: $0.03 per 10,000 requests (symmetric keys). The account's 20,000 free requests a month are
+#: not taken off (they are shared by everything in the account).
+KMS_PER_REQUEST = 0.03 / 10_000
 FARGATE_VCPU_HOUR = 0.03238  # Linux/ARM, us-east-1
 FARGATE_GB_HOUR = 0.00356
 HOURS_PER_MONTH = 730.0
 SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600
 
 # --- modelling assumptions ------------------------------------------------------------------------
+#: Lambda's own lines per invocation in the template's (default, text) log format: START (~70 bytes),
+#: END (~50) and REPORT (~210: durations, memory; more with Init Duration), ingested like the rest.
+LAMBDA_PLATFORM_LOG_BYTES = 330
+#: The table's SSE (template.yaml: SSESpecification SSEEnabled true, no key given) is the AWS managed
+#: key aws/dynamodb: "AWS KMS charges apply" (DynamoDB API reference, SSESpecification). DynamoDB
+#: decrypts the table key with it and caches the plaintext key per caller (principal), asking KMS again
+#: after 5 minutes (AWS KMS developer guide, "How Amazon DynamoDB uses AWS KMS"): one Decrypt per
+#: function role and 5-minute window in which it calls DynamoDB (bench.fakes.Meter.ddb_windows),
+#: times this factor for the several DynamoDB front-end hosts a busy caller's connections reach (an
+#: assumption, not a published figure). The queues use SSE-SQS (SqsManagedSseEnabled): SQS-owned
+#: keys, no KMS request billed.
+KMS_HOSTS_PER_CALLER = 2
 #: Lambda gives a function CPU in proportion to memory: one full vCPU at 1,769 MB. CPU time measured
 #: here on a full core takes 1769/256 as long at the template's 256 MB.
 LAMBDA_FULL_VCPU_MB = 1769
@@ -87,14 +107,19 @@ def per_million_jobs(run: dict[str, Any]) -> dict[str, Any]:
     # A lingering poller is billed while it pauses between polls (LINGER_PAUSE_SECONDS), not only while it works.
     paused = run.get("paused_s", {})
     seconds += sum(paused.values())
+    log_bytes = run.get("log_bytes_per_job", 0.0) + LAMBDA_PLATFORM_LOG_BYTES * invocations / jobs
+    metric_hours = run.get("custom_metrics_per_hour", 0) * run["virtual_seconds"] / 3600
     parts = {
         "sqs": per_job["sqs_requests"] * SQS_PER_REQUEST * 1e6,
         "dynamodb_write": per_job["ddb_write_units"] * DDB_PER_WRU * 1e6,
         "dynamodb_read": per_job["ddb_read_units"] * DDB_PER_RRU * 1e6,
         "lambda_requests": invocations / jobs * LAMBDA_PER_REQUEST * 1e6,
         "lambda_duration": gb_s(seconds) / jobs * LAMBDA_PER_GB_S * 1e6,
+        "cloudwatch_metrics": metric_hours * METRIC_PER_MONTH / HOURS_PER_MONTH / jobs * 1e6,
+        "cloudwatch_logs": log_bytes / 1e9 * LOGS_PER_GB * 1e6,
+        "kms": run.get("kms_decrypts", 0) * KMS_HOSTS_PER_CALLER * KMS_PER_REQUEST / jobs * 1e6,
     }
-    logs = run.get("log_bytes_per_job", 0.0) / 1e9 * LOGS_PER_GB * 1e6
+    logs = parts["cloudwatch_logs"]
     by_caller = run.get("calls_by_caller", {})
     per_function: dict[str, Any] = {}
     for function, count in run["invocations"].items():
@@ -110,6 +135,7 @@ def per_million_jobs(run: dict[str, Any]) -> dict[str, Any]:
         "value": round(sum(parts.values()), 3),
         "parts": {k: round(v, 4) for k, v in parts.items()},
         "cloudwatch_logs": round(logs, 3),
+        "log_bytes_per_job_with_platform": round(log_bytes, 1),
         "per_function": per_function,
         "billed_ms_per_job": round(1000 * seconds / jobs, 3),
         "invocations_per_job": round(invocations / jobs, 4),
@@ -212,9 +238,15 @@ def template_shape(template: Path) -> dict[str, Any]:
     }
 
 
-def idle_monthly(shape: dict[str, Any], per_tick: dict[str, Any], per_watchdog: dict[str, Any]) -> dict[str, Any]:
-    """Idle cost per month from the template's shape and the measured calls of one idle poller
-    invocation of each kind (a tick from the ticker queue; the watchdog schedule)."""
+def idle_monthly(
+    shape: dict[str, Any],
+    per_tick: dict[str, Any],
+    per_watchdog: dict[str, Any],
+    idle_metrics: list[str] | None = None,
+) -> dict[str, Any]:
+    """Idle cost per month, all-in, from the template's shape and the measured calls, log bytes and
+    custom metrics of one idle poller invocation of each kind (a tick from the ticker queue; the
+    watchdog schedule)."""
     ticks = SECONDS_PER_MONTH / shape["tick_seconds"] if shape["tick_seconds"] else 0.0
     watchdogs = sum(SECONDS_PER_MONTH / s for s in shape["schedule_seconds"] if s)
     esm_requests = shape["sqs_event_sources"] * ESM_IDLE_POLLERS * SECONDS_PER_MONTH / ESM_LONG_POLL_SECONDS
@@ -232,17 +264,85 @@ def idle_monthly(shape: dict[str, Any], per_tick: dict[str, Any], per_watchdog: 
             + m["rru"] * DDB_PER_RRU
         )
 
+    def log_bytes(m: dict[str, Any]) -> float:
+        return float(m.get("log_bytes", 0.0)) + LAMBDA_PLATFORM_LOG_BYTES
+
+    metrics = len(idle_metrics or [])
     parts = {
         "event_source_long_polls": esm_requests * SQS_PER_REQUEST,
         "tick_chain": ticks * invocation_cost(per_tick),
-        "watchdog_schedule": watchdogs * (invocation_cost(per_watchdog) + SCHEDULER_PER_INVOCATION),
+        "watchdog_schedule": watchdogs * invocation_cost(per_watchdog),
+        "eventbridge": watchdogs * SCHEDULER_PER_INVOCATION,
+        # every idle metric is published in every hour of the month
+        "cloudwatch_metrics": metrics * METRIC_PER_MONTH,
+        "cloudwatch_logs": (ticks * log_bytes(per_tick) + watchdogs * log_bytes(per_watchdog)) / 1e9 * LOGS_PER_GB,
+        # the poller's role calls DynamoDB in every 5-minute window of the month
+        "kms": SECONDS_PER_MONTH / KMS_WINDOW_SECONDS * KMS_HOSTS_PER_CALLER * KMS_PER_REQUEST,
     }
     return {
         "value": round(sum(parts.values()), 3),
         "parts": {k: round(v, 3) for k, v in parts.items()},
+        "custom_metrics": list(idle_metrics or []),
         "ticks_per_month": round(ticks),
         "watchdog_invocations_per_month": round(watchdogs),
         "event_source_requests_per_month": round(esm_requests),
         "per_tick": per_tick,
         "per_watchdog": per_watchdog,
+    }
+
+
+# ------------------------------------------------------------------------- dispatch rate on paper
+
+#: DynamoDB: a single item lives in one partition, which takes at most 1,000 write units a second
+#: (DynamoDB developer guide, "partitions and data distribution"): the poller lock and intent items.
+DDB_PARTITION_WRU_PER_S = 1000
+#: SQS standard queues: "a nearly unlimited number of transactions per second per API action"
+#: (SQS quotas); Lambda: 1,000 concurrent executions per account by default (Lambda quotas).
+LAMBDA_ACCOUNT_CONCURRENCY = 1000
+
+
+def dispatch_on_paper(
+    *,
+    jobs_per_poll: float,
+    poller_cpu_ms_per_job: float,
+    routes: int,
+    intent_wru_per_cycle: float,
+    handler_ms_per_invocation: float,
+    handler_batch: int,
+) -> dict[str, Any]:
+    """One deployment's dispatch rate on AWS, from measured figures and published latencies/quotas.
+
+    One poller polls at a time (the poller lock), so a deployment dispatches what one poller cycle
+    does, back to back: an engine activation (LATENCY_MS engine), one SendMessageBatch per route
+    and started 10 jobs, one heartbeat ticket, the intent log's writes, and the poller's measured CPU
+    per job stretched to 256 MB's share of a vCPU. Ceilings: the intent item's partition (its writes
+    a cycle against 1,000 WRU/s) and the account's Lambda concurrency for the handlers."""
+    per_route = jobs_per_poll / max(1, routes)
+    batches = routes * math.ceil(max(1.0, per_route) / 10)
+    cycle_ms = (
+        LATENCY_MS["engine"]
+        + batches * LATENCY_MS["sqs"]
+        + LATENCY_MS["sqs"]  # the ticket
+        + 3 * LATENCY_MS["dynamodb"]  # intent record, dispatched, clear
+        + poller_cpu_ms_per_job * jobs_per_poll * LAMBDA_FULL_VCPU_MB / MEMORY_MB
+    )
+    poller = 1000 * jobs_per_poll / cycle_ms
+    partition = DDB_PARTITION_WRU_PER_S / max(1.0, intent_wru_per_cycle) * jobs_per_poll
+    handlers = LAMBDA_ACCOUNT_CONCURRENCY * handler_batch * 1000 / max(1.0, handler_ms_per_invocation)
+    value = min(poller, partition, handlers)
+    return {
+        "value": round(value, 1),
+        "cycle_ms": round(cycle_ms, 1),
+        "jobs_per_poll": round(jobs_per_poll, 2),
+        "limits_jobs_per_s": {
+            "one_poller_cycle": round(poller, 1),
+            "intent_item_partition": round(partition, 1),
+            "lambda_account_concurrency": round(handlers, 1),
+        },
+        "binding": min(
+            ("one_poller_cycle", poller),
+            ("intent_item_partition", partition),
+            ("lambda_account_concurrency", handlers),
+            key=lambda kv: kv[1],
+        )[0],
     }

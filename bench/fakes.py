@@ -31,6 +31,10 @@ from botocore.exceptions import ClientError
 SQS_UNIT = 64 * 1024
 
 
+#: DynamoDB keeps a table key it decrypted for a principal this long (bench/cost.py, KMS).
+KMS_WINDOW_SECONDS = 300
+
+
 @dataclass
 class Meter:
     """Billable units, per service operation and per (calling function, operation)."""
@@ -43,6 +47,9 @@ class Meter:
     caller: str = "?"
     #: seconds of CPU spent inside the fakes themselves (subtracted from adapter CPU)
     fake_cpu: float = 0.0
+    #: (caller, 5-minute window of time.time()) pairs with a DynamoDB call: what the KMS model prices
+    #: (DynamoDB decrypts the table key with the AWS managed key once per principal and window)
+    ddb_windows: set[tuple[str, int]] = field(default_factory=set)
 
     def reset(self) -> None:
         self.calls.clear()
@@ -50,6 +57,7 @@ class Meter:
         self.ddb_write_units.clear()
         self.ddb_read_units.clear()
         self.calls_by_caller.clear()
+        self.ddb_windows.clear()
         self.fake_cpu = 0.0
 
     #: calls per (caller, service): the billed-duration model adds each call's latency to its caller
@@ -65,6 +73,7 @@ class Meter:
     def ddb(self, op: str, *, write: int = 0, read: int = 0) -> None:
         self.calls[f"dynamodb.{op}"] += 1
         self.calls_by_caller[f"{self.caller}:dynamodb"] += 1
+        self.ddb_windows.add((self.caller, int(time.time() // KMS_WINDOW_SECONDS)))
         if write:
             self.ddb_write_units[f"{self.caller}:{op}"] += write
         if read:
@@ -110,10 +119,20 @@ class FakeSqs:
     Queues spring into existence on first use of their URL.
     """
 
-    def __init__(self, meter: Meter, *, clock: Callable[[], float] = time.time, visibility: float = 30.0) -> None:
+    def __init__(
+        self,
+        meter: Meter,
+        *,
+        clock: Callable[[], float] = time.time,
+        visibility: float = 30.0,
+        max_message_bytes: int = 1_048_576,
+    ) -> None:
         self.meter = meter
         self.clock = clock
         self.visibility = visibility
+        #: Every queue's MaximumMessageSize (the template's queues: 1 MiB). GetQueueAttributes answers
+        #: it as SQS does; without it the wrapper asks again before every SendMessageBatch.
+        self.max_message_bytes = max_message_bytes
         self.queues: dict[str, list[_Message]] = {}
         self._lock = threading.Lock()
 
@@ -133,6 +152,7 @@ class FakeSqs:
             "ApproximateNumberOfMessages": visible,
             "ApproximateNumberOfMessagesNotVisible": invisible,
             "ApproximateNumberOfMessagesDelayed": delayed,
+            "MaximumMessageSize": self.max_message_bytes,
         }
         wanted = values if "All" in AttributeNames else {k: v for k, v in values.items() if k in AttributeNames}
         return {"Attributes": {k: str(v) for k, v in wanted.items()}}

@@ -59,11 +59,7 @@ def pickup_latency(
     observability.add_listener(listener)
     try:
         with tempfile.TemporaryDirectory(prefix="workerless-bench-") as tmp:
-            env_file = Path(tmp) / "bench.env"
-            values = emulator.engine_values(server.url)
-            env_file.write_text(
-                "WORKERLESS_ENGINE=sheptra\n" + "".join(f"{k}={v}\n" for k, v in values.items()), encoding="utf-8"
-            )
+            env_file = _env_file(Path(tmp), emulator, server)
             parameters = {"EngineName": "sheptra", "LogLevel": "ERROR", "TickSeconds": str(tick)}
             # The template as written: the watchdog at its rate (1 minute), the tick at TickSeconds.
             topology = LocalTopology(template, env_file, parameters=parameters)
@@ -124,8 +120,65 @@ def pickup_latency(
     }
 
 
+def _env_file(directory: Path, emulator: Any, server: Any) -> Path:
+    """The engine values of ``emulator`` served at ``server``, as a local-mode env file."""
+    env_file = directory / "bench.env"
+    values = emulator.engine_values(server.url)
+    env_file.write_text(
+        "WORKERLESS_ENGINE=sheptra\n" + "".join(f"{k}={v}\n" for k, v in values.items()), encoding="utf-8"
+    )
+    return env_file
+
+
 def _template_tick(template: Path) -> int:
     from workerless.local.template import parse_template_text
 
     params = parse_template_text(template.read_text(encoding="utf-8"), source=str(template)).get("Parameters") or {}
     return int((params.get("TickSeconds") or {}).get("Default", 0))
+
+
+def dispatch_rate(*, jobs: int = 600, max_in_flight: int = 1000) -> dict[str, Any]:
+    """One poller's dispatch rate in the local topology (template.yaml on moto, the Sheptra
+    emulator over loopback HTTP): a backlog of ``jobs`` at the engine, MaxInFlight high enough that
+    room never binds, jobs a second from the first dispatch to the last (the ``dispatched`` lifecycle
+    step). The handlers run meanwhile in the same process, as local mode runs them."""
+    from workerless import observability
+    from workerless.emulators import sheptra
+    from workerless.local.runtime import LocalTopology
+
+    logging.getLogger("workerless").setLevel(logging.ERROR)
+    logging.getLogger("workerless.local").setLevel(logging.ERROR)
+    dispatched: list[float] = []
+    lock = threading.Lock()
+
+    def listener(job_type: str, event: str, fields: dict[str, Any]) -> None:
+        if event == "dispatched":
+            with lock:
+                dispatched.append(time.monotonic())
+
+    emulator = sheptra.create()
+    server = emulator.serve(port=0)
+    types = ("charge-payment", "send-receipt", "generate-report")
+    for i in range(jobs):
+        emulator.create_job(types[i % 3], {"orderId": f"rate-{i}", "amount": 1})
+    observability.add_listener(listener)
+    try:
+        with tempfile.TemporaryDirectory(prefix="workerless-bench-") as tmp:
+            env_file = _env_file(Path(tmp), emulator, server)
+            parameters = {"EngineName": "sheptra", "LogLevel": "ERROR", "MaxInFlight": str(max_in_flight)}
+            with LocalTopology(ROOT / "template.yaml", env_file, parameters=parameters) as topology:
+                topology.run_until(lambda: len(dispatched) >= jobs, max_seconds=180)
+        activations = sum(v for k, v in emulator.router.stats.items() if "activate" in k)
+    finally:
+        observability.remove_listener(listener)
+        server.stop()
+    span = dispatched[-1] - dispatched[0] if len(dispatched) > 1 else 0.0
+    return {
+        "jobs": jobs,
+        "dispatched": len(dispatched),
+        "seconds": round(span, 2),
+        "jobs_per_s": round((len(dispatched) - 1) / span, 1) if span > 0 else None,
+        "max_in_flight": max_in_flight,
+        "activations": activations,
+        "jobs_per_poll": round(len(dispatched) / activations, 2) if activations else None,
+    }

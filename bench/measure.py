@@ -32,23 +32,42 @@ def _ok(job: Any) -> dict[str, Any]:
 
 
 def run_until_done(p: Pipeline, *, max_rounds: int = 100_000) -> int:
-    """Poll, drain every route, until a poll finds nothing and no route had work.
+    """Poll, drain every route, until a poll finds nothing, no route had work and no relay is due.
 
-    Each round moves the virtual clock on by a second past the poller's SQS lag window: the poller
-    counts what it sent within that window (in whole-second buckets, rounded up) as still in flight,
-    and rounds that took no time would find every route full after its first batch."""
+    A poller that stops while work flows relays (a delayed ticker message carrying the poller lock):
+    the next round delivers it, as the ticker's event source would, instead of invoking the poller
+    afresh (which would find the lock handed on, and wait out its expiry). Each round moves the
+    virtual clock on by a second past the poller's SQS lag window: the poller counts what it sent
+    within that window (in whole-second buckets, rounded up) as still in flight, and rounds that took
+    no time would find every route full after its first batch; it also makes a relay visible."""
     from workerless.settings import get_settings
+
+    from bench.pipeline import TICKER_URL
 
     step = get_settings().sqs_lag_seconds + 1.0
     rounds = 0
     with patched_time(p.clock):
         for rounds in range(1, max_rounds + 1):  # noqa: B007
-            report = p.poll()
+            event, _messages = p._event(TICKER_URL, 10)
+            report = p.poll(event if event["Records"] else None)
+            if event["Records"]:
+                p._settle(TICKER_URL, event, {})
             handled = p.drain_routes()
-            if not report.get("activated") and not handled:
+            if not report.get("activated") and not handled and not _relay_pending(p, TICKER_URL):
                 break
             p.clock.advance(step)
     return rounds
+
+
+def _relay_pending(p: Pipeline, url: str) -> bool:
+    """Whether a relay waits on the ticker queue (visible or delayed)."""
+    depth = getattr(p.sqs, "depth", None)
+    if depth is not None:
+        return bool(depth(url))
+    attrs = p.sqs.get_queue_attributes(
+        QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesDelayed"]
+    )["Attributes"]
+    return any(int(v) for v in attrs.values())
 
 
 def engine_requests(engine: str, jobs: int = 500, batch: int = 10) -> dict[str, Any]:
@@ -183,7 +202,7 @@ def cpu_per_job(jobs: int = 1000, repeats: int = 3) -> dict[str, Any]:
 
 def billable_run(jobs: int = 10_000, rate_per_second: float | None = 2.0, *, seed: int = 6) -> dict[str, Any]:
     """The template's three routes (max 10 in flight, handler batch 5) on the in-memory fakes, with
-    the shipped poller as deployed (poll budget 20 s, lingering, relaying): every billable call
+    the shipped poller as deployed (poll budget 20 s, relaying while work flows): every billable call
     metered, per job; Lambda invocations, net CPU and paused (billed) seconds per function.
 
     Jobs arrive at the engine as a Poisson stream of ``rate_per_second`` (None: all at once, a
@@ -210,6 +229,7 @@ def billable_run(jobs: int = 10_000, rate_per_second: float | None = 2.0, *, see
     )
     with quiet_logs(), patched_time(p.clock), p:
         logged_before = (LOG_SINK.bytes, LOG_SINK.lines)
+        p.meter.ddb_windows.clear()
         t0 = p.clock()
         arrivals, at = [], t0
         for _ in range(jobs):
@@ -240,13 +260,22 @@ def billable_run(jobs: int = 10_000, rate_per_second: float | None = 2.0, *, see
                 p._settle(TICKER_URL, event, {})
                 continue
             if created >= jobs and not handled:
+                relay_at = p.sqs.next_visible(TICKER_URL)
+                if relay_at is not None:  # a relay is on its way: it polls next, not a tick
+                    p.clock.advance(max(0.0, relay_at - p.clock()) + 0.001)
+                    continue
                 report = p.poll()  # the last tick: nothing left anywhere
                 if not report.get("activated") and not world():
                     break
                 continue
-            # No poller is running: the next tick starts one.
+            # No poller is running: a delayed relay (work still flowing) or else the next tick starts one.
             now = p.clock()
-            p.clock.advance(tick * (int((now - t0) / tick) + 1) + t0 - now)
+            next_tick = tick * (int((now - t0) / tick) + 1) + t0
+            relay_at = p.sqs.next_visible(TICKER_URL)
+            if relay_at is not None and relay_at < next_tick:
+                p.clock.advance(max(0.0, relay_at - now) + 0.001)
+                continue
+            p.clock.advance(next_tick - now)
             world()
             ticks += 1
             p.poll()
@@ -255,6 +284,13 @@ def billable_run(jobs: int = 10_000, rate_per_second: float | None = 2.0, *, see
         p.pump_heartbeat()
         elapsed = time.perf_counter() - started
         virtual = p.clock() - t0
+        by_hour = LOG_SINK.metrics_between(int(t0 // 3600), int(p.clock() // 3600))
+        # CloudWatch bills a custom metric for each hour in which it is published: the distinct
+        # metrics of a whole hour of the run (of the run's longest hour when it spans none whole).
+        whole = [h for h in by_hour if h * 3600 >= t0 and (h + 1) * 3600 <= p.clock()]
+        hours = whole or list(by_hour)
+        per_hour = max((len(by_hour[h]) for h in hours), default=0)
+        kms_windows = sorted({(c, w) for c, w in p.meter.ddb_windows if c not in ("esm", "?")})
         log_bytes, log_lines = LOG_SINK.bytes - logged_before[0], LOG_SINK.lines - logged_before[1]
         states: dict[str, int] = {}
         for job in p.emulator.jobs():
@@ -281,6 +317,10 @@ def billable_run(jobs: int = 10_000, rate_per_second: float | None = 2.0, *, see
             "engine_requests": p.engine_stats(),
             "log_bytes_per_job": round(log_bytes / jobs, 1),
             "log_lines_per_job": round(log_lines / jobs, 2),
+            "custom_metrics_per_hour": per_hour,
+            "custom_metrics": sorted(set().union(*by_hour.values())) if by_hour else [],
+            # one table-key Decrypt per (function role, 5-minute window) with a DynamoDB call
+            "kms_decrypts": len(kms_windows),
         }
     return result
 
@@ -289,8 +329,11 @@ def billable_run(jobs: int = 10_000, rate_per_second: float | None = 2.0, *, see
 
 
 def _snapshot(p: Pipeline) -> dict[str, float]:
+    from bench.pipeline import LOG_SINK
+
     totals = p.meter.totals()
     return {
+        "log_bytes": float(LOG_SINK.bytes),
         "sqs_requests": totals["sqs_requests"],
         "wru": totals["ddb_write_units"],
         "rru": totals["ddb_read_units"],
@@ -313,8 +356,12 @@ def idle_invocations(tick_seconds: int = 20, repeats: int = 20) -> dict[str, Any
     from bench.pipeline import TICKER_URL
 
     handlers = {t: _ok for t in TEMPLATE_TYPES}
+    from bench.pipeline import LOG_SINK
+
     with quiet_logs(), Pipeline("sheptra", handlers, tick_seconds=tick_seconds, poll_budget_seconds=20) as p:
         p.poll()  # the watchdog starts the chain (and the first token is minted: not idle cost)
+        # Every EMF metric an idle invocation publishes is new in the sink: none published so far counts.
+        LOG_SINK.metric_hours.clear()
         ticks: list[dict[str, float]] = []
         watchdogs: list[dict[str, float]] = []
         for _ in range(repeats):
@@ -328,9 +375,16 @@ def idle_invocations(tick_seconds: int = 20, repeats: int = 20) -> dict[str, Any
             p.poll({})  # the schedule fires while the chain is healthy: nothing to restart
             watchdogs.append(_delta(_snapshot(p), before))
         depth = p.sqs.depth(TICKER_URL)
+        idle_metrics = sorted({name for _, name in LOG_SINK.metric_hours})
     del _json
 
     def mean(rows: list[dict[str, float]]) -> dict[str, float]:
         return {k: round(sum(r[k] for r in rows) / len(rows), 6) for k in rows[0]}
 
-    return {"per_tick": mean(ticks), "per_watchdog": mean(watchdogs), "ticker_depth_after": depth}
+    return {
+        "per_tick": mean(ticks),
+        "per_watchdog": mean(watchdogs),
+        "ticker_depth_after": depth,
+        # The custom metrics the idle invocations published (each is billed for every idle hour).
+        "custom_metrics": idle_metrics,
+    }

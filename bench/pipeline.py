@@ -77,16 +77,48 @@ def patched_time(clock: VirtualClock) -> Iterator[None]:
 
 
 class CountingSink:
-    """A write-only stream that keeps nothing but counts the bytes (CloudWatch Logs bills ingestion)."""
+    """A write-only stream that counts the bytes (CloudWatch Logs bills ingestion) and, of the EMF
+    lines among them, every custom metric (name x dimension set with its values) and the hour of
+    ``time.time()`` (the virtual clock in a billable run) in which it was published: CloudWatch bills
+    each custom metric for every hour in which it is published."""
 
     def __init__(self) -> None:
         self.bytes = 0
         self.lines = 0
+        self.metric_hours: set[tuple[int, str]] = set()
+        self._pending = ""
 
     def write(self, text: str) -> int:
         self.bytes += len(text.encode())
         self.lines += text.count("\n")
+        if '"_aws"' in text or self._pending:
+            self._pending += text
+            *complete, self._pending = self._pending.split("\n")
+            for line in complete:
+                self._metrics(line)
         return len(text)
+
+    def _metrics(self, line: str) -> None:
+        if '"_aws"' not in line:
+            return
+        try:
+            doc = json.loads(line)
+            spec = doc["_aws"]["CloudWatchMetrics"][0]
+        except (ValueError, KeyError, IndexError, TypeError):
+            return
+        hour = int(time.time() // 3600)
+        for metric in spec["Metrics"]:
+            for dimensions in spec["Dimensions"]:
+                values = ",".join(f"{d}={doc.get(d)}" for d in dimensions)
+                self.metric_hours.add((hour, f"{spec['Namespace']}/{metric['Name']}[{values}]"))
+
+    def metrics_between(self, start_hour: int, end_hour: int) -> dict[int, set[str]]:
+        """The custom metrics published in each hour bucket from ``start_hour`` to ``end_hour``."""
+        out: dict[int, set[str]] = {}
+        for hour, name in self.metric_hours:
+            if start_hour <= hour <= end_hour:
+                out.setdefault(hour, set()).add(name)
+        return out
 
     def flush(self) -> None:
         return None

@@ -66,36 +66,47 @@ def main(argv: list[str] | None = None) -> int:
     log("3/6 idle poller invocations and the idle cost model")
     idle = measure.idle_invocations()
     shape = cost.template_shape(ROOT / "template.yaml")
-    idle_cost = cost.idle_monthly(shape, idle["per_tick"], idle["per_watchdog"])
+    idle_cost = cost.idle_monthly(shape, idle["per_tick"], idle["per_watchdog"], idle.get("custom_metrics"))
     results["template_shape"] = shape
-    results["idle_cost_per_month_usd"] = idle_cost["value"]
+    results["idle_cost_per_month_usd"] = {"value": idle_cost["value"], "parts": idle_cost["parts"]}
     results["idle_cost_detail"] = idle_cost
 
     per_million = cost.per_million_jobs(run)
+    backlog = cost.per_million_jobs(sweep_runs[None]) if None in sweep_runs else None
     results["cost_by_arrival_rate"] = sorted(
         (_rate_row(cost, sweep) for sweep in [*sweep_runs.values(), run]),
         key=lambda row: -(row["rate_per_second"] or 1e9),
     )
     results["cost_per_million_jobs_usd"] = {
         "value": per_million["value"],
+        "backlog": backlog["value"] if backlog else None,
+        "backlog_parts": backlog["parts"] if backlog else None,
         "floor": cost.floor_per_million(),
         "step_functions_standard": cost.step_functions_per_million(),
         "fargate_monthly": round(cost.fargate_monthly(), 2),
         "break_even_jobs_per_month_vs_fargate": _round(
             cost.break_even_jobs_per_month(per_million["value"], idle_cost["value"])
         ),
+        "break_even_jobs_per_month_vs_fargate_backlog": _round(
+            cost.break_even_jobs_per_month(backlog["value"], idle_cost["value"]) if backlog else None
+        ),
         "parts": per_million["parts"],
         # Jobs under the queue's and the table's limits (all of the billable run's) add nothing.
         "claim_check_added": cost.claim_check_table(ROOT / "template.yaml"),
         "billed_ms_per_job": per_million["billed_ms_per_job"],
         "lambda_per_function": per_million["per_function"],
-        "cloudwatch_logs_not_in_value": per_million["cloudwatch_logs"],
         "log_bytes_per_job": run.get("log_bytes_per_job"),
+        "log_bytes_per_job_with_platform": per_million["log_bytes_per_job_with_platform"],
+        "log_lines_per_job": run.get("log_lines_per_job"),
+        "custom_metrics_per_hour": run.get("custom_metrics_per_hour"),
+        "custom_metrics": run.get("custom_metrics"),
+        "kms_decrypts": run.get("kms_decrypts"),
         "invocations_per_job": per_million["invocations_per_job"],
         "rate_per_second": run["rate_per_second"],
         "poller_paused_s_per_job": round(run["paused_s"].get("poller", 0.0) / run["jobs"], 4),
-        "method": "in-memory fakes, metered per AWS billing rules; write units from item sizes; shipped poller "
-        "(budget 20 s, lingering, relay) on a virtual clock, Poisson arrivals",
+        "method": "all-in (Lambda, SQS, DynamoDB, CloudWatch metrics and logs, KMS): in-memory fakes, "
+        "metered per AWS billing rules; write units from item sizes; EMF metrics and log bytes as written; "
+        "shipped poller on a virtual clock, Poisson arrivals",
     }
 
     log("2b/6 cross-check of the meters: the same pipeline on moto with a botocore billing hook")
@@ -118,6 +129,28 @@ def main(argv: list[str] | None = None) -> int:
         results["pickup_latency_s"] = pickup_latency(
             load_seconds=12 if args.quick else 30, idle_samples=2 if args.quick else 3
         )
+
+    log("6b/6 one poller's dispatch rate in the local topology (a backlog, room never binding)")
+    from bench.latency import dispatch_rate
+
+    local = dispatch_rate(jobs=200 if args.quick else 600)
+    jobs_per_poll = local.get("jobs_per_poll") or 1.0
+    handler = per_million["per_function"].get("charge-payment", {})
+    paper = cost.dispatch_on_paper(
+        jobs_per_poll=jobs_per_poll,
+        poller_cpu_ms_per_job=results["cpu_per_job"]["adapter_by_function_ms"].get("poller", 0.0),
+        routes=len(measure.TEMPLATE_TYPES),
+        # the intent item is rewritten three times a cycle, about 200 bytes a job (workerless/intent.py)
+        intent_wru_per_cycle=3 * max(1, -(-int(jobs_per_poll * 200) // 1024)),
+        handler_ms_per_invocation=handler.get("billed_ms_per_invocation", 50.0),
+        handler_batch=5,
+    )
+    results["dispatch_rate_jobs_per_s"] = {
+        "one_poller_local": local.get("jobs_per_s"),
+        "deployment_on_paper": paper["value"],
+        "local": local,
+        "on_paper": paper,
+    }
 
     results["elapsed_s"] = round(time.monotonic() - started, 1)
     (OUT / "results.json").write_text(json.dumps(results, indent=2, sort_keys=False) + "\n", encoding="utf-8")

@@ -44,8 +44,12 @@ def result() -> Iterator[tuple[RunResult, list[tuple[str, str, dict[str, Any]]]]
             template=ROOT / "template.yaml",
             lease_seconds=LEASE,
             long_reports=2,
-            max_seconds=70,
-            deadline_seconds=60,
+            # The run ends as soon as every job is final; a job that many faults hit in a row (each crash
+            # costs a claim and a lease) gets as long as the promise in docs/guarantees.md (90 s) on a
+            # busy machine: a CI pass once saw a StageNext job crash three attempts in a row and was
+            # stopped at 60 s while its third was under way.
+            max_seconds=240,
+            deadline_seconds=90,
         )
         yield run(config), events
     finally:

@@ -33,8 +33,12 @@ def test_mixed_faults_lose_nothing_and_complete_each_attempt_once(engine: str) -
         # than a lease (test_chaos_faults.py keeps long jobs alive through heartbeat faults).
         handler_timeout=4.0,
         long_reports=0,
-        max_seconds=60,
-        deadline_seconds=50,
+        # The run ends as soon as every job is final; a job that many faults hit in a row (each crash
+        # costs a claim and a lease) gets as long as the promise in docs/guarantees.md (90 s) on a
+        # busy machine: a CI pass once saw a StageNext job crash three attempts in a row and was
+        # stopped at 60 s while its third was under way.
+        max_seconds=240,
+        deadline_seconds=90,
     )
     result = run(config)
     figures = result.figures

@@ -98,20 +98,23 @@ def test_a_dead_pollers_batch_is_handed_back_even_while_its_lock_still_blocks_po
     assert current is not None and current["holder"] == dead.owner, "the dead holder's lock waits for its expiry"
 
 
-def test_a_busy_invocation_releases_the_lock_and_hands_on_its_sends_before_it_relays(
+def test_a_busy_invocation_hands_its_lock_and_sends_on_with_its_relay(
     ticking: Aws, fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """GIVEN work that keeps the poller lingering past its budget (5 s here)
-    WHEN it relays THEN the lock is already free when the relay is sent, carries what was
-    dispatched, and the relayed invocation takes the lock (and counts those sends)."""
+    """GIVEN work that keeps the poller busy (the route fills up while jobs keep flowing)
+    WHEN it relays THEN the lock is not released: the relay carries its version and what was
+    dispatched, the relayed invocation takes the lock over (and counts those sends), a second
+    delivery of the same relay does not poll, and a tick meanwhile finds the lock held."""
     for n in range(10):
         fake.add_job("charge-payment", {"orderId": str(n), "amount": 5})
+    relays: list[dict[str, Any]] = []
     seen_at_relay: list[dict[str, Any] | None] = []
     original = Queues.send
 
     def send(self: Queues, queue_url: str, body: Any, *, delay_seconds: int = 0) -> None:
         if isinstance(body, dict) and "relay" in body:
             seen_at_relay.append(state().get(LOCK_KEY))
+            relays.append({"body": body, "delay": delay_seconds})
         original(self, queue_url, body, delay_seconds=delay_seconds)
 
     monkeypatch.setattr(Queues, "send", send)
@@ -119,13 +122,17 @@ def test_a_busy_invocation_releases_the_lock_and_hands_on_its_sends_before_it_re
     first = entrypoints.poller({}, FakeContext())
 
     assert first["dispatched"] == MAX
-    assert len(seen_at_relay) == 1, "the budget ran out while work was flowing: one relay"
+    assert len(relays) == 1, "the route filled while work was flowing: one relay"
     lock_then = seen_at_relay[0]
-    assert lock_then is not None and lock_then["holder"] is None, "released before the relay"
-    assert sum(n for _, n in lock_then["sent"]["charge-payment"]) == MAX, "the sends are handed on"
+    assert lock_then is not None and lock_then["holder"] is not None, "not released: the relay carries it"
+    token = relays[0]["body"]["lock"]
+    assert token["version"] == lock_then["version"]
+    assert sum(n for _, n in token["sent"]["charge-payment"]) == MAX, "the sends are handed on"
+    assert relays[0]["delay"] >= 1, "a relay after an empty or full poll waits instead of the Lambda sleeping"
 
-    relayed = entrypoints.poller(
-        {"Records": [{"messageId": "r1", "body": json.dumps({"relay": time.time()})}]}, FakeContext()
-    )
+    record = {"messageId": "r1", "body": json.dumps(relays[0]["body"])}
+    relayed = entrypoints.poller({"Records": [record]}, FakeContext())
     assert "lock_held" not in relayed
+    duplicate = entrypoints.poller({"Records": [{**record, "messageId": "r2"}]}, FakeContext())
+    assert duplicate.get("lock_held") == 1, "a second delivery of the relay finds the version moved"
     assert leased(fake) == MAX, "the route is full: the relayed invocation takes nothing more"

@@ -32,30 +32,58 @@ def by_dimensions(documents: list[dict[str, Any]]) -> dict[tuple[str, ...], dict
     return out
 
 
-def test_lifecycle_steps_are_counted_per_job_type_with_a_service_rollup(emitted: list[dict[str, Any]]) -> None:
-    """GIVEN an invocation that sees three steps of two job types
+def test_lifecycle_steps_are_counted_by_service_and_failures_per_job_type(emitted: list[dict[str, Any]]) -> None:
+    """GIVEN an invocation that sees steps of two job types
     WHEN it ends
-    THEN one EMF document per job type is written, counts summed, each also rolled up by service."""
+    THEN completions are counted service-wide only (one custom metric, not one per route), a rare
+    failure count per job type with its service roll-up, and steps without a metric not at all."""
     with observability.invocation_metrics():
         observability.record("charge-payment", "completed", job_id="1")
-        observability.record("charge-payment", "completed", job_id="2")
+        observability.record("send-receipt", "completed", job_id="2")
         observability.record("send-receipt", "lease_lost", job_id="3")
+        observability.record("send-receipt", "started", job_id="3")  # logged, not a metric
         observability.record("send-receipt", "no-such-step", job_id="4")  # logged, not a metric
 
     assert len(emitted) == 2
-    charge, receipt = sorted(emitted, key=lambda d: d["JobType"])
-    assert charge["JobsCompleted"] == [2.0]  # Powertools writes every value as a list
-    assert charge["service"] == "workerless"
-    assert charge["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["service", "JobType"], ["service"]]
-    assert charge["_aws"]["CloudWatchMetrics"][0]["Metrics"] == [{"Name": "JobsCompleted", "Unit": "Count"}]
+    service, receipt = sorted(emitted, key=lambda d: d.get("JobType", ""))
+    assert service["JobsCompleted"] == [2.0]  # Powertools writes every value as a list
+    assert service["service"] == "workerless"
+    assert service["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["service"]]
+    assert service["_aws"]["CloudWatchMetrics"][0]["Metrics"] == [{"Name": "JobsCompleted", "Unit": "Count"}]
     assert receipt["JobsLeaseLost"] == [1.0]
-    assert "no-such-step" not in json.dumps(emitted)
+    assert receipt["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["service", "JobType"], ["service"]]
+    assert "no-such-step" not in json.dumps(emitted) and "JobsStarted" not in json.dumps(emitted)
+
+
+def test_every_metric_is_one_of_the_fixed_set_and_a_zero_count_is_not_published(emitted: list[dict[str, Any]]) -> None:
+    with observability.invocation_metrics():
+        for step in observability.EVENTS:
+            observability.record("t", step, job_id="1")
+        observability.add_metric(observability.POLL_ERRORS, 0)
+    names = {m["Name"] for doc in emitted for m in doc["_aws"]["CloudWatchMetrics"][0]["Metrics"]}
+    assert names == set(observability.EVENT_METRICS.values())
+    assert names <= observability.METRICS
+    assert observability.POLL_ERRORS not in names
+
+
+def test_an_outcome_logs_at_info_and_a_step_on_the_way_at_debug(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[str, str]] = []
+    monkeypatch.setattr(observability.logger, "info", lambda msg, **kw: seen.append(("INFO", msg)))
+    monkeypatch.setattr(observability.logger, "debug", lambda msg, **kw: seen.append(("DEBUG", msg)))
+    for step in ("activated", "dispatched", "started", "completed"):
+        observability.record("t", step, job_id="1")
+    assert seen == [
+        ("DEBUG", "job activated"),
+        ("DEBUG", "job dispatched"),
+        ("DEBUG", "job started"),
+        ("INFO", "job completed"),
+    ]
 
 
 def test_distributions_keep_every_value_and_split_past_the_emf_cap(emitted: list[dict[str, Any]]) -> None:
     with observability.invocation_metrics():
         for i in range(150):
-            observability.add_metric("HandlerDuration", i, "Milliseconds", job_type="t")
+            observability.add_metric("HandlerDuration", i, "Milliseconds")
     assert len(emitted) == 2
     values = [v for doc in emitted for v in doc["HandlerDuration"]]
     assert values == [float(i) for i in range(150)]
@@ -95,23 +123,21 @@ def test_powertools_metrics_disabled_is_honoured(
     assert emitted == []
 
 
-def test_poll_report_and_capacity(emitted: list[dict[str, Any]]) -> None:
-    class Report:
-        cycles, polls, empty_polls, errors = 3, 2, 1, 0
+def test_poll_report_of_a_busy_invocation_and_of_an_idle_one(emitted: list[dict[str, Any]]) -> None:
+    class Busy:
+        cycles, polls, empty_polls, errors, activated = 3, 2, 1, 1, 4
+
+    class Idle:
+        cycles, polls, empty_polls, errors, activated = 1, 1, 1, 0, 0
 
     with observability.invocation_metrics():
-        observability.poll_report(Report())
-        observability.capacity("charge-payment", 10, 4)  # 6 of 10 in flight
-        observability.capacity("charge-payment", 10, 0)
-    docs = by_dimensions(emitted)
-    service = docs[("service",)]
-    assert (service["PollCycles"], service["Polls"], service["EmptyPolls"], service["PollErrors"]) == (
-        [3.0],
-        [2.0],
-        [1.0],
-        [0.0],
-    )
-    assert docs[("service", "JobType")]["CapacityUsed"] == [60.0, 100.0]
+        observability.poll_report(Busy())
+    service = by_dimensions(emitted)[("service",)]
+    assert (service["PollCycles"], service["PollErrors"]) == ([3.0], [1.0])
+    emitted.clear()
+    with observability.invocation_metrics():
+        observability.poll_report(Idle())
+    assert emitted == []  # an idle tick publishes no custom metric
 
 
 def test_engine_errors_are_counted_by_status_and_re_raised(emitted: list[dict[str, Any]]) -> None:

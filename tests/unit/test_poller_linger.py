@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 from typing import Any
 
@@ -66,41 +65,60 @@ def test_idle_costs_one_short_poll() -> None:
     assert not poller.busy_at_end
 
 
-def test_a_job_arriving_while_work_flows_is_picked_up_within_a_pause() -> None:
-    """GIVEN a poller that just dispatched a job WHEN another job becomes activatable during its
-    linger THEN the same invocation picks it up after one pause, not at the next tick."""
+def test_an_empty_poll_while_work_flows_ends_the_invocation_with_a_relay_not_a_pause() -> None:
+    """GIVEN a poller that just dispatched a job WHEN its next poll finds nothing THEN it does not
+    sleep (a paused Lambda is billed): it ends and asks for a relay RELAY_DELAY_SECONDS later."""
+    from workerless.poller import RELAY_DELAY_SECONDS
+
     engine, clock, queues = FakeEngine(), Clock(), Queues()
     engine.add_job("charge-payment", {"n": 1})
-    arrivals = iter([lambda: engine.add_job("charge-payment", {"n": 2})])
-
-    def arrive() -> None:
-        for add in arrivals:
-            add()
-            break
-
-    clock.on_sleep.append(arrive)
-    poller = Poller(settings(), engine, queues, clock=clock, sleep=clock.sleep)
+    slept: list[float] = []
+    poller = Poller(settings(), engine, queues, clock=clock, sleep=slept.append)
 
     report = poller.run(deadline=100.0)
 
-    assert report.dispatched == 2
-    assert len(queues.sent) == 2
-    assert report.polls >= 3, "dispatch, empty + pause, dispatch"
+    assert report.dispatched == 1
+    assert report.polls == 2, "dispatch, then one empty poll"
+    assert slept == [] and clock.now == 0.0
+    assert poller.relay_delay == RELAY_DELAY_SECONDS == 1
+    assert not poller.busy_at_end
 
 
-def test_budget_running_out_while_busy_asks_for_a_relay() -> None:
+def test_a_relayed_invocation_carries_on_while_work_flows_and_stops_after_the_linger() -> None:
+    """GIVEN an invocation relayed from one that dispatched 1 s ago WHEN it finds nothing THEN it
+    relays again; once the last dispatch is LINGER_SECONDS old, it ends without a relay."""
+    import time
+
+    from workerless.poller import LINGER_SECONDS
+
+    engine, clock = FakeEngine(), Clock()
+    poller = Poller(settings(), engine, Queues(), clock=clock, sleep=lambda s: None)
+    poller.last_dispatch = time.time() - 1.0
+    poller.run(deadline=100.0)
+    assert poller.relay_delay == 1
+
+    done = Poller(settings(), engine, Queues(), clock=clock, sleep=lambda s: None)
+    done.last_dispatch = time.time() - LINGER_SECONDS - 0.1
+    report = done.run(deadline=100.0)
+    assert report.polls == 1 and done.relay_delay is None
+
+
+def test_budget_running_out_while_busy_asks_for_an_immediate_relay() -> None:
     engine, clock = FakeEngine(), Clock()
 
-    def keep_coming() -> None:
-        engine.add_job("charge-payment", {})
+    class Arriving(Queues):
+        def send_batch(self, queue_url: str, bodies: list[str]) -> list[Any]:
+            clock.now += 1.0  # each dispatch takes a second, and another job has arrived meanwhile
+            engine.add_job("charge-payment", {})
+            return super().send_batch(queue_url, bodies)
 
-    clock.on_sleep.append(keep_coming)
     engine.add_job("charge-payment", {})
-    poller = Poller(settings(budget=5.0), engine, Queues(), clock=clock, sleep=clock.sleep)
+    poller = Poller(settings(budget=5.0), engine, Arriving(), clock=clock, sleep=lambda s: None)
 
     poller.run(deadline=100.0)
 
     assert poller.busy_at_end
+    assert poller.relay_delay == 0
     assert poller.last_dispatch is not None
     assert clock.now <= 5.0
 
@@ -124,11 +142,13 @@ def test_an_all_handed_back_cycle_ends_the_invocation() -> None:
     assert engine.activate([Demand("charge-payment", 1)], 60), "the job went straight back to the engine"
 
 
-def test_empty_polls_back_off_and_queue_depths_are_not_reread_on_every_poll() -> None:
-    """GIVEN a poller lingering after a dispatch WHEN nothing more arrives THEN the pauses double
-    (0.25, 0.5, 1, 2 s) and each route's SQS depth is read at most every 2 s, not on every poll."""
+def test_queue_depths_are_not_reread_on_every_poll_and_a_relay_hands_them_on() -> None:
+    """GIVEN a poller that dispatches several cycles in a row THEN each route's SQS depth is read
+    at most every DEPTH_REFRESH_SECONDS; the counts it hands to its relay spare the relayed
+    invocation the read while they are fresh, and a stale one is read again."""
+    from workerless.poller import DEPTH_REFRESH_SECONDS
+
     engine, clock = FakeEngine(), Clock()
-    pauses: list[float] = []
     reads: list[float] = []
 
     class CountingQueues(Queues):
@@ -136,15 +156,30 @@ def test_empty_polls_back_off_and_queue_depths_are_not_reread_on_every_poll() ->
             reads.append(clock.now)
             return 0
 
-    def sleep(seconds: float) -> None:
-        pauses.append(seconds)
-        clock.sleep(seconds)
+        def send_batch(self, queue_url: str, bodies: list[str]) -> list[Any]:
+            clock.now += 0.5
+            return super().send_batch(queue_url, bodies)
 
-    engine.add_job("charge-payment", {})
-    poller = Poller(settings(), engine, CountingQueues(), clock=clock, sleep=sleep)
-    poller.run(deadline=100.0)
+    for n in range(4):
+        engine.add_job("charge-payment", {"n": n})
+    poller = Poller(settings(), engine, CountingQueues(), clock=clock, sleep=lambda s: None)
+    poller.demands()  # one read at 0.0
+    poller.cycle(poller_report(), deadline=1e12)
+    poller.cycle(poller_report(), deadline=1e12)
+    assert reads == [0.0], "a count younger than DEPTH_REFRESH_SECONDS is reused"
+    handed = poller.depths_for_relay()
 
-    assert pauses[:4] == [0.25, 0.5, 1.0, 2.0]
-    assert all(p <= 2.0 for p in pauses)
-    assert len(reads) < len(pauses) + 1, "depths are reused between quick polls"
-    assert all(b - a >= 2.0 for a, b in itertools.pairwise(reads))
+    relayed = Poller(settings(), engine, CountingQueues(), clock=clock, sleep=lambda s: None)
+    relayed.inherit_depths(handed)
+    relayed.demands()
+    assert reads == [0.0], "the relay's fresh count is used"
+    clock.now += DEPTH_REFRESH_SECONDS
+    relayed.demands()
+    assert len(reads) == 2, "a stale count is read again"
+    relayed.inherit_depths({"charge-payment": ["x", 1.0], "no-such-route": [1, 1.0]})  # ignored
+
+
+def poller_report() -> Any:
+    from workerless.poller import PollReport
+
+    return PollReport()

@@ -275,3 +275,49 @@ def test_a_lock_shorter_than_two_engine_timeouts_is_refused(seconds: str) -> Non
 
     with pytest.raises(ConfigurationError, match="WORKERLESS_POLLER_LOCK_SECONDS"):
         Settings.from_env({"WORKERLESS_POLLER_LOCK_SECONDS": seconds})
+
+
+def test_a_relay_hands_the_lock_on_with_one_write_and_no_read() -> None:
+    """GIVEN a holder that relays to a fresh invocation WHEN the relayed invocation inherits the
+    lock THEN it costs one conditional write (no read, no release write), it is the only holder, and
+    it counts what the relaying one sent."""
+    state, clock = CountingState(), Clock()
+    first = lock(state, clock)
+    assert first.acquire()
+    first.dispatches.add("charge-payment", 3, at=clock.now)
+    token = first.handover()
+    assert token is not None
+    first.handed_over()
+    assert not first.held
+    before = (state.reads, state.writes)
+
+    clock.now += 1.0
+    second = lock(state, clock)
+    assert second.inherit(json.loads(json.dumps(token)))  # through an SQS message body
+    assert (state.reads - before[0], state.writes - before[1]) == (0, 1)
+    assert second.dispatches.since("charge-payment", clock.now - 5) == 3
+    assert not lock(state, clock).acquire(), "held by the relayed invocation"
+
+
+def test_a_duplicate_relay_or_a_late_one_does_not_make_a_second_holder() -> None:
+    """GIVEN a relay delivered twice (SQS is at-least-once), or arriving after the lock expired and
+    was taken THEN the version it carries is stale: the second inheritor falls back to taking the
+    lock, finds it held, and does not poll."""
+    state, clock = CountingState(), Clock()
+    first = lock(state, clock)
+    assert first.acquire()
+    token = first.handover()
+    assert token is not None
+    first.handed_over()
+    winner, duplicate = lock(state, clock), lock(state, clock)
+    assert winner.inherit(token)
+    assert not duplicate.inherit(token)
+    assert winner.keep()
+
+    late_token = winner.handover()
+    assert late_token is not None
+    winner.handed_over()
+    clock.now += LOCK_SECONDS + 1  # the relay never arrived in time; another invocation takes the lock
+    taker = lock(state, clock)
+    assert taker.acquire()
+    assert not lock(state, clock).inherit(late_token)

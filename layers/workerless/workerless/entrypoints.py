@@ -41,6 +41,7 @@ def _poll(event: dict[str, Any], context: Any) -> dict[str, Any]:
     records = event.get("Records") or []
     ticks: list[dict[str, Any] | None] = []
     relayed: float | None = None
+    relay: dict[str, Any] = {}
     for record in records:
         try:
             body = json.loads(record.get("body") or "{}")
@@ -50,6 +51,7 @@ def _poll(event: dict[str, Any], context: Any) -> dict[str, Any]:
             ticks.append(body)
         elif isinstance(body, dict) and isinstance(body.get("relay"), int | float):
             relayed = max(relayed or 0.0, float(body["relay"]))
+            relay = body  # the lock and queue counts handed on (any one relay will do)
         else:
             logger.warning("ticker message is not a tick; ignored", extra={"message_id": record.get("messageId")})
     # Keep the tick chain alive before polling, so a failing poll does not break it.
@@ -73,9 +75,11 @@ def _poll(event: dict[str, Any], context: Any) -> dict[str, Any]:
     lock = PollerLock(
         state, seconds=settings.poller_lock_seconds, window=settings.sqs_lag_seconds, keep_seconds=DEPTH_REFRESH_SECONDS
     )
-    if not lock.acquire():
+    # A relay hands its lock on (one conditional write); anything else takes it (a read, a write).
+    token = relay.get("lock")
+    if not (lock.inherit(token) if isinstance(token, dict) else lock.acquire()):
         holder, until = lock.held_by or ("?", 0.0)
-        logger.info(
+        logger.debug(
             "another poller invocation holds the poller lock; not polling",
             extra={"holder": holder, "held_for_seconds": round(max(0.0, until - time.time()), 1)},
         )
@@ -95,40 +99,45 @@ def _poll(event: dict[str, Any], context: Any) -> dict[str, Any]:
         payloads=get_payloads(),
     )
     poller.last_dispatch = relayed  # a relay carries on lingering from the last dispatch
+    poller.inherit_depths(relay.get("depths"))
     try:
         report = poller.run(deadline=_deadline(context))
     except Exception:
         lock.release()
         raise
-    # Released before the relay, so the fresh invocation finds it free (and the dispatches handed
-    # on). Not on a BaseException: a process that dies releases nothing, and the expiry frees it.
-    lock.release()
-    if poller.busy_at_end and settings.ticker_queue_url:
-        # Still busy when the budget ran out: hand over to a fresh invocation at once instead of
-        # leaving the flow to the next tick. An intended self-send (RecursiveLoop: Allow).
+    # Work still flowing: hand over to a fresh invocation (at once when the budget ran out busy, a
+    # second later after an empty poll) instead of sleeping here or leaving the flow to the next
+    # tick. The lock goes with the relay. An intended self-send (RecursiveLoop: Allow). Not on a
+    # BaseException: a process that dies releases nothing, and the lock's expiry frees it.
+    handed = False
+    if poller.relay_delay is not None and settings.ticker_queue_url:
+        body = {
+            "relay": poller.last_dispatch or time.time(),
+            "lock": lock.handover(),
+            "depths": poller.depths_for_relay(),
+        }
         try:
-            queues.send(settings.ticker_queue_url, {"relay": poller.last_dispatch or time.time()})
+            queues.send(settings.ticker_queue_url, body, delay_seconds=poller.relay_delay)
+            handed = True
         except Exception:  # noqa: BLE001 - the tick chain and the schedule still poll
             logger.exception("could not relay to a fresh poller invocation")
+    if handed:
+        lock.handed_over()
+    else:
+        lock.release()
     observability.poll_report(report)
-    logger.info("poll finished", extra={"report": vars(report)})
+    # An idle tick (nothing taken, nothing failed) logs at DEBUG: at INFO it would be one line every
+    # TickSeconds, billed by CloudWatch Logs, that says nothing happened.
+    busy = report.activated or report.errors or report.released or report.lock_lost
+    (logger.info if busy else logger.debug)("poll finished", extra={"report": vars(report)})
     return {k: v for k, v in vars(report).items() if isinstance(v, int)}
 
 
 def _observed_poller() -> Any:
-    """The Poller, noting each route's capacity in use as it computes it (the CapacityUsed metric)."""
+    """The Poller class the entry point builds (a seam: the benchmark puts a virtual clock in it)."""
     from workerless.poller import Poller
 
-    class ObservedPoller(Poller):
-        def demands(self) -> Any:
-            demands = super().demands()
-            for demand in demands:
-                route = self.settings.route(demand.job_type)
-                if route is not None:
-                    observability.capacity(demand.job_type, route.max_in_flight, demand.capacity)
-            return demands
-
-    return ObservedPoller
+    return Poller
 
 
 def _batch(event: dict[str, Any], context: Any, handle: Any) -> dict[str, Any]:

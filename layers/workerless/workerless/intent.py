@@ -87,6 +87,8 @@ class IntentLog:
         self.clock = clock
         self.max_bytes = max_bytes
         self._known: dict[str, Any] | None = None
+        #: Whether ``_known`` is a read of the item (None then means: there is none yet).
+        self._read = False
 
     # -- the owner's three steps ----------------------------------------------------------------
     def record(self, jobs: Sequence[ActivatedJob]) -> str | None:
@@ -150,7 +152,11 @@ class IntentLog:
 
         current = self.state.get(INTENT_KEY)
         if not current or not current.get("batches"):
-            return []  # the common case: one read, nothing to do
+            # The common case: one read, nothing to do. What it read is what the owner's first step
+            # compares against (the compare-and-set still guards it): no second read for ``record``.
+            self._known = current
+            self._read = True
+            return []
         if not self._update(change, what="recover", current=current):
             return []
         found = []
@@ -173,7 +179,7 @@ class IntentLog:
         current: dict[str, Any] | None = None,
     ) -> bool:
         for attempt in range(MAX_CAS_TRIES):
-            if attempt or (current is None and self._known is None):
+            if attempt or (current is None and self._known is None and not self._read):
                 current = self.state.get(INTENT_KEY)
             elif current is None:
                 # What this invocation last wrote: the compare-and-set still guards it, and the
@@ -187,6 +193,7 @@ class IntentLog:
                 return False
             if self.state.put(INTENT_KEY, {"batches": new}, expected_version=version):
                 self._known = {"batches": new, "version": (version or 0) + 1}
+                self._read = True
                 return True
         logger.warning("poller intent log kept changing under us; giving up this step", extra={"step": what})
         return False

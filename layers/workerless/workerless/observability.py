@@ -3,16 +3,24 @@
 **Logs.** One Powertools Logger for the library (JSON). While a job is handled, its lines carry the
 job id, type, engine, instance id, the engine's traceparent and the trace id as correlation keys.
 :func:`record` writes one line per job lifecycle step (``"job completed"``, with ``lifecycle``,
-``job_type`` and ``job_id``), never one per HTTP call.
+``job_type`` and ``job_id``), never one per HTTP call: a job's *outcome* (:data:`OUTCOMES`:
+completed, failed, thrown, lease lost, ...) at INFO, the steps on the way (activated, dispatched,
+started, extended) at DEBUG. CloudWatch Logs bills every byte ingested: at INFO a job that
+completes writes one line, not five.
 
-**Metrics** (CloudWatch EMF, namespace ``workerless``). :func:`record` also counts the step
-(``JobsActivated``, ``JobsCompleted``, ``JobsLeaseLost``, ``HeartbeatExtends``, ... see
-:data:`EVENT_METRICS`) with the dimensions ``service, JobType`` and the roll-up ``service``;
-:func:`add_metric` takes any other value (poll cycles, capacity used, pickup latency, handler
-duration, engine errors by status). Values are kept per invocation, in a buffer opened by
-:func:`invocation_metrics` (the entry points and the handler wrapper open one), and written as one
-EMF line per dimension set when the invocation ends. Lambda sends the lines to CloudWatch Logs,
-which extracts the metrics: no ``cloudwatch:PutMetricData`` call and no permission for it.
+**Metrics** (CloudWatch EMF, namespace ``workerless``). A small, fixed set (:data:`METRICS`), with
+the one dimension ``service``; only the rare failure counts (:data:`PER_TYPE`) also carry
+``JobType`` (with the roll-up ``service``), and ``EngineErrors`` carries ``Status``. CloudWatch
+bills every metric name x dimension set as a custom metric for each hour in which it is published,
+so a count of 0 is not published (a missing datapoint reads as 0: the alarms treat missing data as
+not breaching) and an idle poller invocation publishes nothing. :func:`record` counts the steps
+that have a metric (:data:`EVENT_METRICS`); :func:`add_metric` takes the others (pickup latency,
+handler duration, poll errors, engine errors by status). Per-type throughput and durations come
+from AWS's own free metrics (each route has its own queue and function: ``AWS/SQS``,
+``AWS/Lambda``). Values are kept per invocation, in a buffer opened by :func:`invocation_metrics`
+(the entry points and the handler wrapper open one), and written as one EMF line per dimension set
+when the invocation ends. Lambda sends the lines to CloudWatch Logs, which extracts the metrics: no
+``cloudwatch:PutMetricData`` call and no permission for it.
 
 Why not one module-level ``Metrics``: Powertools' ``Metrics`` keeps one dimension set per flush and
 shares its metric set between every instance in the process (class attributes), while one poller or
@@ -76,34 +84,41 @@ EVENTS = (
     "dead_letter_rejected",
 )
 
-#: The metric (Count, per JobType) each lifecycle step is counted under.
+#: The steps on the way to a job's outcome: DEBUG lines. Every other step ends the job's handling
+#: (its outcome: one INFO line each).
+STEPS = frozenset({"activated", "dispatched", "started", "extended"})
+OUTCOMES = frozenset(EVENTS) - STEPS
+
+#: The metric (Count) each counted lifecycle step is counted under. Steps without one (dispatched,
+#: started, skipped, rereported, report_owed) are in the logs: a metric filter can count them.
 EVENT_METRICS: dict[str, str] = {
     "activated": "JobsActivated",
-    "dispatched": "JobsDispatched",
     "released": "JobsReleased",
-    "started": "JobsStarted",
     "completed": "JobsCompleted",
     "failed": "JobsFailed",
     "thrown": "JobsThrown",
-    "rereported": "JobsRereported",
-    "report_owed": "JobsReportOwed",
     "lease_lost": "JobsLeaseLost",
-    "skipped": "JobsSkipped",
     "extended": "HeartbeatExtends",
     "dead_lettered": "JobsDeadLettered",
     # A dead letter the engine refused to settle for good (404, 400): logged at ERROR and deleted.
     "dead_letter_rejected": "DeadLettersRejected",
 }
 
+#: Rare counts that also carry JobType (``workerless status`` shows failures per route). Every
+#: other metric has the ``service`` dimension only: per type, a metric costs once per route.
+PER_TYPE = frozenset({"JobsFailed", "JobsThrown", "JobsLeaseLost", "JobsDeadLettered", "DeadLettersRejected"})
+
 #: Metrics that are not lifecycle steps (unit; dimensions).
-POLL_CYCLES = "PollCycles"  # Count; service. Activation cycles in one poller invocation.
-POLLS = "Polls"  # Count; service. Engine activation calls.
-EMPTY_POLLS = "EmptyPolls"  # Count; service. Activation calls that returned no job.
+POLL_CYCLES = "PollCycles"  # Count; service. Cycles of a poller invocation that took work or failed.
 POLL_ERRORS = "PollErrors"  # Count; service. Activation calls the engine refused or that failed.
-CAPACITY_USED = "CapacityUsed"  # Percent; service, JobType. In flight / max in flight, per cycle.
 ENGINE_ERRORS = "EngineErrors"  # Count; service, Status. Every engine call that raised an EngineError.
-PICKUP_LATENCY = "PickupLatency"  # Milliseconds; service, JobType. Engine activation → handler start.
-HANDLER_DURATION = "HandlerDuration"  # Milliseconds; service, JobType. The user function's run time.
+PICKUP_LATENCY = "PickupLatency"  # Milliseconds; service. Engine activation → handler start.
+HANDLER_DURATION = "HandlerDuration"  # Milliseconds; service. The user function's run time.
+
+#: Every metric the library publishes (namespace ``workerless``): the fixed set.
+METRICS = frozenset(
+    {*EVENT_METRICS.values(), POLL_CYCLES, POLL_ERRORS, ENGINE_ERRORS, PICKUP_LATENCY, HANDLER_DURATION}
+)
 
 #: EMF accepts at most 100 values per metric in one document (Powertools prints a document by
 #: itself when a metric reaches 100 values: stay one below).
@@ -127,15 +142,17 @@ def remove_listener(listener: Listener) -> None:
 
 
 def record(job_type: str, event: str, **fields: Any) -> None:
-    """Note one lifecycle step of one job: one log line, one count, every listener.
+    """Note one lifecycle step of one job: one log line (INFO for an outcome, DEBUG for a step on the
+    way), one count where the step has a metric, every listener.
 
     Never raises: observers must not fail a job.
     """
     try:
-        logger.info(f"job {event.replace('_', ' ')}", extra={"lifecycle": event, "job_type": job_type, **fields})
+        log = logger.info if event in OUTCOMES else logger.debug
+        log(f"job {event.replace('_', ' ')}", extra={"lifecycle": event, "job_type": job_type, **fields})
         metric = EVENT_METRICS.get(event)
         if metric is not None:
-            add_metric(metric, 1, "Count", job_type=job_type)
+            add_metric(metric, 1, "Count", job_type=job_type if metric in PER_TYPE else None)
     except Exception:  # an observer must never fail the step it observes
         logger.debug("lifecycle log or metric failed", exc_info=True)
     for listener in list(_listeners):
@@ -284,8 +301,8 @@ def add_metric(name: str, value: float, unit: str = "Count", *, job_type: str | 
     ``job_type`` becomes the ``JobType`` dimension; other keyword arguments are dimensions too.
     """
     buffer = _BUFFER.get()
-    if buffer is None:
-        return
+    if buffer is None or (unit == "Count" and not value):
+        return  # a count of 0 is not published: CloudWatch bills each metric for every hour it is sent
     if job_type is not None:
         dimensions = {"JobType": job_type, **dimensions}
     buffer.add(name, value, unit, _dimension_key(dimensions))
@@ -327,18 +344,12 @@ def _stdout(line: str) -> None:
 
 
 def poll_report(report: Any) -> None:
-    """Count one poller invocation's :class:`~workerless.poller.PollReport`."""
-    add_metric(POLL_CYCLES, getattr(report, "cycles", 0))
-    add_metric(POLLS, getattr(report, "polls", 0))
-    add_metric(EMPTY_POLLS, getattr(report, "empty_polls", 0))
-    add_metric(POLL_ERRORS, getattr(report, "errors", 0))
-
-
-def capacity(job_type: str, max_in_flight: int, free: int) -> None:
-    """Note how much of a route's capacity was in use when the poller looked (Percent)."""
-    if max_in_flight > 0:
-        used = max(0, min(max_in_flight, max_in_flight - free))
-        add_metric(CAPACITY_USED, 100.0 * used / max_in_flight, "Percent", job_type=job_type)
+    """Count one poller invocation's :class:`~workerless.poller.PollReport`: nothing for an idle one
+    (no job taken, no error), so an idle tick publishes no metric."""
+    errors = getattr(report, "errors", 0)
+    if getattr(report, "activated", 0) or errors:
+        add_metric(POLL_CYCLES, getattr(report, "cycles", 0))
+    add_metric(POLL_ERRORS, errors)
 
 
 def engine_error(exc: BaseException, *, operation: str = "") -> None:
@@ -453,7 +464,7 @@ def job_span(activated: Any) -> Iterator[JobSpan]:
     started = time.time()
     activated_at = float(getattr(activated, "activated_at", 0.0) or 0.0)
     if activated_at > 0:
-        add_metric(PICKUP_LATENCY, max(0.0, (started - activated_at) * 1000.0), "Milliseconds", job_type=ref.job_type)
+        add_metric(PICKUP_LATENCY, max(0.0, (started - activated_at) * 1000.0), "Milliseconds")
     traceparent: str | None = activated.traceparent
     attributes = {
         "workerless.job.id": ref.job_id,
@@ -482,7 +493,7 @@ def job_span(activated: Any) -> Iterator[JobSpan]:
             yield span_info
         finally:
             elapsed = (time.time() - started) * 1000.0
-            add_metric(HANDLER_DURATION, elapsed, "Milliseconds", job_type=ref.job_type)
+            add_metric(HANDLER_DURATION, elapsed, "Milliseconds")
 
 
 def _start_otel_span(

@@ -11,8 +11,10 @@ One invocation (a schedule tick or a ticker message)::
         ▼
     one delayed heartbeat ticket for the dispatched batch
         ▼
-    again while work keeps arriving (lingering LINGER_SECONDS after the last dispatch) and the
-    poll budget lasts; then stop — or, still busy when the budget ends, relay to a new invocation
+    again at once after a dispatch, while the poll budget lasts; when a poll finds nothing (or no
+    room) while work keeps arriving (within LINGER_SECONDS of the last dispatch), end and relay to a
+    fresh invocation RELAY_DELAY_SECONDS later (a delayed ticker message): no Lambda sleeps between
+    polls, billed at its memory for every second it waits
 
 Only one invocation polls at a time: the entry point takes the poller lock
 (:mod:`workerless.poller_lock`) first, and each cycle renews it when due. What a route holds is
@@ -60,12 +62,15 @@ MAX_CYCLES = 1000
 #: Time kept back from the Lambda's remaining time when deciding whether to poll again.
 SAFETY_MARGIN_SECONDS = 3.0
 TICKER_STATE_KEY = "ticker"
-#: While work keeps arriving an invocation keeps polling until nothing was dispatched for this long.
+#: While work keeps arriving the poller keeps polling until nothing was dispatched for this long.
 LINGER_SECONDS = 5.0
-#: The first pause between polls while lingering; each empty poll doubles it, up to the maximum.
-LINGER_PAUSE_SECONDS = 0.25
-LINGER_MAX_PAUSE_SECONDS = 2.0
-#: While lingering, a route's SQS in-flight count is re-read at most this often.
+#: While lingering, an empty or capacity-bound poll ends the invocation and relays to a fresh one
+#: this many seconds later (DelaySeconds: whole seconds). Sleeping instead is billed at the
+#: function's memory for every second (256 MB: $3.3 per million seconds); a relay costs one SQS send,
+#: receive and delete, one Lambda request and one lock write ($2.2 per million), and a poll a second
+#: keeps pickup within the targets (p50 <= 1 s, p99 <= 2 s at 2 jobs/s; bench/RESULTS.md).
+RELAY_DELAY_SECONDS = 1
+#: A route's SQS in-flight count is re-read at most this often (a relay hands the counts on).
 DEPTH_REFRESH_SECONDS = 2.0
 
 
@@ -124,11 +129,32 @@ class Poller:
         # meanwhile; what was sent since is added from ``dispatches``), so capacity is never
         # over-estimated; it spares a GetQueueAttributes per route on every quick poll.
         self._depths: dict[str, tuple[int, float]] = {}
-        self._pause = LINGER_PAUSE_SECONDS
         #: When a job was last dispatched (epoch seconds; a relay carries it to the next invocation).
         self.last_dispatch: float | None = None
         #: The poll budget ran out while work was still arriving.
         self.busy_at_end = False
+        #: Set when the invocation ended with work still flowing: relay to a fresh invocation this
+        #: many seconds later (0: at once, the budget ran out while busy). None: no relay.
+        self.relay_delay: int | None = None
+
+    def depths_for_relay(self) -> dict[str, list[float]]:
+        """Each route's last SQS count and when it was read (epoch seconds), for the relayed
+        invocation (:meth:`inherit_depths`): it re-reads a route only when the count is due."""
+        return {t: [count, round(self._wall(at), 3)] for t, (count, at) in self._depths.items()}
+
+    def inherit_depths(self, depths: Any) -> None:
+        """Counts handed on by the invocation that relayed to this one (see :meth:`depths_for_relay`);
+        anything unreadable is left out (that route's count is read again)."""
+        if not isinstance(depths, dict):
+            return
+        offset = self._wall_clock() - self.clock()
+        for job_type, value in depths.items():
+            try:
+                count, read_wall = int(value[0]), float(value[1])
+            except (TypeError, ValueError, IndexError, KeyError):
+                continue
+            if count >= 0 and self.settings.route(str(job_type)) is not None:
+                self._depths[str(job_type)] = (count, read_wall - offset)
 
     def demands(self) -> list[Demand]:
         """Each route's room: MaxInFlight minus what it holds (see the module docstring)."""
@@ -168,15 +194,15 @@ class Poller:
         return report
 
     def run(self, *, deadline: float) -> PollReport:
-        """Poll until no work has been dispatched for LINGER_SECONDS, or time runs out.
+        """Poll until nothing is left to take now, or time runs out.
 
-        Idle, the first empty poll ends the invocation (one short poll per tick). Busy, the
-        invocation lingers: after an empty or capacity-bound cycle it pauses LINGER_PAUSE_SECONDS
-        and polls again, so a job that becomes activatable while work is flowing is picked up in
-        a fraction of a second rather than at the next tick. Each empty poll doubles the pause (up
-        to LINGER_MAX_PAUSE_SECONDS), so a trickle of work costs a few polls, not four a second.
-        ``busy_at_end`` tells the entry point that the budget ran out while work was still arriving
-        (it relays to a fresh invocation).
+        Idle, the first empty poll ends the invocation (one short poll per tick). After a cycle that
+        dispatched, it polls again at once (more may be waiting). An empty or capacity-bound cycle
+        while work keeps flowing (a dispatch within LINGER_SECONDS) ends the invocation with
+        ``relay_delay`` set: the entry point relays to a fresh invocation RELAY_DELAY_SECONDS later,
+        so a job that becomes activatable while work flows is picked up within about a second, and
+        no invocation sleeps between polls. ``busy_at_end`` (with ``relay_delay`` 0) tells the entry
+        point that the budget ran out while jobs were still being taken.
         """
         report = PollReport()
         self._recover(report, deadline=deadline)
@@ -196,23 +222,19 @@ class Poller:
                 continue
             if dispatched:
                 self.last_dispatch = time.time()
-                self._pause = LINGER_PAUSE_SECONDS
             elif report.released > released_before:
                 # Every job of the cycle had to be handed back: polling again at once would only
                 # take the same jobs back. The next tick tries again.
                 break
             lingering = self.last_dispatch is not None and time.time() - self.last_dispatch < LINGER_SECONDS
-            if not dispatched and not lingering:
-                break
-            if now + self._pause + SAFETY_MARGIN_SECONDS >= budget_end:
-                self.busy_at_end = True
-                break
             if not dispatched:
-                # Each empty poll doubles the pause (0.25 s up to 2 s): a steady flow is picked up
-                # within a fraction of a second, a trickle costs a handful of polls, not one every
-                # quarter second, at the engine and in billed Lambda time.
-                self.sleep(self._pause)
-                self._pause = min(self._pause * 2, LINGER_MAX_PAUSE_SECONDS)
+                if lingering:
+                    self.relay_delay = RELAY_DELAY_SECONDS
+                break
+            if now + SAFETY_MARGIN_SECONDS >= budget_end:
+                self.busy_at_end = True
+                self.relay_delay = 0
+                break
         counters = {k: v for k, v in vars(report).items() if isinstance(v, int)}
         try:
             self.engine.after_cycle(counters)

@@ -11,7 +11,12 @@ the item's version)::
     take     read the item; free, or its holder's expiry passed (the holder died) → write it as ours
     keep     before each poll cycle, and when the engine has answered: when less than half the
              lock time is left, write it again (a refused write: taken over, stop polling)
-    release  at the end of the invocation (before a relay hands over): write it free
+    release  at the end of the invocation: write it free
+    hand on  an invocation that relays to a fresh one (work still flowing) does not release: the
+             relay message carries the lock's version, and the fresh invocation takes it over with
+             one write conditional on that version (no read; a duplicate delivery of the relay, or
+             a relay that arrives after another invocation took the lock, finds the version moved
+             and falls back to ``take``)
 
 The version makes the lock exclusive, not the clocks: every taker writes the item, so an invocation
 whose ``keep`` or ``release`` write still succeeds knows nobody polled since its last write. The
@@ -152,6 +157,33 @@ class PollerLock:
             self.held_by = ("another invocation", now)  # it took the lock between our read and our write
             return False
         return True
+
+    def handover(self) -> dict[str, Any] | None:
+        """What a relay message carries so that the invocation it starts takes this lock over
+        (:meth:`inherit`) instead of reading and re-taking it; None when not held. The lock stays
+        ours until :meth:`handed_over` (the relay was sent) or :meth:`release` (it was not)."""
+        if self._version is None:
+            return None
+        return {"version": self._version, "sent": self.dispatches.to_dict()}
+
+    def handed_over(self) -> None:
+        """The relay is sent: the lock is the next invocation's now (its expiry frees it if the relay
+        never arrives)."""
+        self._version = None
+
+    def inherit(self, token: Mapping[str, Any]) -> bool:
+        """Take the lock over from the invocation that relayed to this one: one write conditional on
+        the version it handed on. When that version is no longer the item's (a duplicate relay, or
+        the lock expired and was taken), it is a plain :meth:`acquire`."""
+        try:
+            version = int(token["version"])
+        except (KeyError, TypeError, ValueError):
+            return self.acquire()
+        now = self.clock()
+        self.dispatches = Dispatches(self.window, token.get("sent") if isinstance(token.get("sent"), dict) else None)
+        if self._write(version, holder=self.owner, until=now + self.seconds, now=now):
+            return True
+        return self.acquire()
 
     def keep(self) -> bool:
         """Before a poll cycle: renew when less than half the lock time is left (one write, not one

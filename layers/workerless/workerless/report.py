@@ -53,5 +53,5 @@ def report_stored(ref: JobRef, outcome: Outcome, *, engine: Any, store: Any, dea
         return False
     store.mark_reported(ref.key, lease=lease)
     observability.record(ref.job_type, EVENTS[outcome.kind], job_id=ref.job_id)
-    logger.info("job reported", extra={"job_id": ref.job_id, "outcome": outcome.kind})
+    logger.debug("job reported", extra={"job_id": ref.job_id, "outcome": outcome.kind})
     return True

@@ -235,7 +235,7 @@ class JobStore:
             "claimed_at": {"N": repr(now)},
             "expires_at": self._ttl(now),
         }
-        condition = "attribute_not_exists(pk) OR (#s = :claimed AND claim_expires_at < :now)"
+        condition = "attribute_not_exists(pk) OR (#s = :claimed AND claim_expires_at <= :now)"
         names = {"#s": "status"}
         values: dict[str, Any] = {":claimed": {"S": Status.CLAIMED.value}, ":now": {"N": repr(now)}}
         if lease:

@@ -7,7 +7,8 @@ Every number comes from something that already exists; status adds no write to t
 - last poll: the poller's ticker state item (``pk = state#ticker``, ``last_tick``), which every
   tick of the self-rescheduling chain writes anyway. With ``TickSeconds`` 0 (schedule only) no such
   item exists: status then says "unknown" rather than adding a write per idle poll; the
-  ``PollCycles`` metric (below) still answers "is anyone polling?";
+  ``PollCycles`` metric (below) counts the cycles of invocations that took work or failed (an idle
+  one publishes no metric);
 - recent failures and oldest message: CloudWatch (``--metrics``; a deployed stack only): the
   workerless EMF metrics ``JobsFailed``, ``JobsThrown``, ``JobsDeadLettered`` per ``JobType`` summed
   over the window, ``PollCycles`` for the service, and ``AWS/SQS ApproximateAgeOfOldestMessage``

@@ -337,6 +337,7 @@ class LocalTopology:
         loop.install_hooks()
         limits.install_hooks()
         limits.check_update_item_size(_moto_write_lock)
+        limits.precise_long_polls()
         serialise_moto_dynamodb_writes()
         self._mock = mock_aws()
         self._mock.start()
