@@ -36,8 +36,13 @@ def make_env(tmp_path: Path) -> dict[str, str]:
 
 
 def make(app: Path, env: dict[str, str], *targets: str) -> subprocess.CompletedProcess[str]:
+    return command(app, env, "make", "--no-print-directory", *targets)
+
+
+def command(app: Path, env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
+    """``argv`` run in ``app``; it must succeed."""
     result = subprocess.run(
-        ["make", "--no-print-directory", *targets],
+        argv,
         cwd=app,
         env=env,
         capture_output=True,
@@ -45,7 +50,7 @@ def make(app: Path, env: dict[str, str], *targets: str) -> subprocess.CompletedP
         timeout=MAKE_TIMEOUT,
         check=False,
     )
-    assert result.returncode == 0, f"make {' '.join(targets)}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    assert result.returncode == 0, f"{' '.join(argv)}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return result
 
 
@@ -83,16 +88,7 @@ def test_init_creates_an_application_whose_demo_tests_and_build_pass(
     assert "1 passed" in tested.stdout
 
     # A type added in the new application is tested there too.
-    added = subprocess.run(
-        [str(app / ".venv" / "bin" / "workerless"), "new-handler", "ship-parcel"],
-        cwd=app,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=MAKE_TIMEOUT,
-        check=False,
-    )
-    assert added.returncode == 0, added.stderr
+    command(app, env, str(app / ".venv" / "bin" / "workerless"), "new-handler", "ship-parcel")
     assert "2 passed" in make(app, env, "test").stdout
 
     python312 = subprocess.run(

@@ -27,14 +27,18 @@ ACCOUNT = "123456789012"
 
 
 def without_statement(text: str, role: str, sid: str) -> str:
-    """``text`` with the statement ``sid`` of ``role``'s policy cut out (the rest of the file as is).
+    """``text`` with the statement ``sid`` of ``role``'s policy cut out (the rest of the file as is):
+    a block (``- Sid: X`` and its keys) or a flow mapping (``- {Sid: X, ...}``, its continuation lines
+    indented deeper).
 
     ``role`` is a logical ID as written in the template: a library role (``PollerFunctionRole``), or
     the route loop's ``"&{JobType}FunctionRole"``, whose statement is then cut from every route's role."""
     match = re.search(rf"\n[ ]*{re.escape(role)}:\n", text)
     assert match is not None, f"no resource {role} in the template"
     start = match.start()
-    head = text.index(f"- Sid: {sid}\n", start)
+    found = re.compile(rf"- (?:Sid: {sid}\n|\{{Sid: {sid},)").search(text, start)
+    assert found is not None, f"no statement {sid} in {role}"
+    head = found.start()
     line_start = text.rindex("\n", 0, head) + 1
     indent = head - line_start
     lines = text[line_start:].split("\n")
@@ -75,7 +79,7 @@ def test_the_without_statement_helper_cuts_exactly_one_statement() -> None:
     text = TEMPLATE.read_text(encoding="utf-8")
     cut = without_statement(text, "PollerFunctionRole", "HeartbeatTickets")
     assert "Sid: HeartbeatTickets" not in cut
-    assert cut.count("- Sid:") == text.count("- Sid:") - 1
+    assert len(re.findall(r"\bSid: ", cut)) == len(re.findall(r"\bSid: ", text)) - 1
     assert "Sid: NextTick" in cut and "Sid: JobRecords" in cut
 
 
