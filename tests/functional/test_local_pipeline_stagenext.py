@@ -203,9 +203,12 @@ def test_failed_lease_acquire_leaves_the_stage_to_its_redelivery_not_to_the_hear
 
     state = emu.state(stage_id)
     assert state["state"] == "completed", state["history"]
-    refused = [h for h in state["history"] if h["event"] == "renew_refused"]
+    # "not_running" is the renewal of an execution nobody acquired. A renewal that reaches the
+    # engine just after the result was applied ("not_current_execution": a busy machine delays the
+    # heartbeat) is harmless, and a late one that let the lease lapse shows as a second attempt.
+    refused = [h for h in state["history"] if h["event"] == "renew_refused" and h.get("reason") == "not_running"]
     assert refused == [], "the heartbeat renewed an execution whose lease was never acquired"
-    assert len(state["executions"]) == 1 and state["attempts"] == 1
+    assert len(state["executions"]) == 1 and state["attempts"] == 1, state["history"]
     assert state["executions"][0]["renewals"] >= 1, "the acquired lease was renewed through the 5 s run"
     assert len(applied(state)) == 1
     assert count(events, "started", stage_id) == 1
