@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from workerless.errors import ConfigurationError
@@ -251,23 +251,47 @@ def _substitute(value: Any, identifier: str, item: str) -> Any:
     return value
 
 
-def _first_foreach(value: Any, where: str) -> str | None:
+def _find(value: Any, where: str, hit: Callable[[Any, Any, str], str | None], key: Any = None) -> str | None:
+    """The first place, depth first in document order, where ``hit(key, value, where)`` names one:
+    each node is asked before its children (``key`` is the node's key in its parent mapping, None
+    for a list item or the start)."""
+    found = hit(key, value, where)
+    if found:
+        return found
     if isinstance(value, dict):
-        for key, item in value.items():
-            if isinstance(key, str) and key.startswith(FOREACH_PREFIX):
-                return f"{where}.{key}"
-            found = _first_foreach(item, f"{where}.{key}")
-            if found:
-                return found
+        children: Iterable[tuple[Any, Any, str]] = ((k, v, f"{where}.{k}") for k, v in value.items())
     elif isinstance(value, list):
-        for index, item in enumerate(value):
-            found = _first_foreach(item, f"{where}[{index}]")
-            if found:
-                return found
+        children = ((None, v, f"{where}[{i}]") for i, v in enumerate(value))
+    else:
+        return None
+    for child_key, child, path in children:
+        found = _find(child, path, hit, child_key)
+        if found:
+            return found
     return None
 
 
+def _foreach_key(key: Any, value: Any, where: str) -> str | None:
+    return where if isinstance(key, str) and key.startswith(FOREACH_PREFIX) else None
+
+
+def _extension_call(key: Any, value: Any, where: str) -> str | None:
+    if not (isinstance(value, dict) and len(value) == 1):
+        return None
+    ((name, arg),) = value.items()
+    if name in _EXTENSION_FUNCTIONS or name == "Fn::ToJsonString":
+        return f"{where}: {name}"
+    if name == "Fn::FindInMap" and isinstance(arg, list) and len(arg) == 4:
+        return f"{where}: Fn::FindInMap with DefaultValue"
+    return None
+
+
+def _first_foreach(value: Any, where: str) -> str | None:
+    return _find(value, where, _foreach_key)
+
+
 def _first_foreach_below(properties: Any, where: str) -> str | None:
+    """A loop inside one of ``properties``' values (a loop as a property itself is allowed)."""
     if not isinstance(properties, dict):
         return None
     for key, item in properties.items():
@@ -278,30 +302,11 @@ def _first_foreach_below(properties: Any, where: str) -> str | None:
 
 
 def _first_extension_use(template: Mapping[str, Any]) -> str | None:
-    found = _first_foreach(template, "template")
-    if found:
-        return found
-
-    def walk(value: Any, where: str) -> str | None:
-        if isinstance(value, dict):
-            if len(value) == 1:
-                ((key, arg),) = value.items()
-                if key in _EXTENSION_FUNCTIONS or key == "Fn::ToJsonString":
-                    return f"{where}: {key}"
-                if key == "Fn::FindInMap" and isinstance(arg, list) and len(arg) == 4:
-                    return f"{where}: Fn::FindInMap with DefaultValue"
-            for k, v in value.items():
-                hit = walk(v, f"{where}.{k}")
-                if hit:
-                    return hit
-        elif isinstance(value, list):
-            for i, v in enumerate(value):
-                hit = walk(v, f"{where}[{i}]")
-                if hit:
-                    return hit
-        return None
-
-    return walk(template.get("Resources"), "Resources") or walk(template.get("Outputs"), "Outputs")
+    return (
+        _first_foreach(template, "template")
+        or _find(template.get("Resources"), "Resources", _extension_call)
+        or _find(template.get("Outputs"), "Outputs", _extension_call)
+    )
 
 
 def _text(value: Any) -> str:
