@@ -87,7 +87,8 @@ def test_a_dead_pollers_batch_is_handed_back_even_while_its_lock_still_blocks_po
     dead = PollerLock(state(), seconds=30, window=2)
     assert dead.acquire()
     jobs = fake.activate([Demand("charge-payment", 3)], 60)
-    IntentLog(state(), lease_seconds=60, clock=lambda: time.time() - 60).record(jobs)
+    assert IntentLog(dead, lease_seconds=60, clock=lambda: time.time() - 60).record(jobs)
+    dead_until = state().get(LOCK_KEY)["until"]
 
     report = entrypoints.poller(tick_event(), FakeContext())
 
@@ -96,6 +97,7 @@ def test_a_dead_pollers_batch_is_handed_back_even_while_its_lock_still_blocks_po
     assert leased(fake) == 0
     current = state().get(LOCK_KEY)
     assert current is not None and current["holder"] == dead.owner, "the dead holder's lock waits for its expiry"
+    assert current["until"] == dead_until and not current.get("batches"), "only its batch was taken out"
 
 
 def test_a_busy_invocation_hands_its_lock_and_sends_on_with_its_relay(

@@ -1,6 +1,8 @@
-"""The poller's intent log: a poller that dies mid-cycle does not cost its jobs a lease.
+"""The poller's intent log: a poller that dies mid-cycle does not cost its jobs a lease, a second run
+or a lost heartbeat, at whichever step it dies.
 
-Pure: the real Poller and IntentLog over an in-memory shared state, the in-memory FakeEngine and a
+Pure: the real Poller, PollerLock and IntentLog over an in-memory shared state that counts its reads
+and writes (each a DynamoDB call in AWS), the in-memory FakeEngine, a virtual wall clock, and a
 fake SQS whose sends can "kill the process" (a BaseException, as the chaos suite's SimulatedCrash).
 """
 
@@ -12,29 +14,52 @@ from typing import Any
 import pytest
 from workerless.chaos.plan import SimulatedCrash
 from workerless.engines.base import MemoryState
-from workerless.intent import INTENT_KEY, IntentLog, stale_after
+from workerless.intent import IntentLog, stale_after
 from workerless.model import Demand
-from workerless.poller import Poller
+from workerless.poller import Poller, PollReport
+from workerless.poller_lock import LOCK_KEY, PollerLock
 from workerless.settings import Settings
 from workerless.testing import FakeEngine
 from workerless.ticket import Ticket
 
 ROUTES = json.dumps([{"type": "charge-payment", "queue": "q-charge", "max": 5}])
+LOCK_SECONDS = 30.0
+STALE = stale_after(60)
 
 
 class Clock:
     def __init__(self) -> None:
-        self.now = 1_000.0
+        self.now = 1_000_000.0
 
     def __call__(self) -> float:
         return self.now
 
 
-class Queues:
-    """SQS as the poller sees it; ``die_on`` = "batch" or "ticket" kills the process there once."""
+class CountingState(MemoryState):
+    """``get`` is a GetItem, ``put`` a conditional PutItem."""
 
-    def __init__(self, die_on: str | None = None) -> None:
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+        self.writes = 0
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        self.reads += 1
+        return super().get(key)
+
+    def put(self, key: str, value: dict[str, Any], *, expected_version: int | None) -> bool:
+        self.writes += 1
+        return super().put(key, value, expected_version=expected_version)
+
+
+class Queues:
+    """SQS as the poller sees it. ``die_on`` kills the process once: "batch" at SendMessageBatch
+    (after activation, nothing queued), "ticket" at the ticket's send (queued, no ticket),
+    "after-ticket" right after the ticket was sent (queued and ticketed, nothing written since)."""
+
+    def __init__(self, die_on: str | None = None, *, refuse_tickets: bool = False) -> None:
         self.die_on = die_on
+        self.refuse_tickets = refuse_tickets
         self.jobs: list[str] = []
         self.tickets: list[Ticket] = []
 
@@ -52,7 +77,18 @@ class Queues:
         if self.die_on == "ticket":
             self.die_on = None
             raise SimulatedCrash("poller died before the ticket")
+        if self.refuse_tickets:
+            raise RuntimeError("SQS throttled the ticket")
         self.tickets.append(Ticket.from_json(body))
+        if self.die_on == "after-ticket":
+            self.die_on = None
+            raise SimulatedCrash("poller died after the ticket")
+
+    def queued_ids(self) -> list[str]:
+        return [json.loads(body)["ref"]["job_id"] for body in self.jobs]
+
+    def ticketed_ids(self) -> list[str]:
+        return [e.ref.job_id for t in self.tickets for e in t.entries]
 
 
 def settings() -> Settings:
@@ -66,83 +102,241 @@ def settings() -> Settings:
     )
 
 
-def poll(engine: FakeEngine, queues: Queues, log: IntentLog) -> Any:
-    return Poller(settings(), engine, queues, sleep=lambda s: None, intents=log).run(deadline=1e12)
+class World:
+    def __init__(self, jobs: int = 3) -> None:
+        self.clock = Clock()
+        self.engine = FakeEngine(clock=self.clock)
+        for n in range(jobs):
+            self.engine.add_job("charge-payment", {"n": n})
+        self.state = CountingState()
+
+    def lock(self) -> PollerLock:
+        return PollerLock(self.state, seconds=LOCK_SECONDS, window=2, clock=self.clock)
+
+    def poller(self, queues: Queues, lock: PollerLock) -> Poller:
+        log = IntentLog(lock, lease_seconds=60, clock=self.clock)
+        return Poller(settings(), self.engine, queues, sleep=lambda s: None, intents=log, lock=lock, wall=self.clock)
+
+    def invoke(self, queues: Queues, token: dict[str, Any] | None = None) -> tuple[Any, PollerLock]:
+        """One poller invocation as the entry point runs it: take (or inherit) the lock, poll, and
+        release it, or, when the lock is held, only finish a dead poller's batches."""
+        lock = self.lock()
+        if not (lock.inherit(token) if token is not None else lock.acquire()):
+            return self.poller(queues, lock).recover(deadline=1e12), lock
+        report = self.poller(queues, lock).run(deadline=1e12)
+        lock.release()
+        return report, lock
+
+    def die(self, where: str) -> Queues:
+        """A poller that takes the lock, activates the three jobs and dies at ``where``."""
+        dying = Queues(die_on=where)
+        with pytest.raises(SimulatedCrash):
+            self.invoke(dying)
+        return dying
+
+    def item(self) -> dict[str, Any]:
+        item = MemoryState.get(self.state, LOCK_KEY)
+        assert item is not None
+        return item
 
 
-@pytest.fixture
-def world() -> tuple[FakeEngine, MemoryState, Clock]:
-    engine = FakeEngine()
-    for n in range(3):
-        engine.add_job("charge-payment", {"n": n})
-    return engine, MemoryState(), Clock()
+# How the next invocation comes to finish a dead poller's batch: it finds the lock still held (a
+# tick after the stale window, seconds) or takes it once the dead holder's lock expired.
+NEXT = {"lock held": STALE, "lock expired": LOCK_SECONDS + 0.1}
 
 
-def test_a_poller_dying_before_dispatch_has_its_jobs_handed_back_by_the_next(world: Any) -> None:
-    """GIVEN a poller that activated three jobs and died before queuing them
-    WHEN the next poller runs after the stale window (seconds, not a lease)
-    THEN it hands the three jobs straight back to the engine, which hands them out again."""
-    engine, state, clock = world
-    log = IntentLog(state, lease_seconds=60, clock=clock)
-    with pytest.raises(SimulatedCrash):
-        poll(engine, Queues(die_on="batch"), log)
-    assert {j.state for j in engine.jobs.values()} == {"leased"}
-    assert len(state.get(INTENT_KEY)["batches"]) == 1
+@pytest.mark.parametrize("path", NEXT)
+def test_a_poller_dying_after_activation_has_its_jobs_handed_back(path: str) -> None:
+    """GIVEN a poller that activated three jobs, wrote them down and died before SendMessageBatch
+    WHEN the next invocation runs THEN it hands the three jobs straight back to the engine (seconds,
+    not a lease) and queues none of the dead poller's; no ticket names them."""
+    world = World()
+    world.die("batch")
+    assert {j.state for j in world.engine.jobs.values()} == {"leased"}
+    assert [b["phase"] for b in world.item()["batches"]] == ["activated"]
 
-    clock.now += stale_after(60)
+    world.clock.now += NEXT[path]
     queues = Queues()
-    report = poll(engine, queues, log)
+    report, _ = world.invoke(queues)
 
-    assert sorted(engine.releases) == sorted(engine.jobs), "every job was handed back"
+    assert sorted(world.engine.releases) == sorted(world.engine.jobs), "every job was handed back"
     assert report.released == 3
-    assert len(queues.jobs) == 3, "and taken again and queued in the same invocation"
-    assert state.get(INTENT_KEY)["batches"] == []
+    assert not world.item().get("batches")
+    if path == "lock held":
+        assert queues.jobs == [] and queues.tickets == []
+        assert world.item()["holder"] is not None, "the dead holder's lock itself waits for its expiry"
+    else:
+        # Handed back, then taken again (a new attempt) and queued and ticketed in the same invocation.
+        assert len(queues.jobs) == 3 and len(queues.ticketed_ids()) == 3
+        assert all(j.retries == 3 for j in world.engine.jobs.values()), "a hand-back spends no retry"
 
 
-def test_a_poller_dying_before_the_ticket_has_its_ticket_sent_by_the_next(world: Any) -> None:
-    engine, state, clock = world
-    log = IntentLog(state, lease_seconds=60, clock=clock)
-    dying = Queues(die_on="ticket")
-    with pytest.raises(SimulatedCrash):
-        poll(engine, dying, log)
+@pytest.mark.parametrize("path", NEXT)
+def test_a_poller_dying_after_send_message_batch_has_its_ticket_sent_by_the_next(path: str) -> None:
+    """GIVEN a poller that queued three jobs and died before their heartbeat ticket
+    WHEN the next invocation runs THEN it sends their ticket and hands nothing back: the queued jobs
+    run once, with their leases extended."""
+    world = World()
+    dying = world.die("ticket")
     assert len(dying.jobs) == 3 and dying.tickets == []
+    assert [b["phase"] for b in world.item()["batches"]] == ["dispatched"]
 
-    clock.now += stale_after(60)
+    world.clock.now += NEXT[path]
     queues = Queues()
-    poll(engine, queues, log)
+    world.invoke(queues)
 
-    assert engine.releases == {}, "queued jobs are not handed back"
-    (ticket,) = queues.tickets
-    assert sorted(e.ref.job_id for e in ticket.entries) == sorted(engine.jobs)
-
-
-def test_a_live_pollers_batch_is_left_alone(world: Any) -> None:
-    """A batch younger than the stale window belongs to a poller that may still be working."""
-    engine, state, clock = world
-    log = IntentLog(state, lease_seconds=60, clock=clock)
-    with pytest.raises(SimulatedCrash):
-        poll(engine, Queues(die_on="batch"), log)
-    clock.now += stale_after(60) / 2
-    poll(engine, Queues(), log)
-    assert engine.releases == {}
-    assert len(state.get(INTENT_KEY)["batches"]) == 1
+    assert world.engine.releases == {}, "queued jobs are not handed back (that would run them twice)"
+    assert sorted(queues.ticketed_ids()) == sorted(world.engine.jobs)
+    assert queues.jobs == [], "nor queued again"
+    assert not world.item().get("batches")
 
 
-def test_a_clean_cycle_leaves_the_log_empty(world: Any) -> None:
-    engine, state, clock = world
-    log = IntentLog(state, lease_seconds=60, clock=clock)
-    poll(engine, Queues(), log)
-    assert state.get(INTENT_KEY)["batches"] == []
+@pytest.mark.parametrize("path", NEXT)
+def test_a_poller_dying_after_its_ticket_costs_a_second_ticket_not_a_job(path: str) -> None:
+    """GIVEN a poller that queued three jobs, sent their ticket and died before writing the item
+    again (the batch is finished, but only in memory) THEN the next invocation sends their ticket a
+    second time (the price of not writing the close: a second heartbeat chain while they run), and
+    never hands them back or queues them again."""
+    world = World()
+    dying = world.die("after-ticket")
+    assert sorted(dying.ticketed_ids()) == sorted(world.engine.jobs)
+
+    world.clock.now += NEXT[path]
+    queues = Queues()
+    world.invoke(queues)
+
+    assert world.engine.releases == {}
+    assert queues.jobs == []
+    assert sorted(queues.ticketed_ids()) == sorted(world.engine.jobs)
+    assert not world.item().get("batches")
+
+
+def test_a_live_pollers_batch_is_left_alone_and_a_batch_is_finished_once() -> None:
+    """A batch younger than the stale window belongs to a poller that may still be working; once it
+    is stale, one invocation takes it out of the item and the next finds nothing to do."""
+    world = World()
+    world.die("batch")
+    world.clock.now += STALE / 2
+    world.invoke(Queues())
+    assert world.engine.releases == {}
+    assert len(world.item()["batches"]) == 1
+
+    world.clock.now += STALE / 2
+    world.invoke(Queues())
+    world.invoke(Queues())
+    assert all(len(reasons) == 1 for reasons in world.engine.releases.values()), "each job handed back once"
+    assert len(world.engine.releases) == 3
+
+
+def test_a_clean_cycle_costs_two_writes_and_leaves_nothing_to_finish() -> None:
+    """Take the lock (a read, a write), write the batch activated and dispatched (two writes), send
+    the ticket, and release (a write that drops the finished batch): no write to clear it, no read
+    of an intent item."""
+    world = World()
+    queues = Queues()
+    world.invoke(queues)
+    assert len(queues.jobs) == 3 and len(queues.ticketed_ids()) == 3
+    assert (world.state.reads, world.state.writes) == (1, 4)
+    assert not world.item().get("batches") and world.item()["holder"] is None
+
+
+def test_a_relayed_invocation_drops_the_finished_batch_with_its_takeover_write_and_reads_nothing() -> None:
+    """GIVEN a poller that dispatched and ticketed a batch (closed in memory only) and relays
+    THEN the relay's token says so, and the relayed invocation takes the lock over with one write
+    and no read, which drops the finished batch: nothing is handed back or ticketed again."""
+    world = World(jobs=6)
+    lock = world.lock()
+    assert lock.acquire()
+    first = world.poller(Queues(), lock)
+    report = PollReport()
+    first.cycle(report, deadline=1e12)
+    assert report.dispatched == 5
+    [batch] = world.item()["batches"]
+    assert batch["phase"] == "dispatched", "finished, but only in memory: no write to clear it"
+    token = lock.handover()
+    assert token is not None and token["closed"] == [batch["id"]] and token["open"] == []
+    lock.handed_over()
+
+    reads, writes = world.state.reads, world.state.writes
+    relayed = world.lock()
+    assert relayed.inherit(token)
+    assert (world.state.reads - reads, world.state.writes - writes) == (0, 1), "one write, no read"
+    assert not world.item().get("batches"), "the takeover dropped the finished batch"
+    assert world.poller(Queues(), relayed).run(deadline=1e12).released == 0
+
+
+def test_a_relay_with_a_ticket_still_owed_has_the_next_invocation_send_it() -> None:
+    """GIVEN a poller whose ticket SQS refused (the batch stays open in the item) and that relays
+    THEN the relayed invocation reads the item, takes the lock with that batch and sends its ticket."""
+    world = World()
+    lock = world.lock()
+    assert lock.acquire()
+    world.poller(Queues(refuse_tickets=True), lock).run(deadline=1e12)
+    token = lock.handover()
+    assert token is not None and len(token["open"]) == 1
+    lock.handed_over()
+
+    queues = Queues()
+    world.invoke(queues, token=token)
+    assert sorted(queues.ticketed_ids()) == sorted(world.engine.jobs)
+    assert world.engine.releases == {} and queues.jobs == []
+    assert not world.item().get("batches")
+
+
+def test_a_recoverer_writing_the_item_does_not_cost_a_live_holder_its_lock() -> None:
+    """GIVEN a live holder with a batch still owed a ticket (SQS refused it) WHEN an invocation that
+    finds the lock held takes that batch once it is stale (sending the ticket) THEN the holder's
+    next write of the item is refused, reads it back, sees its hold as it was, and carries on."""
+    world = World()
+    holder = world.lock()
+    assert holder.acquire()
+    world.poller(Queues(refuse_tickets=True), holder).run(deadline=1e12)
+
+    world.clock.now += STALE
+    queues = Queues()
+    report, other = world.invoke(queues)
+    assert not other.held and report.released == 0
+    assert sorted(queues.ticketed_ids()) == sorted(world.engine.jobs)
+    assert world.item()["holder"] == holder.owner
+
+    world.clock.now += LOCK_SECONDS / 2
+    assert holder.keep(), "still the holder's: the recoverer left its hold as it was"
+    assert world.item()["holder"] == holder.owner and not world.item().get("batches")
+    holder.release()
+    assert world.item()["holder"] is None
+
+
+def test_a_lock_taken_over_while_the_engine_answered_has_the_jobs_handed_back() -> None:
+    """The intent write is compare-and-set on the lock's item: when another invocation took the lock
+    over meanwhile (a cycle slower than the lock), the write is refused and the jobs go back."""
+    world = World()
+    lock = world.lock()
+    assert lock.acquire()
+
+    class Slow(FakeEngine):
+        def activate(self, demands: Any, lease_seconds: int) -> Any:
+            jobs = world.engine.activate(demands, lease_seconds)
+            world.clock.now += LOCK_SECONDS + 1
+            assert world.lock().acquire(), "the lock expired while the engine answered: taken over"
+            return jobs
+
+    log = IntentLog(lock, lease_seconds=60, clock=world.clock)
+    queues = Queues()
+    poller = Poller(settings(), Slow(), queues, sleep=lambda s: None, intents=log, lock=lock, wall=world.clock)
+    poller.engine.release = world.engine.release  # type: ignore[method-assign]
+    report = poller.run(deadline=1e12)
+
+    assert report.lock_lost == 1 and report.released == 3
+    assert queues.jobs == []
+    assert sorted(world.engine.releases) == sorted(world.engine.jobs)
 
 
 def test_the_log_keeps_no_variables() -> None:
     """Variables can be large and are not needed to hand a job back or extend its lease."""
-    engine = FakeEngine()
-    engine.add_job("charge-payment", {"secret-ish": "x" * 1000})
-    state, clock = MemoryState(), Clock()
-    with pytest.raises(SimulatedCrash):
-        poll(engine, Queues(die_on="batch"), IntentLog(state, lease_seconds=60, clock=clock))
-    (entry,) = state.get(INTENT_KEY)["batches"][0]["jobs"]
+    world = World(jobs=0)
+    world.engine.add_job("charge-payment", {"secret-ish": "x" * 1000})
+    world.die("batch")
+    (entry,) = world.item()["batches"][0]["jobs"]
     assert set(entry) == {"ref", "retries", "lease"}, "a reference, the retries and the lease: no variables"
     assert "x" * 100 not in json.dumps(entry)
 
@@ -152,22 +346,19 @@ def test_stale_window_is_short_against_the_lease(lease: int, stale: float) -> No
     assert stale_after(lease) == stale
 
 
-def test_the_owner_steps_need_no_read_after_the_first() -> None:
-    """Each step rewrites the record; the owner reuses what it last wrote (still compare-and-set)."""
-
-    class Counting(MemoryState):
-        gets = 0
-
-        def get(self, key: str) -> dict[str, Any] | None:
-            Counting.gets += 1
-            return super().get(key)
-
-    engine = FakeEngine()
-    engine.add_job("charge-payment", {})
-    [job] = engine.activate([Demand("charge-payment", 1)], 60)
-    log = IntentLog(Counting(), lease_seconds=60)
+def test_the_owner_steps_need_no_read() -> None:
+    """The holder knows the item it last wrote: record and dispatched are one compare-and-set write
+    each, and clearing a dispatched batch writes nothing (the next write drops it)."""
+    world = World(jobs=1)
+    lock = world.lock()
+    assert lock.acquire()
+    [job] = world.engine.activate([Demand("charge-payment", 1)], 60)
+    log = IntentLog(lock, lease_seconds=60, clock=world.clock)
+    reads, writes = world.state.reads, world.state.writes
     intent = log.record([job])
     log.dispatched(intent, [job])
     log.clear(intent)
-    assert Counting.gets == 1
-    assert log.state.get(INTENT_KEY)["batches"] == []
+    assert (world.state.reads - reads, world.state.writes - writes) == (0, 2)
+    assert len(world.item()["batches"]) == 1
+    lock.release()
+    assert not world.item().get("batches")

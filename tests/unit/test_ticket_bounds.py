@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 from workerless.aws.sqs import QueueError
 from workerless.engines.base import MemoryState
-from workerless.intent import INTENT_KEY, IntentLog
+from workerless.intent import IntentLog
 from workerless.model import ActivatedJob, Demand, JobRef
 from workerless.poller import Poller, PollReport
+from workerless.poller_lock import LOCK_KEY, PollerLock
 from workerless.settings import Settings
 from workerless.ticket import MAX_TICKET_BYTES, MAX_TICKET_ENTRIES, Ticket, TicketEntry, backoff_seconds
 
@@ -149,6 +150,16 @@ def test_the_poller_sends_a_big_batch_as_tickets_within_the_message_limit() -> N
     assert_bounded(sqs.tickets, engine.handed)
 
 
+def taken_lock(state: MemoryState, dead_batches: list[dict[str, Any]] | None = None) -> PollerLock:
+    """The poller lock, taken; ``dead_batches`` are left in its item by a holder whose lock expired."""
+    if dead_batches is not None:
+        left = {"holder": "dead", "until": time.time() - 1, "sent": {}, "batches": dead_batches}
+        assert state.put(LOCK_KEY, left, expected_version=None)
+    lock = PollerLock(state, seconds=30, window=2)
+    assert lock.acquire()
+    return lock
+
+
 def _ids(sqs: Sqs) -> list[str]:
     return [e.ref.job_id for ticket, _, _ in sqs.tickets for e in ticket.entries]
 
@@ -166,14 +177,14 @@ def test_recovery_sends_a_dead_pollers_big_batch_as_bounded_tickets() -> None:
         "phase": "dispatched",
         "jobs": [{"ref": j.ref.to_dict(), "retries": None, "lease": j.lease_expires_at} for j in jobs],
     }
-    assert state.put(INTENT_KEY, {"batches": [batch]}, expected_version=None)
+    lock = taken_lock(state, [batch])
     sqs = Sqs()
-    log = IntentLog(state, lease_seconds=60, max_bytes=5_000_000)
+    log = IntentLog(lock, lease_seconds=60, max_bytes=5_000_000)
 
-    Poller(settings(), BigEngine(0), sqs, sleep=lambda s: None, intents=log).run(deadline=1e12)
+    Poller(settings(), BigEngine(0), sqs, sleep=lambda s: None, intents=log, lock=lock).run(deadline=1e12)
 
     assert_bounded(sqs.tickets, [j.ref.job_id for j in jobs])
-    assert not state.get(INTENT_KEY)["batches"], "nothing left to recover"
+    assert not state.get(LOCK_KEY).get("batches"), "nothing left to recover"
 
 
 @pytest.mark.parametrize("where", ["poller", "recovery"])
@@ -183,10 +194,12 @@ def test_a_ticket_sqs_refuses_stays_in_the_intent_log_for_the_next_invocation(wh
     recovery sends theirs."""
     now = time.time()
     state = MemoryState()
-    log = IntentLog(state, lease_seconds=60, max_bytes=5_000_000)
     sqs = Sqs(refuse=1)
     if where == "poller":
-        Poller(settings(), BigEngine(250), sqs, sleep=lambda s: None, intents=log).cycle(PollReport(), deadline=1e12)
+        lock = taken_lock(state)
+        log = IntentLog(lock, lease_seconds=60, max_bytes=5_000_000)
+        poller = Poller(settings(), BigEngine(250), sqs, sleep=lambda s: None, intents=log, lock=lock)
+        poller.cycle(PollReport(), deadline=1e12)
     else:
         jobs = [nodeflow_job(n, now) for n in range(250)]
         batch = {
@@ -195,11 +208,12 @@ def test_a_ticket_sqs_refuses_stays_in_the_intent_log_for_the_next_invocation(wh
             "phase": "dispatched",
             "jobs": [{"ref": j.ref.to_dict(), "retries": None, "lease": j.lease_expires_at} for j in jobs],
         }
-        assert state.put(INTENT_KEY, {"batches": [batch]}, expected_version=None)
-        Poller(settings(), BigEngine(0), sqs, sleep=lambda s: None, intents=log).run(deadline=1e12)
+        lock = taken_lock(state, [batch])
+        log = IntentLog(lock, lease_seconds=60, max_bytes=5_000_000)
+        Poller(settings(), BigEngine(0), sqs, sleep=lambda s: None, intents=log, lock=lock).run(deadline=1e12)
 
     assert [len(t.entries) for t, _, _ in sqs.tickets] == [100, 50]
-    [left] = state.get(INTENT_KEY)["batches"]
+    [left] = state.get(LOCK_KEY)["batches"]
     assert left["phase"] == "dispatched"
     assert len(left["jobs"]) == 100
     sent = set(_ids(sqs))

@@ -67,14 +67,15 @@ def _poll(event: dict[str, Any], context: Any) -> dict[str, Any]:
     from workerless.poller import DEPTH_REFRESH_SECONDS
     from workerless.poller_lock import PollerLock
 
-    # A poller that dies mid-cycle must not cost its jobs a lease: the next one finishes its batch.
-    intents = IntentLog(state, lease_seconds=settings.lease_seconds)
     # One poller at a time: two would each read the same room and MaxInFlight would not be a bound.
     # Taken after the tick chain moved on, so an invocation that finds it held ends here (the next
     # tick tries again).
     lock = PollerLock(
         state, seconds=settings.poller_lock_seconds, window=settings.sqs_lag_seconds, keep_seconds=DEPTH_REFRESH_SECONDS
     )
+    # A poller that dies mid-cycle must not cost its jobs a lease: its batches are written in the
+    # lock's item, and the next invocation finishes what it left.
+    intents = IntentLog(lock, lease_seconds=settings.lease_seconds)
     # A relay hands its lock on (one conditional write); anything else takes it (a read, a write).
     token = relay.get("lock")
     if not (lock.inherit(token) if isinstance(token, dict) else lock.acquire()):

@@ -6,24 +6,41 @@ dies in either gap (a Lambda crash, a timeout, an out-of-memory kill) would leav
 a whole lease length (Sheptra, node-flow) before it hands the jobs out again, and a long job would
 lose its lease under a handler that is still running it.
 
-So the poller writes down what it is about to do, in one small record of the job table
-(``state#poller-intents``, compare-and-set, no Scan needed to find it)::
+So the poller writes down what it is about to do, as a batch in its own poller-lock item
+(``state#poller-lock``: :mod:`workerless.poller_lock`; no shared item, no Scan, no read of its own:
+the holder knows the item it last wrote)::
 
-    activated  → written before dispatch: the batch's job references (no variables)
+    activated  → written before dispatch: the batch's job references (no variables); this write is
+                 also the holder's compare-and-set check that the lock is still its own
     dispatched → after SendMessageBatch: only the jobs actually queued
-    (removed)  → after the heartbeat tickets are sent (a batch is split into tickets of at most
-                 100 jobs; a ticket that could not be sent leaves its jobs here, as dispatched)
+    (closed)   → after the heartbeat tickets are sent: in memory only, no write; the holder's next
+                 write of the item drops the batch (the next batch's ``activated``, a renewal, the
+                 release, or the relayed invocation's takeover). A ticket that could not be sent
+                 leaves its jobs open, as dispatched.
 
-Every poller invocation first looks for batches older than ``stale_seconds`` (a live poller takes
-milliseconds between the steps) and finishes them for the dead one: an ``activated`` batch is handed
-back to the engine at once (``Engine.release``); a ``dispatched`` batch gets its heartbeat tickets
-(split as the poller splits them; those SQS still refuses go back in the record while a lease in
-them runs).
-Taking a batch out of the record is the compare-and-set, so only one invocation recovers it.
+Two writes a batch, where a shared intent item took three and a read (and the lock its own write on
+top). The ``dispatched`` write stays: it is what tells a dead poller's queued jobs (owed a ticket)
+from its unqueued ones (handed back); without it a poller dying between SendMessageBatch and the
+ticket would cost those jobs a second run (handed back while queued) or their leases (not ticketed).
+
+Who finishes a batch a poller left open:
+
+- the invocation that takes the lock from a holder that is gone (released with a ticket still owed,
+  expired, or relayed with a batch still open): at once, the takeover write drops the batches;
+- an invocation that finds the lock held: a batch older than ``stale_seconds`` (a live poller takes
+  milliseconds between the steps), taken out of the item by compare-and-set, the holder and its
+  expiry left as they are (a live holder's next write sees that and carries on from it).
+
+An ``activated`` batch is handed back to the engine at once (``Engine.release``); a ``dispatched``
+batch gets its heartbeat tickets (split as the poller splits them; those SQS still refuses go back
+in the item while a lease in them runs). Taking a batch out of the item is the compare-and-set, so
+only one invocation finishes it.
 
 What it cannot cover (docs/guarantees.md): a poller that dies between the engine's answer and the
-intent write (one DynamoDB call), or a record too big for one item (``max_bytes``): those jobs wait
-for their lease to lapse, as without the log.
+intent write (one DynamoDB call), or a batch too big for the item (``max_bytes``): those jobs wait
+for their lease to lapse, as without the log. A poller that dies after its ticket but before its
+next write leaves a batch that is finished but looks dispatched: its ticket is sent a second time
+(a second heartbeat chain for those jobs while they run; extends are idempotent), never a job.
 """
 
 from __future__ import annotations
@@ -36,10 +53,7 @@ from typing import Any
 
 from workerless.model import ActivatedJob, JobRef
 from workerless.observability import logger
-
-INTENT_KEY = "poller-intents"
-#: A CAS that keeps losing to concurrent pollers gives up after this many tries (the lease is the backstop).
-MAX_CAS_TRIES = 5
+from workerless.poller_lock import Batches, PollerLock
 
 
 def stale_after(lease_seconds: float) -> float:
@@ -49,9 +63,9 @@ def stale_after(lease_seconds: float) -> float:
 
 
 def _entry(job: ActivatedJob) -> dict[str, Any]:
-    """What recovery needs of a job, and no more (each step rewrites the record, so its size is
-    what each write costs): the reference, the retries (to hand it back unchanged) and the lease
-    granted (to time its ticket). Variables stay out."""
+    """What recovery needs of a job, and no more (each write's units are the item's size): the
+    reference, the retries (to hand it back unchanged) and the lease granted (to time its ticket).
+    Variables stay out."""
     return {"ref": job.ref.to_dict(), "retries": job.retries, "lease": job.lease_expires_at}
 
 
@@ -67,39 +81,36 @@ def _job(entry: dict[str, Any], at: float) -> ActivatedJob:
 
 
 class IntentLog:
-    """The intent record on a :class:`~workerless.engines.base.SharedState` (the job table).
+    """The intent batches on a :class:`~workerless.poller_lock.PollerLock`'s item.
+
+    The lock is this invocation's: taken (the owner's steps write it as its holder), or found held
+    by another invocation (:meth:`take_stale` and :meth:`put_back_dispatched` then change only the
+    batches of the item it read).
 
     Example:
-        >>> log = IntentLog(MemoryState(), lease_seconds=60)          # doctest: +SKIP
+        >>> log = IntentLog(lock, lease_seconds=60)          # doctest: +SKIP
         >>> intent = log.record(jobs); log.dispatched(intent, jobs); log.clear(intent)
     """
 
     def __init__(
         self,
-        state: Any,
+        lock: PollerLock,
         *,
         lease_seconds: float,
         clock: Callable[[], float] = time.time,
         max_bytes: int = 300_000,
     ) -> None:
-        self.state = state
+        self.lock = lock
         self.stale_seconds = stale_after(lease_seconds)
         self.clock = clock
         self.max_bytes = max_bytes
-        self._known: dict[str, Any] | None = None
-        #: Whether ``_known`` is a read of the item (None then means: there is none yet).
-        self._read = False
 
     # -- the owner's three steps ----------------------------------------------------------------
     def record(self, jobs: Sequence[ActivatedJob]) -> str | None:
-        """Write the batch as ``activated``; its id, or None when it could not be written."""
-        intent_id = uuid.uuid4().hex
-        entry = {
-            "id": intent_id,
-            "at": self.clock(),
-            "phase": "activated",
-            "jobs": [_entry(job) for job in jobs],
-        }
+        """Write the batch as ``activated``; its id, or None when it could not be written (then
+        ``lock.held`` tells whether the lock is still ours)."""
+        intent_id = uuid.uuid4().hex[:16]
+        entry = {"id": intent_id, "at": self.clock(), "phase": "activated", "jobs": [_entry(job) for job in jobs]}
         ok = self._update(lambda batches: [*batches, entry], what="record")
         return intent_id if ok else None
 
@@ -108,15 +119,27 @@ class IntentLog:
         if intent_id is None:
             return
         sent = [_entry(job) for job in jobs]
+        found = False
 
-        def change(batches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        def change(batches: Batches) -> Batches:
+            nonlocal found
+            found = any(b.get("id") == intent_id for b in batches)
             return [{**b, "phase": "dispatched", "jobs": sent} if b.get("id") == intent_id else b for b in batches]
 
-        self._update(change, what="dispatched")
+        if self._update(change, what="dispatched") and not found:
+            # Only a recoverer removes a live holder's batch: this one stalled past stale_seconds
+            # between its steps, and its jobs were handed back while being queued.
+            logger.warning("this batch was finished by another invocation while being dispatched")
 
     def clear(self, intent_id: str | None) -> None:
-        """The batch is fully handed over (queued and ticketed, or handed back)."""
+        """The batch is fully handed over (queued and ticketed, or handed back). A dispatched batch
+        is dropped by the item's next write (no write now); one never dispatched (every job handed
+        back) is dropped at once, so that nobody hands its jobs back a second time."""
         if intent_id is None:
+            return
+        batch = next((b for b in self.lock.batches if b.get("id") == intent_id), None)
+        if batch is not None and batch.get("phase") == "dispatched":
+            self.lock.close(intent_id)
             return
         self._update(lambda batches: [b for b in batches if b.get("id") != intent_id], what="clear")
 
@@ -131,34 +154,20 @@ class IntentLog:
                 "recovered ticket not sent and every lease in it has lapsed: dropped", extra={"jobs": len(jobs)}
             )
             return False
-        entry = {"id": uuid.uuid4().hex, "at": now, "phase": "dispatched", "jobs": [_entry(job) for job in live]}
+        entry = {"id": uuid.uuid4().hex[:16], "at": now, "phase": "dispatched", "jobs": [_entry(j) for j in live]}
         return self._update(lambda batches: [*batches, entry], what="put back")
 
     # -- recovery -------------------------------------------------------------------------------
     def take_stale(self) -> list[tuple[str, list[ActivatedJob]]]:
-        """Remove and return the batches a dead poller left: (phase, jobs) each."""
-        taken: list[dict[str, Any]] = []
-
-        def change(batches: list[dict[str, Any]]) -> list[dict[str, Any]]:
-            now = self.clock()
-            taken.clear()
-            keep = []
-            for batch in batches:
-                if now - float(batch.get("at", now)) >= self.stale_seconds:
-                    taken.append(batch)
-                else:
-                    keep.append(batch)
-            return keep
-
-        current = self.state.get(INTENT_KEY)
-        if not current or not current.get("batches"):
-            # The common case: one read, nothing to do. What it read is what the owner's first step
-            # compares against (the compare-and-set still guards it): no second read for ``record``.
-            self._known = current
-            self._read = True
-            return []
-        if not self._update(change, what="recover", current=current):
-            return []
+        """Remove and return the batches a dead poller left: (phase, jobs) each. The lock's holder
+        finishes the :attr:`~workerless.poller_lock.PollerLock.orphans` it took with the lock (no
+        call: the takeover write already dropped them); an invocation that found the lock held
+        takes, from the item it read, the batches older than ``stale_seconds`` (a write only when
+        there is one)."""
+        if self.lock.held:
+            taken, self.lock.orphans = self.lock.orphans, []
+        else:
+            taken = self._take_found()
         found = []
         for batch in taken:
             jobs = []
@@ -170,30 +179,42 @@ class IntentLog:
             found.append((str(batch.get("phase")), jobs))
         return found
 
+    def _take_found(self) -> Batches:
+        if self.lock.found is None or not self.lock.found.get("batches"):
+            return []  # the common case: what the lock's read returned holds no batch
+        taken: Batches = []
+
+        def change(batches: Batches) -> Batches:
+            now = self.clock()
+            taken.clear()
+            keep: Batches = []
+            for batch in batches:
+                (taken if now - float(batch.get("at", now)) >= self.stale_seconds else keep).append(batch)
+            return keep
+
+        if not self.lock.update_found(change):
+            return []
+        return list(taken)
+
     # -- plumbing -------------------------------------------------------------------------------
-    def _update(
-        self,
-        change: Callable[[list[dict[str, Any]]], list[dict[str, Any]]],
-        *,
-        what: str,
-        current: dict[str, Any] | None = None,
-    ) -> bool:
-        for attempt in range(MAX_CAS_TRIES):
-            if attempt or (current is None and self._known is None and not self._read):
-                current = self.state.get(INTENT_KEY)
-            elif current is None:
-                # What this invocation last wrote: the compare-and-set still guards it, and the
-                # owner's next step usually needs no read at all.
-                current = self._known
-            version = None if current is None else int(current["version"])
-            batches = list(current.get("batches") or []) if current else []
+    def _update(self, change: Callable[[Batches], Batches], *, what: str) -> bool:
+        def bounded(batches: Batches) -> Batches:
             new = change(batches)
             if len(json.dumps(new)) > self.max_bytes:
-                logger.warning("poller intent log is full; this batch falls back to its lease", extra={"step": what})
-                return False
-            if self.state.put(INTENT_KEY, {"batches": new}, expected_version=version):
-                self._known = {"batches": new, "version": (version or 0) + 1}
-                self._read = True
-                return True
-        logger.warning("poller intent log kept changing under us; giving up this step", extra={"step": what})
+                raise _TooBig
+            return new
+
+        try:
+            if self.lock.held:
+                return self.lock.update_batches(bounded)
+            if self.lock.found is not None:
+                return self.lock.update_found(bounded)
+        except _TooBig:
+            logger.warning("poller intent log is full; this batch falls back to its lease", extra={"step": what})
+            return False
+        logger.warning("no poller lock to write the intent log to; this batch falls back to its lease")
         return False
+
+
+class _TooBig(Exception):
+    """The batches would not fit the item (``max_bytes``)."""

@@ -27,8 +27,10 @@ job finishes inside its lease; the other order would have the heartbeat keep ali
 will ever see, for up to the maximum hold time.
 
 A poller that dies mid-cycle must not cost its jobs a lease either: with an intent log
-(:mod:`workerless.intent`) the batch is written down before dispatch and marked dispatched after
-it, and the next invocation finishes a dead poller's batch (hands the jobs back, or sends the ticket).
+(:mod:`workerless.intent`, batches in the poller lock's item) the batch is written down before
+dispatch and marked dispatched after it, and the next invocation finishes a dead poller's batch
+(hands the jobs back, or sends the ticket). Two writes a dispatching cycle; the batch is dropped by
+the item's next write.
 """
 
 from __future__ import annotations
@@ -264,16 +266,18 @@ class Poller:
             report.empty_polls += 1
             return 0, None
         report.activated += len(jobs)
-        if not self._keep_lock(report):
+        # Written down before dispatch, so a poller that dies now does not cost the jobs a lease. The
+        # write is to the lock's item, compare-and-set: it also tells whether the lock is still ours.
+        intent = self._intent(lambda log: log.record(jobs))
+        if (intent is None and not self._keep_lock(report)) or (self.lock is not None and not self.lock.held):
             # The lock was taken over while the engine answered (a cycle slower than half the lock):
             # the new holder counts room without these jobs, so they go straight back.
+            report.lock_lost = 1
             for job in jobs:
                 self._hand_back(
                     job, "the poller lock was taken over before the jobs were queued", report, deadline=deadline
                 )
             return 0, None
-        # Written down before dispatch, so a poller that dies now does not cost the jobs a lease.
-        intent = self._intent(lambda log: log.record(jobs))
         return self._dispatch(jobs, report, deadline=deadline, intent=intent), None
 
     def _intent(self, step: Callable[[Any], Any]) -> Any:

@@ -28,9 +28,18 @@ after the producers stop sending"), so the poller counts a job it sent itself fo
 ``WORKERLESS_SQS_LAG_SECONDS`` on top of what SQS reports — and, through the lock item, so does the
 next invocation. docs/guarantees.md states the bound that remains.
 
+The item also carries the holder's **intent batches** (:mod:`workerless.intent`): the jobs it
+activated and has not yet fully handed over, written by compare-and-set like the rest of the item,
+so an intent write is also the holder's check that the lock is still its own (and a renewal). A
+batch whose ticket was sent is *closed* in memory only: the holder's next write of the item drops it
+(the next batch's intent, a renewal, the release, or the relayed invocation's takeover), so closing
+costs no write of its own. Whoever takes the lock from a holder that is gone (released, expired, or
+relayed with a batch still open) takes the batches left in it over as *orphans*, to finish them.
+
 An invocation that finds the lock held costs one read, polls nothing and ends: the tick chain was
 continued before (entry point), so the flow goes on; it still finishes a dead poller's intent
-batches (handing jobs back never takes room).
+batches from what that read returned (handing jobs back never takes room), writing the item only
+when there is one to take, with the holder, its expiry and its sends left as they are.
 """
 
 from __future__ import annotations
@@ -44,6 +53,10 @@ from typing import Any
 from workerless.observability import logger
 
 LOCK_KEY = "poller-lock"
+#: A write that keeps meeting a recoverer's writes (the holder is unchanged) gives up after this many.
+MAX_WRITE_TRIES = 5
+
+Batches = list[dict[str, Any]]
 
 
 class Dispatches:
@@ -131,8 +144,19 @@ class PollerLock:
         self.dispatches = Dispatches(window)
         #: Who held the lock when :meth:`acquire` found it taken, and until when (for the log).
         self.held_by: tuple[str, float] | None = None
+        #: The item as :meth:`acquire` read it when it found the lock held (a dead holder's
+        #: batches are finished from it: :meth:`update_found`).
+        self.found: dict[str, Any] | None = None
+        #: Batches left in the item by a holder that is gone, taken over with the lock: the caller
+        #: finishes them (:meth:`workerless.intent.IntentLog.take_stale`).
+        self.orphans: Batches = []
+        #: The intent batches in the item as this holder last wrote it.
+        self.batches: Batches = []
+        self._closed: set[str] = set()
         self._version: int | None = None
         self._until = 0.0
+        #: The item as read back after a refused write (who wrote it instead).
+        self._conflict: dict[str, Any] | None = None
 
     @property
     def held(self) -> bool:
@@ -141,21 +165,35 @@ class PollerLock:
 
     def acquire(self) -> bool:
         """Take the lock if it is free or its holder's expiry has passed. One read; one write when free."""
-        current = self.state.get(LOCK_KEY)
+        return self._take(self.state.get(LOCK_KEY))
+
+    def _take(
+        self, current: dict[str, Any] | None, *, closed: frozenset[str] = frozenset(), handed: bool = False
+    ) -> bool:
+        """Take the lock from ``current`` (the item as just read) if it is free or expired, or
+        ``handed`` on to us by its holder's relay; its batches (less ``closed``: known to be
+        finished) become :attr:`orphans`."""
         now = self.clock()
-        if current is not None and current.get("holder") and float(current.get("until", 0.0)) > now:
+        held = current is not None and current.get("holder") and float(current.get("until", 0.0)) > now
+        if held and not handed:
+            assert current is not None
             self.held_by = (str(current["holder"]), float(current["until"]))
+            self.found = current
             return False
-        if current is not None and current.get("holder"):
+        if current is not None and current.get("holder") and not handed:
             logger.warning(
                 "taking over the poller lock of an invocation that did not release it",
                 extra={"holder": current.get("holder"), "expired_seconds_ago": round(now - float(current["until"]), 1)},
             )
         self.dispatches = Dispatches(self.window, (current or {}).get("sent"))
+        left = [b for b in _batches_of(current) if b.get("id") not in closed]
         version = None if current is None else int(current["version"])
-        if not self._write(version, holder=self.owner, until=now + self.seconds, now=now):
+        # The batches left in the item are taken with the lock (the write drops them): the holder
+        # that wrote them is gone, so they are finished now, by this invocation.
+        if not self._write(version, holder=self.owner, until=now + self.seconds, now=now, batches=[]):
             self.held_by = ("another invocation", now)  # it took the lock between our read and our write
             return False
+        self.orphans = left
         return True
 
     def handover(self) -> dict[str, Any] | None:
@@ -164,7 +202,16 @@ class PollerLock:
         ours until :meth:`handed_over` (the relay was sent) or :meth:`release` (it was not)."""
         if self._version is None:
             return None
-        return {"version": self._version, "sent": self.dispatches.to_dict()}
+        ids = [str(b.get("id")) for b in self.batches]
+        return {
+            "version": self._version,
+            "sent": self.dispatches.to_dict(),
+            "holder": self.owner,
+            # The batches in the item: those finished (dropped by the next invocation's takeover,
+            # no read needed) and those not (their tickets are owed: it reads the item first).
+            "closed": [i for i in ids if i in self._closed],
+            "open": [i for i in ids if i not in self._closed],
+        }
 
     def handed_over(self) -> None:
         """The relay is sent: the lock is the next invocation's now (its expiry frees it if the relay
@@ -173,17 +220,32 @@ class PollerLock:
 
     def inherit(self, token: Mapping[str, Any]) -> bool:
         """Take the lock over from the invocation that relayed to this one: one write conditional on
-        the version it handed on. When that version is no longer the item's (a duplicate relay, or
-        the lock expired and was taken), it is a plain :meth:`acquire`."""
+        the version it handed on, no read, when every intent batch in the item is finished (the
+        write drops them). Otherwise, or when that version is no longer the item's, the item is
+        read: still the relaying holder's (its batches still owed a ticket, or a recoverer wrote
+        it meanwhile), it is taken over with the batches left in it as :attr:`orphans`; anyone
+        else's (a duplicate relay, or the lock expired and was taken), it is a plain :meth:`acquire`."""
         try:
             version = int(token["version"])
         except (KeyError, TypeError, ValueError):
             return self.acquire()
-        now = self.clock()
-        self.dispatches = Dispatches(self.window, token.get("sent") if isinstance(token.get("sent"), dict) else None)
-        if self._write(version, holder=self.owner, until=now + self.seconds, now=now):
-            return True
-        return self.acquire()
+        holder, closed, still_open = token.get("holder"), token.get("closed"), token.get("open")
+        if not isinstance(holder, str) or not isinstance(closed, list) or not isinstance(still_open, list):
+            return self.acquire()  # a token without its batches (an older poller's): read the item
+        finished = frozenset(str(i) for i in closed)
+        if not still_open:
+            # Every batch in the item is finished: the takeover write drops them all, unread.
+            now = self.clock()
+            sent = token.get("sent")
+            self.dispatches = Dispatches(self.window, sent if isinstance(sent, dict) else None)
+            if self._write(version, holder=self.owner, until=now + self.seconds, now=now, batches=[]):
+                return True
+        current = self.state.get(LOCK_KEY)
+        if current is not None and current.get("holder") == holder:
+            # Still the relaying invocation's (a recoverer may have written the item meanwhile, leaving
+            # its holder as it was): ours, with whatever batches are left in it to finish.
+            return self._take(current, closed=finished, handed=True)
+        return self._take(current, closed=finished)
 
     def keep(self) -> bool:
         """Before a poll cycle: renew when less than half the lock time is left (one write, not one
@@ -194,30 +256,94 @@ class PollerLock:
         if self._until - now > self.seconds / 2:
             return True
         try:
-            renewed = self._write(self._version, holder=self.owner, until=now + self.seconds, now=now)
+            renewed = self.update_batches(None)
         except Exception:  # noqa: BLE001 - unknown is not ours: stop polling, try to release
             logger.warning("could not renew the poller lock; polling stops", exc_info=True)
             return False
         if renewed:
             return True
         logger.warning("the poller lock was taken over while this invocation held it; polling stops")
+        return False
+
+    def close(self, batch_id: str) -> None:
+        """``batch_id`` is finished (queued and ticketed): the next write of the item drops it."""
+        self._closed.add(batch_id)
+
+    def update_batches(self, change: Callable[[Batches], Batches] | None) -> bool:
+        """Write the item as this holder's, renewed, with its batches (finished ones dropped) passed
+        through ``change``. False when the lock is no longer ours (then no longer held). A write
+        refused because a recoverer wrote the item meanwhile (holder and expiry as they were) is
+        made again on what it wrote."""
+        for _ in range(MAX_WRITE_TRIES):
+            if self._version is None:
+                return False
+            now = self.clock()
+            batches = [b for b in self.batches if b.get("id") not in self._closed]
+            if change is not None:
+                batches = change(batches)
+            if self._write(self._version, holder=self.owner, until=now + self.seconds, now=now, batches=batches):
+                return True
+            if not self._adopt_conflict():
+                self._version = None
+                return False
+        logger.warning("the poller lock item kept changing under this invocation; treated as lost")
         self._version = None
+        return False
+
+    def _adopt_conflict(self) -> bool:
+        """After a refused write: whether the item is still ours (a recoverer wrote it, leaving our
+        holder and expiry as they were); if so, go on from its version and batches."""
+        current = self._conflict
+        if current is None or current.get("holder") != self.owner or float(current.get("until", 0.0)) != self._until:
+            return False
+        self._version, self.batches = int(current["version"]), _batches_of(current)
+        return True
+
+    def update_found(self, change: Callable[[Batches], Batches]) -> bool:
+        """Change the batches of a lock another invocation holds (:attr:`found`, as :meth:`acquire`
+        read it), leaving its holder, expiry and sends as they are: how an invocation that finds
+        the lock held takes a dead holder's batches, or puts one back. Compare-and-set on the
+        version read, read again when it moved. True when written."""
+        current = self.found
+        for attempt in range(MAX_WRITE_TRIES):
+            if attempt:
+                current = self.state.get(LOCK_KEY)
+            if current is None:
+                return False
+            value = {k: v for k, v in current.items() if k not in ("version", "batches")}
+            batches = change(_batches_of(current))
+            if batches:
+                value["batches"] = batches
+            if self.state.put(LOCK_KEY, value, expected_version=int(current["version"])):
+                self.found = {**value, "version": int(current["version"]) + 1}
+                return True
+        logger.warning("the poller lock item kept changing; a dead poller's batch is left for later")
         return False
 
     def release(self) -> None:
         """Free the lock, handing on the recent dispatches. Never raises: the expiry is the backstop."""
         if self._version is None:
             return
-        version, self._version = self._version, None
         try:
-            if not self._write(version, holder=None, until=0.0, now=self.clock()):
+            freed = False
+            for _ in range(MAX_WRITE_TRIES):
+                open_batches = [b for b in self.batches if b.get("id") not in self._closed]
+                if self._write(self._version, holder=None, until=0.0, now=self.clock(), batches=open_batches):
+                    freed = True
+                    break
+                if not self._adopt_conflict():
+                    break
+            self._version = None
+            if not freed:
                 logger.warning("the poller lock was taken over before this invocation released it")
         except Exception:  # noqa: BLE001 - the lock frees itself at its expiry
             logger.warning("could not release the poller lock; it frees itself at its expiry", exc_info=True)
 
-    def _write(self, version: int | None, *, holder: str | None, until: float, now: float) -> bool:
+    def _write(self, version: int | None, *, holder: str | None, until: float, now: float, batches: Batches) -> bool:
         self.dispatches.prune(now, keep=self.keep_seconds)
-        value = {"holder": holder, "until": until, "sent": self.dispatches.to_dict()}
+        value: dict[str, Any] = {"holder": holder, "until": until, "sent": self.dispatches.to_dict()}
+        if batches:
+            value["batches"] = batches
         written = version_after = (version or 0) + 1
         if not self.state.put(LOCK_KEY, value, expected_version=version):
             # Our own write may have landed and its answer been lost (botocore retried the call and
@@ -230,8 +356,17 @@ class PollerLock:
                 or current.get("holder") != holder
                 or float(current.get("until", 0.0)) != until
             ):
+                self._conflict = current
                 return False
             written = int(current["version"])
+        self._conflict = None
         if holder is not None:
             self._version, self._until = written, until
+        self.batches = list(batches)
+        self._closed &= {str(b.get("id")) for b in batches}
         return True
+
+
+def _batches_of(item: Mapping[str, Any] | None) -> Batches:
+    batches = (item or {}).get("batches")
+    return [b for b in batches if isinstance(b, dict)] if isinstance(batches, list) else []
