@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from workerless.aws.sqs import QueueError
 from workerless.engines.base import MemoryState
-from workerless.intent import IntentLog
+from workerless.intent import IntentLog, encode_batch
 from workerless.model import ActivatedJob, Demand, JobRef
 from workerless.poller import Poller, PollReport
 from workerless.poller_lock import LOCK_KEY, PollerLock
@@ -171,12 +171,7 @@ def test_recovery_sends_a_dead_pollers_big_batch_as_bounded_tickets() -> None:
     now = time.time()
     jobs = [nodeflow_job(n, now) for n in range(JOBS)]
     state = MemoryState()
-    batch = {
-        "id": "dead",
-        "at": now - 60,
-        "phase": "dispatched",
-        "jobs": [{"ref": j.ref.to_dict(), "retries": None, "lease": j.lease_expires_at} for j in jobs],
-    }
+    batch = encode_batch("dead", now - 60, "dispatched", jobs)
     lock = taken_lock(state, [batch])
     sqs = Sqs()
     log = IntentLog(lock, lease_seconds=60, max_bytes=5_000_000)
@@ -202,12 +197,7 @@ def test_a_ticket_sqs_refuses_stays_in_the_intent_log_for_the_next_invocation(wh
         poller.cycle(PollReport(), deadline=1e12)
     else:
         jobs = [nodeflow_job(n, now) for n in range(250)]
-        batch = {
-            "id": "dead",
-            "at": now - 60,
-            "phase": "dispatched",
-            "jobs": [{"ref": j.ref.to_dict(), "retries": None, "lease": j.lease_expires_at} for j in jobs],
-        }
+        batch = encode_batch("dead", now - 60, "dispatched", jobs)
         lock = taken_lock(state, [batch])
         log = IntentLog(lock, lease_seconds=60, max_bytes=5_000_000)
         Poller(settings(), BigEngine(0), sqs, sleep=lambda s: None, intents=log, lock=lock).run(deadline=1e12)
@@ -217,4 +207,4 @@ def test_a_ticket_sqs_refuses_stays_in_the_intent_log_for_the_next_invocation(wh
     assert left["phase"] == "dispatched"
     assert len(left["jobs"]) == 100
     sent = set(_ids(sqs))
-    assert not sent & {j["ref"]["job_id"] for j in left["jobs"]}
+    assert not sent & {row[0] for row in left["jobs"]}

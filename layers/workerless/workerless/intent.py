@@ -62,22 +62,73 @@ def stale_after(lease_seconds: float) -> float:
     return max(2.0, min(10.0, lease_seconds / 4.0))
 
 
-def _entry(job: ActivatedJob) -> dict[str, Any]:
-    """What recovery needs of a job, and no more (each write's units are the item's size): the
-    reference, the retries (to hand it back unchanged) and the lease granted (to time its ticket).
-    Variables stay out."""
-    return {"ref": job.ref.to_dict(), "retries": job.retries, "lease": job.lease_expires_at}
+def encode_batch(intent_id: str, at: float, phase: str, jobs: Sequence[ActivatedJob]) -> dict[str, Any]:
+    """A batch as the item keeps it: what recovery needs of each job and no more, compactly (every
+    write of the item is billed by its size, a write unit per started KiB): the reference, the
+    retries (to hand it back unchanged) and the lease granted (to time its ticket); variables stay
+    out. Each job is ``[job id, job type #, attempt, handle #, retries, lease expiry]``, its type
+    and handle (one per activation on some engines) indexes into the batch's ``types`` and
+    ``handles``; the engine is the batch's."""
+    types: list[str] = []
+    handles: list[dict[str, Any]] = []
+    rows: list[list[Any]] = []
+    for job in jobs:
+        ref, handle = job.ref, dict(job.ref.handle)
+        if ref.job_type not in types:
+            types.append(ref.job_type)
+        if handle not in handles:
+            handles.append(handle)
+        rows.append(
+            [
+                ref.job_id,
+                types.index(ref.job_type),
+                ref.attempt,
+                handles.index(handle),
+                job.retries,
+                round(job.lease_expires_at, 3),
+            ]
+        )
+    engine = jobs[0].ref.engine if jobs else ""
+    return {
+        "id": intent_id,
+        "at": at,
+        "phase": phase,
+        "engine": engine,
+        "types": types,
+        "handles": handles,
+        "jobs": rows,
+    }
 
 
-def _job(entry: dict[str, Any], at: float) -> ActivatedJob:
-    retries = entry.get("retries")
-    return ActivatedJob(
-        ref=JobRef.from_dict(entry["ref"]),
-        variables={},
-        lease_expires_at=float(entry["lease"]),
-        activated_at=at,
-        retries=retries if isinstance(retries, int) and not isinstance(retries, bool) else None,
-    )
+def decode_batch(batch: dict[str, Any]) -> list[ActivatedJob]:
+    """The jobs of a batch :func:`encode_batch` wrote; an unreadable one is logged and left to its lease."""
+    at = float(batch.get("at", 0.0))
+    types, handles = batch.get("types") or [], batch.get("handles") or []
+    jobs = []
+    for row in batch.get("jobs") or []:
+        try:
+            job_id, type_index, attempt, handle_index, retries, lease = row
+            ref = JobRef.from_dict(
+                {
+                    "engine": batch["engine"],
+                    "job_id": job_id,
+                    "job_type": types[type_index],
+                    "attempt": attempt,
+                    "handle": handles[handle_index],
+                }
+            )
+            jobs.append(
+                ActivatedJob(
+                    ref=ref,
+                    variables={},
+                    lease_expires_at=float(lease),
+                    activated_at=at,
+                    retries=retries if isinstance(retries, int) and not isinstance(retries, bool) else None,
+                )
+            )
+        except Exception:  # noqa: BLE001 - one unreadable entry must not block the others
+            logger.error("unreadable entry in the poller intent log; left to its lease")
+    return jobs
 
 
 class IntentLog:
@@ -110,7 +161,7 @@ class IntentLog:
         """Write the batch as ``activated``; its id, or None when it could not be written (then
         ``lock.held`` tells whether the lock is still ours)."""
         intent_id = uuid.uuid4().hex[:16]
-        entry = {"id": intent_id, "at": self.clock(), "phase": "activated", "jobs": [_entry(job) for job in jobs]}
+        entry = encode_batch(intent_id, self.clock(), "activated", jobs)
         ok = self._update(lambda batches: [*batches, entry], what="record")
         return intent_id if ok else None
 
@@ -118,13 +169,15 @@ class IntentLog:
         """The batch is queued: keep only the jobs that were sent, now owed a ticket."""
         if intent_id is None:
             return
-        sent = [_entry(job) for job in jobs]
         found = False
 
         def change(batches: Batches) -> Batches:
             nonlocal found
             found = any(b.get("id") == intent_id for b in batches)
-            return [{**b, "phase": "dispatched", "jobs": sent} if b.get("id") == intent_id else b for b in batches]
+            return [
+                encode_batch(intent_id, float(b.get("at", 0.0)), "dispatched", jobs) if b.get("id") == intent_id else b
+                for b in batches
+            ]
 
         if self._update(change, what="dispatched") and not found:
             # Only a recoverer removes a live holder's batch: this one stalled past stale_seconds
@@ -154,7 +207,7 @@ class IntentLog:
                 "recovered ticket not sent and every lease in it has lapsed: dropped", extra={"jobs": len(jobs)}
             )
             return False
-        entry = {"id": uuid.uuid4().hex[:16], "at": now, "phase": "dispatched", "jobs": [_entry(j) for j in live]}
+        entry = encode_batch(uuid.uuid4().hex[:16], now, "dispatched", live)
         return self._update(lambda batches: [*batches, entry], what="put back")
 
     # -- recovery -------------------------------------------------------------------------------
@@ -168,16 +221,7 @@ class IntentLog:
             taken, self.lock.orphans = self.lock.orphans, []
         else:
             taken = self._take_found()
-        found = []
-        for batch in taken:
-            jobs = []
-            for entry in batch.get("jobs") or []:
-                try:
-                    jobs.append(_job(entry, float(batch.get("at", 0.0))))
-                except Exception:  # noqa: BLE001 - one unreadable entry must not block the others
-                    logger.error("unreadable entry in the poller intent log; left to its lease")
-            found.append((str(batch.get("phase")), jobs))
-        return found
+        return [(str(batch.get("phase")), decode_batch(batch)) for batch in taken]
 
     def _take_found(self) -> Batches:
         if self.lock.found is None or not self.lock.found.get("batches"):
