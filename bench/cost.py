@@ -294,7 +294,8 @@ def idle_monthly(
 # ------------------------------------------------------------------------- dispatch rate on paper
 
 #: DynamoDB: a single item lives in one partition, which takes at most 1,000 write units a second
-#: (DynamoDB developer guide, "partitions and data distribution"): the poller lock and intent items.
+#: (DynamoDB developer guide, "partitions and data distribution"): the poller lock's item, which holds
+#: the intent batches.
 DDB_PARTITION_WRU_PER_S = 1000
 #: SQS standard queues: "a nearly unlimited number of transactions per second per API action"
 #: (SQS quotas); Lambda: 1,000 concurrent executions per account by default (Lambda quotas).
@@ -315,15 +316,16 @@ def dispatch_on_paper(
     One poller polls at a time (the poller lock), so a deployment dispatches what one poller cycle
     does, back to back: an engine activation (LATENCY_MS engine), one SendMessageBatch per route
     and started 10 jobs, one heartbeat ticket, the intent log's writes, and the poller's measured CPU
-    per job stretched to 256 MB's share of a vCPU. Ceilings: the intent item's partition (its writes
-    a cycle against 1,000 WRU/s) and the account's Lambda concurrency for the handlers."""
+    per job stretched to 256 MB's share of a vCPU. Ceilings: the partition of the lock's item, which
+    holds the intent batches (its writes a cycle against 1,000 WRU/s), and the account's Lambda
+    concurrency for the handlers."""
     per_route = jobs_per_poll / max(1, routes)
     batches = routes * math.ceil(max(1.0, per_route) / 10)
     cycle_ms = (
         LATENCY_MS["engine"]
         + batches * LATENCY_MS["sqs"]
         + LATENCY_MS["sqs"]  # the ticket
-        + 3 * LATENCY_MS["dynamodb"]  # intent record, dispatched, clear
+        + 2 * LATENCY_MS["dynamodb"]  # intent activated, dispatched (the clear rides on the next write)
         + poller_cpu_ms_per_job * jobs_per_poll * LAMBDA_FULL_VCPU_MB / MEMORY_MB
     )
     poller = 1000 * jobs_per_poll / cycle_ms

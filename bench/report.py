@@ -23,6 +23,10 @@ ESM_MONTHLY_PER_QUEUE = 5 * 3 * 60 * 730 * 0.40 / 1e6  # five idle 20 s long pol
 #: before issue 13's first phase (68f24ce: a poller that slept between polls, five INFO lines and
 #: 32 custom metrics a busy hour), for the "what each move changed" table. Measured once on this
 #: machine; the latency and CPU figures are that commit's own `make bench`.
+#: The poller's DynamoDB units a job before the intent batches moved into the lock's item (issue 13's
+#: intent-log move), measured at that commit with this section (10,000 jobs at 2 jobs/s).
+INTENTS_BEFORE = {"commit": "3716ca5", "poller_wu": 1.87, "poller_ru": 0.55}
+
 BEFORE = {
     "commit": "68f24ce",
     "cost": 11.44,
@@ -453,9 +457,17 @@ def _moves(r: dict[str, Any], add: Any) -> None:
             f"| (same) | pickup p50 / p99 at 2 jobs/s | {b['p50']:.2f} s / {b['p99']:.2f} s | {lat['p50_load']:.2f} s / {lat['p99_load']:.2f} s |"
         )
     add(
-        "| the intent log's first read serves its first write (the `dispatched` write kept: see the gaps) "
+        "| the intent batches in the poller lock's item: two writes a dispatching cycle, the clear riding on the "
+        "item's next write, no read of its own (the `dispatched` write kept: see the gaps) "
         f"| DynamoDB read $/M; write $/M | ${b['parts']['dynamodb_read']:.2f}; ${b['parts']['dynamodb_write']:.2f} "
         f"| ${parts['dynamodb_read']:.2f}; ${parts['dynamodb_write']:.2f} |"
+    )
+    poller_wu = sum(v for k, v in run["ddb_write_units_by_call"].items() if k.startswith("poller:")) / run["jobs"]
+    poller_ru = sum(v for k, v in run["ddb_read_units_by_call"].items() if k.startswith("poller:")) / run["jobs"]
+    add(
+        f"| (same; before: {INTENTS_BEFORE['commit']}, measured the same way) | the poller's DynamoDB write / read "
+        f"units a job | {INTENTS_BEFORE['poller_wu']:.2f} / {INTENTS_BEFORE['poller_ru']:.2f} "
+        f"| {poller_wu:.2f} / {poller_ru:.2f} |"
     )
     add(
         f"| all of it | $ per million jobs all-in, 2 jobs/s; backlog | ${b['cost']:.2f}; ${b['backlog']:.2f} "
@@ -517,14 +529,20 @@ def _gaps(r: dict[str, Any], t: dict[str, bool | None]) -> list[str]:
             "and the REPORTED mark, where the floor counts two; -$0.625 per million if dropped). Kept on purpose: the "
             "REPORTED mark is what lets the heartbeat drop a job from its ticket without asking the engine and what "
             "makes a redelivered duplicate a no-op; without it the engine requests per job rise past the 5% target.\n"
-            f"  3. *The poller's writes* ({poller_wu:.2f} write units and {poller_ru:.2f} read units a job): the intent "
-            "log's three writes per dispatching cycle (activated, dispatched, cleared) and the lock taken over by each "
-            "relay (one conditional write, no read). The `dispatched` write is kept: it is what tells a dead poller's "
-            "queued jobs (whose ticket the next invocation sends) from its unqueued ones (handed back); without it a "
-            "poller dying between SendMessageBatch and its ticket costs those jobs a second run. Closing: one intent item "
-            "per batch keyed by the holder's lock (found through the lock item, no shared item), the heartbeat ticket "
-            f"sent before the jobs with recovery dropping it for jobs never queued (≈ -{poller_wu / 3:.2f} units, "
-            f"-${poller_wu / 3 * DDB_PER_WRU * 1e6:.2f}).\n"
+            f"  3. *The poller's writes* ({poller_wu:.2f} write units and {poller_ru:.2f} read units a job; "
+            f"{INTENTS_BEFORE['poller_wu']:.2f} and {INTENTS_BEFORE['poller_ru']:.2f} at {INTENTS_BEFORE['commit']}): "
+            "the intent batches now live in the poller lock's item, two writes per dispatching cycle (activated before "
+            "SendMessageBatch, dispatched after it; the clear rides on the item's next write), and the lock taken over "
+            "by each relay (one conditional write, no read); the only reads left are the ticks' lock reads. What is "
+            "left is kept on purpose. The takeover write: folded into the first intent write, a duplicate relay would "
+            "have two invocations poll at once. The `dispatched` write: it is what tells a dead poller's queued jobs "
+            "(whose ticket the next invocation sends) from its unqueued ones (handed back), and nothing else can (a "
+            "message cannot be looked up in SQS; a job record exists only once a handler claimed it); the ticket sent "
+            "before the jobs does not remove that need, and a ticket naming a job never queued would extend or mark "
+            "LOST the next lease of the same record key. Closing it would take a per-job arbitration at recovery (a "
+            "conditional tombstone in the job record that a later delivery of the queued message honours: a change "
+            f"to the handler's claim, unsafe on StageNext as it stands) for ≈ -{poller_wu / 3:.2f} units, "
+            f"-${poller_wu / 3 * DDB_PER_WRU * 1e6:.2f}.\n"
             f"  4. *CloudWatch* (metrics ${parts.get('cloudwatch_metrics', 0):.2f}, logs ${parts.get('cloudwatch_logs', 0):.2f}): "
             f"{cost.get('custom_metrics_per_hour') or 0} custom metrics in every busy hour, one INFO line a job (its outcome, "
             "≈ 600 bytes with its correlation keys) plus Lambda's own three lines per invocation. Closing: fewer "
@@ -578,9 +596,9 @@ def _gaps(r: dict[str, Any], t: dict[str, bool | None]) -> list[str]:
             + ", ".join(f"{k} {v:.2f} ms" for k, v in fn.items())
             + f". The library now writes {lines:.1f} log lines a job at INFO (the job's outcome, and EMF lines), the "
             "lifecycle steps at DEBUG; the rest is the observability layer's per-job span and metric calls, the "
-            "poller's intent-log records (JSON of each job's reference, three writes a batch) and the three DynamoDB "
-            "writes. The changes that close it: Powertools' batch processor replaced by a plain loop building the "
-            "partial batch response, and two intent writes a batch instead of three (see the cost gap)."
+            "poller's intent-log records (a compact row of each job's reference, two writes a batch) and the three "
+            "DynamoDB writes. The change that closes it: Powertools' batch processor replaced by a plain loop building "
+            "the partial batch response."
         )
     if not t["cold"]:
         out.append("**Cold start.** The entry module is over 2x a bare boto3 import; see the heaviest imports above.")

@@ -140,8 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         jobs_per_poll=jobs_per_poll,
         poller_cpu_ms_per_job=results["cpu_per_job"]["adapter_by_function_ms"].get("poller", 0.0),
         routes=len(measure.TEMPLATE_TYPES),
-        # the intent item is rewritten three times a cycle, about 200 bytes a job (workerless/intent.py)
-        intent_wru_per_cycle=3 * max(1, -(-int(jobs_per_poll * 200) // 1024)),
+        # the lock item holds the batch and is written twice a cycle (activated, dispatched; the clear
+        # rides on the next write): about 75 bytes a Sheptra job plus 550 of lock and batch header
+        intent_wru_per_cycle=2 * max(1, -(-int(jobs_per_poll * 75 + 550) // 1024)),
         handler_ms_per_invocation=handler.get("billed_ms_per_invocation", 50.0),
         handler_batch=5,
     )
