@@ -211,6 +211,28 @@ def test_a_poller_dying_after_its_ticket_costs_a_second_ticket_not_a_job(path: s
     assert not world.item().get("batches")
 
 
+@pytest.mark.parametrize("path", NEXT)
+def test_a_recoverer_dying_while_it_finishes_a_batch_leaves_it_to_the_next(path: str) -> None:
+    """GIVEN a poller that died before its ticket, and a recoverer that took its batch and died
+    sending that ticket THEN the batch is still in the item (taken batches leave it only once
+    finished), and the next invocation past the stale window sends the ticket."""
+    world = World()
+    world.die("ticket")
+    world.clock.now += NEXT[path]
+    world.die("ticket")
+    assert [b["phase"] for b in world.item()["batches"]] == ["dispatched"]
+
+    world.clock.now += NEXT[path]
+    queues = Queues()
+    world.invoke(queues)
+    # Recovery's ticket comes first (on the lock-expired path the leases have lapsed by now, 62 s
+    # in, and the engine hands the jobs out again: the same invocation queues those new attempts).
+    assert sorted(e.ref.job_id for e in queues.tickets[0].entries) == sorted(world.engine.jobs)
+    assert {e.ref.attempt for e in queues.tickets[0].entries} == {"r3"}
+    assert world.engine.releases == {}
+    assert not world.item().get("batches")
+
+
 def test_a_live_pollers_batch_is_left_alone_and_a_batch_is_finished_once() -> None:
     """A batch younger than the stale window belongs to a poller that may still be working; once it
     is stale, one invocation takes it out of the item and the next finds nothing to do."""

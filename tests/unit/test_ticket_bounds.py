@@ -177,6 +177,7 @@ def test_recovery_sends_a_dead_pollers_big_batch_as_bounded_tickets() -> None:
     log = IntentLog(lock, lease_seconds=60, max_bytes=5_000_000)
 
     Poller(settings(), BigEngine(0), sqs, sleep=lambda s: None, intents=log, lock=lock).run(deadline=1e12)
+    lock.release()
 
     assert_bounded(sqs.tickets, [j.ref.job_id for j in jobs])
     assert not state.get(LOCK_KEY).get("batches"), "nothing left to recover"
@@ -201,6 +202,7 @@ def test_a_ticket_sqs_refuses_stays_in_the_intent_log_for_the_next_invocation(wh
         lock = taken_lock(state, [batch])
         log = IntentLog(lock, lease_seconds=60, max_bytes=5_000_000)
         Poller(settings(), BigEngine(0), sqs, sleep=lambda s: None, intents=log, lock=lock).run(deadline=1e12)
+    lock.release()
 
     assert [len(t.entries) for t, _, _ in sqs.tickets] == [100, 50]
     [left] = state.get(LOCK_KEY)["batches"]

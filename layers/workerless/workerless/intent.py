@@ -26,15 +26,19 @@ ticket would cost those jobs a second run (handed back while queued) or their le
 Who finishes a batch a poller left open:
 
 - the invocation that takes the lock from a holder that is gone (released with a ticket still owed,
-  expired, or relayed with a batch still open): at once, the takeover write drops the batches;
+  expired, or relayed with a batch still open): at once, taken with the takeover write;
 - an invocation that finds the lock held: a batch older than ``stale_seconds`` (a live poller takes
-  milliseconds between the steps), taken out of the item by compare-and-set, the holder and its
-  expiry left as they are (a live holder's next write sees that and carries on from it).
+  milliseconds between the steps), taken by compare-and-set (stamped with the time taken), the
+  holder and its expiry left as they are (a live holder's next write sees that and carries on).
+
+A taken batch stays in the item until it is finished (the holder's next write drops it; an
+invocation that found the lock held writes once more): one that dies while finishing it leaves it
+to the next, after the stale window.
 
 An ``activated`` batch is handed back to the engine at once (``Engine.release``); a ``dispatched``
 batch gets its heartbeat tickets (split as the poller splits them; those SQS still refuses go back
-in the item while a lease in them runs). Taking a batch out of the item is the compare-and-set, so
-only one invocation finishes it.
+in the item while a lease in them runs). Taking a batch is the compare-and-set, so only one
+invocation at a time finishes it.
 
 What it cannot cover (docs/guarantees.md): a poller that dies between the engine's answer and the
 intent write (one DynamoDB call), or a batch too big for the item (``max_bytes``): those jobs wait
@@ -155,6 +159,8 @@ class IntentLog:
         self.stale_seconds = stale_after(lease_seconds)
         self.clock = clock
         self.max_bytes = max_bytes
+        #: The ids of the batches :meth:`take_stale` last returned, until :meth:`finished`.
+        self._taken: list[str] = []
 
     # -- the owner's three steps ----------------------------------------------------------------
     def record(self, jobs: Sequence[ActivatedJob]) -> str | None:
@@ -212,16 +218,33 @@ class IntentLog:
 
     # -- recovery -------------------------------------------------------------------------------
     def take_stale(self) -> list[tuple[str, list[ActivatedJob]]]:
-        """Remove and return the batches a dead poller left: (phase, jobs) each. The lock's holder
+        """Take the batches a dead poller left, to finish them: (phase, jobs) each. The lock's holder
         finishes the :attr:`~workerless.poller_lock.PollerLock.orphans` it took with the lock (no
-        call: the takeover write already dropped them); an invocation that found the lock held
-        takes, from the item it read, the batches older than ``stale_seconds`` (a write only when
-        there is one)."""
+        call: the takeover write took them); an invocation that found the lock held takes, from the
+        item it read, the batches older than ``stale_seconds`` (a write only when there is one),
+        stamping them with the time taken so no other invocation takes them for the stale window.
+        Either way they stay in the item until :meth:`finished`: an invocation that dies while
+        finishing them leaves them to the next (a ticket sent twice, or a hand-back refused as
+        already done, rather than a batch lost)."""
         if self.lock.held:
             taken, self.lock.orphans = self.lock.orphans, []
         else:
             taken = self._take_found()
+        self._taken = [str(b.get("id")) for b in taken]
         return [(str(batch.get("phase")), decode_batch(batch)) for batch in taken]
+
+    def finished(self) -> None:
+        """The batches :meth:`take_stale` returned are finished (handed back, or ticketed, or put
+        back as a new batch): out of the item. The holder drops them with its next write (no write
+        now); an invocation that found the lock held writes the item once."""
+        taken, self._taken = set(self._taken), []
+        if not taken:
+            return
+        if self.lock.held:
+            for batch_id in taken:
+                self.lock.close(batch_id)
+            return
+        self._update(lambda batches: [b for b in batches if b.get("id") not in taken], what="finished")
 
     def _take_found(self) -> Batches:
         if self.lock.found is None or not self.lock.found.get("batches"):
@@ -231,10 +254,13 @@ class IntentLog:
         def change(batches: Batches) -> Batches:
             now = self.clock()
             taken.clear()
-            keep: Batches = []
+            kept: Batches = []
             for batch in batches:
-                (taken if now - float(batch.get("at", now)) >= self.stale_seconds else keep).append(batch)
-            return keep
+                if now - float(batch.get("at", now)) >= self.stale_seconds:
+                    batch = {**batch, "at": now}
+                    taken.append(batch)
+                kept.append(batch)
+            return kept
 
         if not self.lock.update_found(change):
             return []

@@ -305,6 +305,9 @@ class Poller:
             reason = "the poller that activated it stopped before queuing it"
             for job in jobs:
                 self._hand_back(job, reason, report, deadline=deadline)
+        if stale:
+            # Out of the log only now: a poller that dies while finishing them leaves them to the next.
+            self._intent(lambda log: log.finished())
 
     def _dispatch(
         self, jobs: list[ActivatedJob], report: PollReport, *, deadline: float, intent: str | None = None

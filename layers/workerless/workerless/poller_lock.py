@@ -34,7 +34,8 @@ so an intent write is also the holder's check that the lock is still its own (an
 batch whose ticket was sent is *closed* in memory only: the holder's next write of the item drops it
 (the next batch's intent, a renewal, the release, or the relayed invocation's takeover), so closing
 costs no write of its own. Whoever takes the lock from a holder that is gone (released, expired, or
-relayed with a batch still open) takes the batches left in it over as *orphans*, to finish them.
+relayed with a batch still open) takes the batches left in it over as *orphans*, to finish them;
+they stay in the item until finished, so a taker that dies meanwhile leaves them to the next.
 
 An invocation that finds the lock held costs one read, polls nothing and ends: the tick chain was
 continued before (entry point), so the flow goes on; it still finishes a dead poller's intent
@@ -186,11 +187,13 @@ class PollerLock:
                 extra={"holder": current.get("holder"), "expired_seconds_ago": round(now - float(current["until"]), 1)},
             )
         self.dispatches = Dispatches(self.window, (current or {}).get("sent"))
-        left = [b for b in _batches_of(current) if b.get("id") not in closed]
+        # The batches left in the item are taken with the lock: the holder that wrote them is gone, so
+        # they are finished now, by this invocation. They stay in the item, stamped now (an invocation
+        # that finds the lock held leaves them alone for the stale window), until they are finished:
+        # if this invocation dies first, the next one finishes them.
+        left = [{**b, "at": now} for b in _batches_of(current) if b.get("id") not in closed]
         version = None if current is None else int(current["version"])
-        # The batches left in the item are taken with the lock (the write drops them): the holder
-        # that wrote them is gone, so they are finished now, by this invocation.
-        if not self._write(version, holder=self.owner, until=now + self.seconds, now=now, batches=[]):
+        if not self._write(version, holder=self.owner, until=now + self.seconds, now=now, batches=left):
             self.held_by = ("another invocation", now)  # it took the lock between our read and our write
             return False
         self.orphans = left
