@@ -321,3 +321,22 @@ def test_a_duplicate_relay_or_a_late_one_does_not_make_a_second_holder() -> None
     taker = lock(state, clock)
     assert taker.acquire()
     assert not lock(state, clock).inherit(late_token)
+
+
+def test_a_relay_from_a_poller_before_the_intent_batches_is_taken_over_the_same_way() -> None:
+    """A relay sent by a poller of the previous release (its token has only the version and the
+    sends; its lock item holds no batch) is taken over with one write and no read, as before, not
+    left to wait out the lock (a deploy while work flows)."""
+    state, clock = CountingState(), Clock()
+    first = lock(state, clock)
+    assert first.acquire()
+    token = first.handover()
+    assert token is not None
+    first.handed_over()
+    old_token = {"version": token["version"], "sent": token["sent"]}
+    before = (state.reads, state.writes)
+
+    second = lock(state, clock)
+    assert second.inherit(old_token)
+    assert (state.reads - before[0], state.writes - before[1]) == (0, 1)
+    assert not lock(state, clock).inherit(old_token), "a duplicate of it still finds the version moved"

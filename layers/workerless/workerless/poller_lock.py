@@ -232,9 +232,11 @@ class PollerLock:
             version = int(token["version"])
         except (KeyError, TypeError, ValueError):
             return self.acquire()
-        holder, closed, still_open = token.get("holder"), token.get("closed"), token.get("open")
-        if not isinstance(holder, str) or not isinstance(closed, list) or not isinstance(still_open, list):
-            return self.acquire()  # a token without its batches (an older poller's): read the item
+        # A token without these (an older poller's, from before its lock item held batches) names
+        # an item with no batch in it: taken over like one whose batches are all finished.
+        holder, closed, still_open = token.get("holder"), token.get("closed") or [], token.get("open") or []
+        if not isinstance(closed, list) or not isinstance(still_open, list):
+            return self.acquire()
         finished = frozenset(str(i) for i in closed)
         if not still_open:
             # Every batch in the item is finished: the takeover write drops them all, unread.
@@ -244,7 +246,7 @@ class PollerLock:
             if self._write(version, holder=self.owner, until=now + self.seconds, now=now, batches=[]):
                 return True
         current = self.state.get(LOCK_KEY)
-        if current is not None and current.get("holder") == holder:
+        if current is not None and holder and current.get("holder") == holder:
             # Still the relaying invocation's (a recoverer may have written the item meanwhile, leaving
             # its holder as it was): ours, with whatever batches are left in it to finish.
             return self._take(current, closed=finished, handed=True)
@@ -275,8 +277,8 @@ class PollerLock:
     def update_batches(self, change: Callable[[Batches], Batches] | None) -> bool:
         """Write the item as this holder's, renewed, with its batches (finished ones dropped) passed
         through ``change``. False when the lock is no longer ours (then no longer held). A write
-        refused because a recoverer wrote the item meanwhile (holder and expiry as they were) is
-        made again on what it wrote."""
+        refused because a recoverer wrote the item meanwhile (its holder left as it was) is made
+        again on what it wrote."""
         for _ in range(MAX_WRITE_TRIES):
             if self._version is None:
                 return False
@@ -295,11 +297,13 @@ class PollerLock:
 
     def _adopt_conflict(self) -> bool:
         """After a refused write: whether the item is still ours (a recoverer wrote it, leaving our
-        holder and expiry as they were); if so, go on from its version and batches."""
+        holder as it was: only this invocation writes its owner id, and a taker writes its own); if
+        so, go on from its version, expiry and batches."""
         current = self._conflict
-        if current is None or current.get("holder") != self.owner or float(current.get("until", 0.0)) != self._until:
+        if current is None or current.get("holder") != self.owner:
             return False
         self._version, self.batches = int(current["version"]), _batches_of(current)
+        self._until = float(current.get("until", 0.0))
         return True
 
     def update_found(self, change: Callable[[Batches], Batches]) -> bool:
