@@ -187,9 +187,7 @@ def _scenario(engine: str, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
         with topology as topo:
             assert topo.iam is not None, "local mode enforces IAM by default"
             # A job whose handler never claimed it, dead-lettered (the test plays SQS's redrive).
-            topo.client("sqs").send_message(
-                QueueUrl=topo.queue_url("JobDeadLetterQueue"), MessageBody=dead_message
-            )
+            topo.client("sqs").send_message(QueueUrl=topo.queue_url("JobDeadLetterQueue"), MessageBody=dead_message)
 
             def job_queues_empty() -> bool:
                 depths = topo.queue_depths()
