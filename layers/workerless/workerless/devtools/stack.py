@@ -25,8 +25,9 @@ from workerless.errors import ConfigurationError
 
 #: Queues of the library's own functions, not job types.
 LIBRARY_QUEUES = ("TickerQueue", "HeartbeatQueue")
-#: The library's dead-letter queues: the tick and ticket ones, and the one every route's jobs go to.
+#: The library's own dead-letter queues (ticks, tickets); the jobs' is JOB_DEAD_LETTER_QUEUE.
 LIBRARY_DEAD_LETTER_QUEUES = ("TickerDeadLetterQueue", "HeartbeatDeadLetterQueue")
+#: The one dead-letter queue every route's job queue redrives to.
 JOB_DEAD_LETTER_QUEUE = "JobDeadLetterQueue"
 
 
