@@ -348,6 +348,23 @@ def test_dlq_redrive_of_one_type_leaves_the_others_visible_at_once(
     assert bodies_in(deployed, "shipparcelQueue") == [parcel]
 
 
+def test_dlq_redrive_from_a_queue_url_moves_only_types_messages_to_the_queue_named(
+    deployed: Deployed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """GIVEN a dead-letter queue named by URL (an old per-route one, say) WHEN dlq redrive TYPE
+    --to-queue-url runs THEN TYPE's messages go to that queue and the others stay."""
+    charges = [job_message(f"dead-{i}") for i in range(2)]
+    dead_letter(deployed, "chargepayment", charges)
+    dead_letter(deployed, "shipparcel", [job_message("parcel-1", "ship-parcel")])
+    target = deployed.sqs.create_queue(QueueName="elsewhere")["QueueUrl"]
+    dlq = deployed.queues["JobDeadLetterQueue"]
+    code, out, err = run(capsys, "dlq", "redrive", "charge-payment", "--queue-url", dlq, "--to-queue-url", target)
+    assert code == 0, err
+    assert "moved 2 charge-payment job(s) to --to-queue-url; 1 message(s) left in the DLQ" in out
+    received = deployed.sqs.receive_message(QueueUrl=target, MaxNumberOfMessages=10).get("Messages", [])
+    assert sorted(m["Body"] for m in received) == sorted(charges)
+
+
 def test_dlq_usage_errors(deployed: Deployed, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "dlq", "redrive", "charge-payment", "--queue-url", "https://x/q")
     assert code == 2 and "--to-queue-url" in err

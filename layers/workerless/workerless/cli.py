@@ -855,7 +855,8 @@ def cmd_dlq_redrive(args: argparse.Namespace) -> int:
         _client(args, "sqs"), url, queues, job_type=args.job_type, limit=args.limit, max_seconds=args.max_seconds
     )
     which = f"{args.job_type} job(s)" if args.job_type else "job(s)"
-    print(f"moved {result.moved} {which} back to their job queue; {result.left} message(s) left in the DLQ")
+    where = "to --to-queue-url" if args.queue_url else "back to their job queue"
+    print(f"moved {result.moved} {which} {where}; {result.left} message(s) left in the DLQ")
     for reason, count in result.kept.items():
         why = "not a workerless job" if reason == "not a job" else f"type {reason}"
         if reason != "not a job" and reason not in queues:
