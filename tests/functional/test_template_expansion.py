@@ -125,14 +125,36 @@ def test_each_function_is_granted_exactly_what_the_hand_written_template_granted
     """Same routes, same grants. The route loop's logical IDs are the type without its hyphens
     (chargepaymentQueue where the hand-written template had ChargePaymentQueue): names compare
     without case. The template is given the hand-written one's routes (a scaffolded type of the
-    user's own has no counterpart there)."""
+    user's own has no counterpart there).
+
+    One change is by design: the hand-written template gave each route a dead-letter queue of its
+    own (<Type>DeadLetterQueue); now every route's job queue dead-letters to the one
+    JobDeadLetterQueue (one event source for the dead-letter function instead of one per route: each
+    idles at Lambda's long polls). Those grants compare with each old per-route dead-letter queue read
+    as the shared one: the same actions, on the queue that now holds the same messages. Only those
+    queues are mapped; every other grant, the dead-letter function's included, must match as it was."""
     before = load_template(BEFORE, parameters=PARAMETERS)
     routes = [job_type for job_type, _ in route_types(_yaml().load(BEFORE.read_text(encoding="utf-8")))]
     variant = tmp_path / "template.yaml"
     variant.write_text(with_job_types(TEMPLATE.read_text(encoding="utf-8"), routes), encoding="utf-8")
     local_view = load_template(variant, parameters=PARAMETERS)
-    old = {k.lower(): {(e, a, r.lower()) for e, a, r in v} for k, v in _statements(before, PARAMETERS).items()}
+    old_dead_letter_queues = {
+        before.queue(q.dead_letter_queue_id).arn.lower()
+        for q in before.queues
+        if q.dead_letter_queue_id and q.logical_id not in ("TickerQueue", "HeartbeatQueue")
+    }
+    assert len(old_dead_letter_queues) == len(routes)  # one per route, before
+    shared = local_view.queue("JobDeadLetterQueue").arn.lower()
+
+    def as_now(resource: str) -> str:
+        return shared if resource.lower() in old_dead_letter_queues else resource.lower()
+
+    old = {k.lower(): {(e, a, as_now(r)) for e, a, r in v} for k, v in _statements(before, PARAMETERS).items()}
     new = {k.lower(): {(e, a, r.lower()) for e, a, r in v} for k, v in _statements(local_view, PARAMETERS).items()}
     assert set(new) == set(old) == {f.logical_id.lower() for f in before.functions}
     for function in old:
         assert new[function] == old[function], function
+    # What was mapped: the dead-letter function's event-source grant, per route before, once now.
+    assert {(a, r) for _, a, r in new["deadletterfunction"] if r == shared} == {
+        (a, shared) for a in ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes")
+    }
