@@ -1,6 +1,6 @@
 """The handler wrapper: an SQS batch of jobs in, a partial batch response out.
 
-For every job in the batch (Powertools batch processing, one record at a time)::
+For every job in the batch (one record at a time, in order: :mod:`workerless.batch`)::
 
     claim in DynamoDB ──refused──► stored result? re-report it  │ reported? ack  │ lost? ack, don't run
         │                                                        │ live claim elsewhere? leave for redelivery
@@ -130,22 +130,17 @@ class JobProcessor:
 
     # -- the Lambda entry point ---------------------------------------------------------------------
     def handle_batch(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
-        from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+        from workerless.batch import SqsRecord, process_batch
+        from workerless.settings import get_settings
 
-        # A fresh processor per invocation: it keeps per-batch state.
-        processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
-
-        def record_handler(record: Any) -> None:
-            receive_count = int(record.attributes.approximate_receive_count or 1)
+        def record_handler(record: SqsRecord) -> None:
             self.process(
                 record.body,
                 message_id=record.message_id,
-                receive_count=receive_count,
+                receive_count=record.receive_count,
                 context=context,
                 receipt_handle=record.receipt_handle,
             )
-
-        from workerless.settings import get_settings
 
         try:
             observability.configure_from_settings(get_settings())  # X-Ray on or off (cached settings)
@@ -153,12 +148,7 @@ class JobProcessor:
             logger.debug("settings not readable for observability", exc_info=True)
         # One invocation's metrics, written as EMF lines when the batch is done.
         with observability.invocation_metrics():
-            response: dict[str, Any] = dict(
-                process_partial_response(
-                    event=event, record_handler=record_handler, processor=processor, context=context
-                )
-            )
-        return response
+            return dict(process_batch(event, record_handler))
 
     # -- one record ---------------------------------------------------------------------------------
     def process(
