@@ -251,3 +251,63 @@ def test_a_failing_sink_never_fails_the_invocation() -> None:
             observability.record("t", "completed", job_id="1")
     finally:
         observability.configure(metrics=None, sink=None)
+
+
+def _powertools_document(metrics: dict[str, tuple[str, list[float]]], dims: dict[str, str]) -> dict[str, Any]:
+    """What Powertools' own EMF provider writes for the same values (the reference format)."""
+    from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import AmazonCloudWatchEMFProvider
+
+    provider = AmazonCloudWatchEMFProvider(namespace=observability.NAMESPACE, service=observability.SERVICE)
+    for name, (unit, values) in metrics.items():
+        for value in values:
+            provider.add_metric(name=name, unit=unit, value=value)
+    provider.add_dimension(name="service", value=observability.SERVICE)
+    for key, value in dims.items():
+        provider.add_dimension(name=key, value=value)
+    document: dict[str, Any] = dict(provider.serialize_metric_set())
+    if dims:
+        document["_aws"]["CloudWatchMetrics"][0]["Dimensions"].append(["service"])
+    return document
+
+
+@pytest.mark.parametrize("dims", [{}, {"JobType": "charge-payment"}, {"Status": "503"}])
+def test_documents_are_written_as_powertools_writes_them(emitted: list[dict[str, Any]], dims: dict[str, str]) -> None:
+    """The EMF lines are the ones Powertools' provider serialises for the same values, key order
+    included (the Timestamp aside): CloudWatch extracts the same metrics from them."""
+    values = {
+        "PickupLatency": ("Milliseconds", [12.5, 3.0]),
+        "HandlerDuration": ("Milliseconds", [0.25, 7.0]),
+        "JobsCompleted": ("Count", [2.0]),
+    }
+    with observability.invocation_metrics():
+        for name, (unit, numbers) in values.items():
+            for value in numbers if unit != "Count" else [1, 1]:
+                observability.add_metric(name, value, unit, **dims)
+    (doc,) = emitted
+    expected = _powertools_document(values, dims)
+    assert abs(doc["_aws"].pop("Timestamp") - expected["_aws"].pop("Timestamp")) < 60_000
+    assert json.dumps(doc) == json.dumps(expected)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "unit"),
+    [
+        ("", 1, "Count"),
+        ("x" * 256, 1, "Count"),
+        ("PickupLatency", 1, "Fortnights"),
+        ("PickupLatency", float("nan"), "Milliseconds"),
+        ("PickupLatency", "5", "Milliseconds"),
+    ],
+)
+def test_an_invalid_metric_is_dropped_with_a_warning_and_the_others_still_written(
+    emitted: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch, name: str, value: Any, unit: str
+) -> None:
+    warned: list[str] = []
+    monkeypatch.setattr(observability.logger, "warning", lambda msg, **kw: warned.append(msg))
+    with observability.invocation_metrics():
+        observability.add_metric(name, value, unit)
+        observability.record("t", "completed", job_id="1")
+    (doc,) = emitted
+    assert doc["JobsCompleted"] == [1.0]
+    assert [m["Name"] for m in doc["_aws"]["CloudWatchMetrics"][0]["Metrics"]] == ["JobsCompleted"]
+    assert len(warned) == 1 and warned[0].startswith("metric not published")

@@ -26,8 +26,11 @@ Why not one module-level ``Metrics``: Powertools' ``Metrics`` keeps one dimensio
 shares its metric set between every instance in the process (class attributes), while one poller or
 heartbeat invocation counts several job types, and local mode runs many invocations at once in
 threads of one process. So each invocation gets its own buffer (a context variable: a thread sees
-only its own invocation's buffer, no lock contention between invocations), serialised with
-Powertools' own EMF provider (the same validation and format as ``Metrics``).
+only its own invocation's buffer, no lock contention between invocations), written in the EMF
+format Powertools' provider writes (tests/unit/test_observability.py compares the two) by
+:func:`emf_document`: the provider, built per document, validated and logged every value again at
+flush (a tenth of a millisecond per handler invocation); :func:`add_metric` validates each value
+once, as it is added, against the units Powertools knows.
 
 Local mode: no metrics are written inside a local-mode invocation (``workerless local`` shows its
 summary table instead, and EMF lines would bury its output); :func:`configure` overrides that.
@@ -48,6 +51,8 @@ import contextlib
 import contextvars
 import functools
 import json
+import math
+import numbers
 import re
 import sys
 import threading
@@ -120,9 +125,10 @@ METRICS = frozenset(
     {*EVENT_METRICS.values(), POLL_CYCLES, POLL_ERRORS, ENGINE_ERRORS, PICKUP_LATENCY, HANDLER_DURATION}
 )
 
-#: EMF accepts at most 100 values per metric in one document (Powertools prints a document by
-#: itself when a metric reaches 100 values: stay one below).
-_MAX_VALUES = 99
+#: EMF accepts at most 100 values per metric in one document: a metric with more is split.
+_MAX_VALUES = 100
+#: CloudWatch's limit on a metric name's length.
+_MAX_NAME = 255
 
 Listener = Callable[[str, str, dict[str, Any]], None]
 _listeners: list[Listener] = []
@@ -262,30 +268,63 @@ class MetricsBuffer:
 
     def documents(self) -> list[dict[str, Any]]:
         """The EMF documents: one per dimension set (and per 100 values of a metric)."""
-        from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import AmazonCloudWatchEMFProvider
-
         with self._lock:
             snapshot = {dims: {n: (u, list(v)) for n, (u, v) in m.items()} for dims, m in self._values.items()}
+        timestamp = int(time.time() * 1000)
         documents: list[dict[str, Any]] = []
         for dims, metrics in snapshot.items():
             chunks = max((len(values) + _MAX_VALUES - 1) // _MAX_VALUES for _, values in metrics.values())
             for chunk in range(chunks):
-                provider = AmazonCloudWatchEMFProvider(namespace=NAMESPACE, service=SERVICE)
-                for name, (unit, values) in metrics.items():
-                    for value in values[chunk * _MAX_VALUES : (chunk + 1) * _MAX_VALUES]:
-                        provider.add_metric(name=name, unit=unit, value=value)
-                if not provider.metric_set:
-                    continue
-                provider.add_dimension(name="service", value=SERVICE)
-                for key, dimension in dims:
-                    provider.add_dimension(name=key, value=dimension)
-                document: dict[str, Any] = dict(provider.serialize_metric_set())
-                if dims:
-                    # The service-wide roll-up of the same values: alarms and the dashboard's totals
-                    # read it without knowing the job types (an alarm cannot use SEARCH).
-                    document["_aws"]["CloudWatchMetrics"][0]["Dimensions"].append(["service"])
-                documents.append(document)
+                part = {
+                    name: (unit, values[chunk * _MAX_VALUES : (chunk + 1) * _MAX_VALUES])
+                    for name, (unit, values) in metrics.items()
+                }
+                document = emf_document(part, dims, timestamp=timestamp)
+                if document is not None:
+                    documents.append(document)
         return documents
+
+
+def emf_document(
+    metrics: dict[str, tuple[str, list[float]]], dims: Dimensions, *, timestamp: int
+) -> dict[str, Any] | None:
+    """One EMF document (``{"_aws": ..., "service": ..., <dimensions>, <metric>: [values]}``, as
+    Powertools' ``AmazonCloudWatchEMFProvider.serialize_metric_set`` writes it) of ``metrics``
+    (name → unit and values) under ``service`` plus ``dims``; None when no metric has a value.
+
+    A document with dimensions beyond ``service`` also declares the service-wide roll-up of the same
+    values: alarms and the dashboard's totals read it without knowing the job types (an alarm cannot
+    use SEARCH)."""
+    present = {name: (unit, values) for name, (unit, values) in metrics.items() if values}
+    if not present:
+        return None
+    dimensions = [["service", *(key for key, _ in dims)]]
+    if dims:
+        dimensions.append(["service"])
+    document: dict[str, Any] = {
+        "_aws": {
+            "Timestamp": timestamp,
+            "CloudWatchMetrics": [
+                {
+                    "Namespace": NAMESPACE,
+                    "Dimensions": dimensions,
+                    "Metrics": [{"Name": name, "Unit": unit} for name, (unit, _) in present.items()],
+                }
+            ],
+        },
+        "service": SERVICE,
+    }
+    document.update(dims)
+    document.update((name, values) for name, (_, values) in present.items())
+    return document
+
+
+@functools.cache
+def _units() -> frozenset[str]:
+    """The units CloudWatch accepts (Powertools' MetricUnit: Count, Milliseconds, ...)."""
+    from aws_lambda_powertools.metrics.provider.cloudwatch_emf.metric_properties import MetricUnit
+
+    return frozenset(unit.value for unit in MetricUnit)
 
 
 def _dimension_key(dimensions: dict[str, str]) -> Dimensions:
@@ -303,6 +342,12 @@ def add_metric(name: str, value: float, unit: str = "Count", *, job_type: str | 
     buffer = _BUFFER.get()
     if buffer is None or (unit == "Count" and not value):
         return  # a count of 0 is not published: CloudWatch bills each metric for every hour it is sent
+    if not (isinstance(name, str) and 0 < len(name) <= _MAX_NAME) or unit not in _units():
+        logger.warning("metric not published: invalid name or unit", extra={"metric": repr(name), "unit": unit})
+        return
+    if not isinstance(value, numbers.Real) or not math.isfinite(value):
+        logger.warning("metric not published: not a finite number", extra={"metric": name, "value": repr(value)})
+        return
     if job_type is not None:
         dimensions = {"JobType": job_type, **dimensions}
     buffer.add(name, value, unit, _dimension_key(dimensions))
