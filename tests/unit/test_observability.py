@@ -311,3 +311,57 @@ def test_an_invalid_metric_is_dropped_with_a_warning_and_the_others_still_writte
     assert doc["JobsCompleted"] == [1.0]
     assert [m["Name"] for m in doc["_aws"]["CloudWatchMetrics"][0]["Metrics"]] == ["JobsCompleted"]
     assert len(warned) == 1 and warned[0].startswith("metric not published")
+
+
+def test_with_an_sdk_the_handler_runs_in_a_consumer_span_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN a tracer provider that records spans (an OpenTelemetry SDK in the function)
+    WHEN the handler runs inside job_span
+    THEN it runs in a span named after the job type, kind CONSUMER, child of the engine's span,
+    carrying the job's attributes; the forwarded traceparent is that span's."""
+    trace = pytest.importorskip("opentelemetry.trace")
+
+    started: list[dict[str, Any]] = []
+
+    class RecordingTracer(trace.NoOpTracer):
+        def start_span(
+            self, name: str, context: Any = None, kind: Any = None, attributes: Any = None, **kw: Any
+        ) -> Any:
+            parent = trace.get_current_span(context).get_span_context()
+            started.append({"name": name, "kind": kind, "attributes": dict(attributes or {}), "parent": parent})
+            own = trace.SpanContext(
+                parent.trace_id, 0x1111222233334444, is_remote=False, trace_flags=parent.trace_flags
+            )
+            return trace.NonRecordingSpan(own)
+
+    class RecordingProvider(trace.TracerProvider):
+        def get_tracer(self, *args: Any, **kwargs: Any) -> Any:
+            return RecordingTracer()
+
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", RecordingProvider())
+    job = make_activated_job("charge-payment", {}, traceparent=TRACEPARENT, instance_id="i-9")
+    with observability.job_span(job) as span:
+        forwarded = observability.current_traceparent()
+    (one,) = started
+    assert one["name"] == "charge-payment" and one["kind"] is trace.SpanKind.CONSUMER
+    assert format(one["parent"].span_id, "016x") == "00f067aa0ba902b7"
+    assert one["attributes"] == {
+        "workerless.job.id": job.ref.job_id,
+        "workerless.job.type": "charge-payment",
+        "workerless.engine": job.ref.engine,
+        "workerless.instance.id": "i-9",
+    }
+    own = "00-4bf92f3577b34da6a3ce929d0e0e4736-1111222233334444-01"
+    assert (span.trace_id, span.traceparent, forwarded) == ("4bf92f3577b34da6a3ce929d0e0e4736", own, own)
+    assert trace.get_current_span().get_span_context().is_valid is False  # restored on exit
+
+
+def test_without_an_sdk_the_current_span_is_the_engines_until_the_handler_returns() -> None:
+    trace = pytest.importorskip("opentelemetry.trace")
+    assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    job = make_activated_job("t", {}, traceparent=TRACEPARENT)
+    with observability.job_span(job) as span:
+        inside = trace.get_current_span().get_span_context()
+        forwarded = observability.current_traceparent()
+    assert (format(inside.trace_id, "032x"), format(inside.span_id, "016x")) == (span.trace_id, "00f067aa0ba902b7")
+    assert forwarded == span.traceparent == TRACEPARENT
+    assert trace.get_current_span().get_span_context().is_valid is False

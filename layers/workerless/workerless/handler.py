@@ -265,7 +265,7 @@ class JobProcessor:
                 logger.info("result already stored: re-reporting it, not running the handler again")
                 stored = store.load_outcome(found)
                 observability.record(job.ref.job_type, "rereported", job_id=job.ref.job_id)
-                self._report(job, stored, engine=engine, store=store, deadline=deadline, receipt=receipt)
+                self._report(job, stored, engine=engine, store=store, deadline=deadline, receipt=receipt, lease=lease)
                 return
             if decision is Decision.DONE:
                 logger.info("job already reported: acknowledging the redelivery")
@@ -331,7 +331,7 @@ class JobProcessor:
             _hand_back(job, engine=engine, deadline=deadline, reason="lease lost while the handler ran")
             observability.record(job.ref.job_type, "lease_lost", job_id=job.ref.job_id)
             return
-        self._report(job, stored, engine=engine, store=store, deadline=deadline, receipt=receipt)
+        self._report(job, stored, engine=engine, store=store, deadline=deadline, receipt=receipt, lease=lease)
 
     def _acquire_or_leave(self, job: ActivatedJob, *, engine: Any, deadline: float) -> bool | None:
         """Lease acquire for a delivery that does not hold the claim; None when acquire kept failing
@@ -531,8 +531,9 @@ class JobProcessor:
         store: Any,
         deadline: float,
         receipt: str | None = None,
+        lease: str | None = None,
     ) -> None:
-        if report_stored(job.ref, outcome, engine=engine, store=store, deadline=deadline):
+        if report_stored(job.ref, outcome, engine=engine, store=store, deadline=deadline, lease=lease):
             return
         # Still refused past the quick retries (an engine outage): the heartbeat re-reports it on a
         # backoff of seconds and deletes this message once it lands. Until then the message stays in
