@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -365,3 +367,52 @@ def test_without_an_sdk_the_current_span_is_the_engines_until_the_handler_return
     assert (format(inside.trace_id, "032x"), format(inside.span_id, "016x")) == (span.trace_id, "00f067aa0ba902b7")
     assert forwarded == span.traceparent == TRACEPARENT
     assert trace.get_current_span().get_span_context().is_valid is False
+
+
+def _records() -> list[logging.LogRecord]:
+    """Log records of every shape the formatter meets: plain, JSON-looking, dict and %-args messages,
+    extras, an exception, whitespace before JSON, an empty message."""
+    library = logging.getLogger("workerless-format-test")
+    out: list[logging.LogRecord] = []
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        exc_info = sys.exc_info()
+    cases: list[tuple[Any, tuple[Any, ...], dict[str, Any], Any]] = [
+        ("job completed", (), {"lifecycle": "completed", "job_type": "t", "job_id": "1"}, None),
+        ('{"already": "json"}', (), {}, None),
+        ("  [1, 2]", (), {}, None),
+        ("42", (), {}, None),
+        ("null", (), {}, None),
+        ("NaN", (), {}, None),
+        ("true story", (), {}, None),
+        ("", (), {}, None),
+        ({"a": 1}, (), {}, None),
+        ("sheptra discovery resolved cluster %s to %s", ("c1", "https://x"), {}, None),
+        ("handler raised", (), {"error": "ValueError: boom"}, exc_info),
+        ("odd extra", (), {"when": object.__new__(type("Opaque", (), {}))}, None),
+    ]
+    for msg, args, extra, exc in cases:
+        out.append(library.makeRecord(library.name, logging.INFO, __file__, 7, msg, args, exc, "fn", extra))
+    return out
+
+
+def test_the_library_formatter_writes_every_line_as_powertools_formatter_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """JsonFormatter is Powertools' formatter made cheaper: the same line for every record, with the
+    library's context keys and after a clear_state (inject_lambda_context(clear_state=True))."""
+    from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
+
+    assert isinstance(observability.logger.registered_formatter, observability.JsonFormatter)
+    ours = observability.JsonFormatter(service="workerless", sampling_rate=None)
+    theirs = LambdaPowertoolsFormatter(service="workerless", sampling_rate=None)
+    observability.logger.thread_safe_append_keys(job_id="1", job_type="t", traceparent=TRACEPARENT)
+    try:
+        for state in ("fresh", "cleared"):
+            for formatter in (ours, theirs):
+                formatter.append_keys(cold_start=False, function_name="f")
+                if state == "cleared":
+                    formatter.clear_state()
+            for record in _records():
+                assert ours.format(record) == theirs.format(record), (state, record.msg)
+    finally:
+        observability.logger.thread_safe_remove_keys(["job_id", "job_type", "traceparent"])
