@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import time
 import traceback
-import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -246,8 +246,9 @@ class JobProcessor:
             # Before the claim: a read that fails costs a redelivery, not a claim held until it expires.
             job = _read_payload(job)
         request_id = getattr(context, "aws_request_id", None) or "local"
-        # Unique to this processing of this message: only a retry of our own claim call can match it.
-        owner = f"{request_id}:{message_id}:{uuid.uuid4().hex[:8]}"
+        # Unique to this processing of this message: only a retry of our own claim call can match it
+        # (32 random bits, as uuid4's first 8 hex digits were, without building a UUID).
+        owner = f"{request_id}:{message_id}:{os.urandom(4).hex()}"
 
         # Which lease this delivery holds: a later lease of the same job id (node-flow re-leases a
         # lapsed task under its old id) may claim a record the lost lease left behind.
