@@ -9,14 +9,16 @@ local mode unnoticed. The others pass on moto alone and are what :mod:`workerles
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
+from workerless.devtools.scaffold import with_job_types
 from workerless.local.runtime import LocalTopology
-from workerless.local.template import TemplateError
+from workerless.local.template import TemplateError, parse_template_text, resolve_template
 
 MIB = 1_048_576
 TABLE = "workerless-local-Table"  # {stack}-{LogicalId}, as local mode names it
@@ -315,3 +317,36 @@ def test_a_template_queue_outside_sqs_ranges_does_not_start(tmp_path: Path) -> N
         LocalTopology(tmp_path / "template.yaml", parameters={"SmallMessages": "1023"})
     with pytest.raises(TemplateError, match=r"Invalid value for maxReceiveCount: 1001"):
         LocalTopology(tmp_path / "template.yaml", parameters={"MaxReceives": "1001"})
+
+
+# ----------------------------------------------------------------------------- environment size
+
+ROOT = Path(__file__).resolve().parents[2]
+SCALING = ROOT / "docs" / "scaling.md"
+
+
+def _refusal(count: int) -> str | None:
+    """Local mode's refusal of template.yaml with ``count`` routes of 14-character types (as long as
+    charge-payment), or None when every function's environment is within Lambda's 4 KB deployed."""
+    types = [f"job-type-{i:05d}" for i in range(count)]
+    text = with_job_types((ROOT / "template.yaml").read_text(encoding="utf-8"), types)
+    try:
+        resolve_template(parse_template_text(text), base_dir=ROOT, path=ROOT / "template.yaml", parameters={})
+    except TemplateError as exc:
+        return str(exc)
+    return None
+
+
+def test_a_function_whose_environment_would_be_over_4_kb_deployed_does_not_start() -> None:
+    """GIVEN template.yaml with ever more routes (WORKERLESS_ROUTES, in every function's
+    environment, grows a line per route) WHEN local mode reads it THEN it refuses, as Lambda would,
+    the first count whose environment is over 4 KB once CloudFormation has suffixed the names; and
+    docs/scaling.md states that bound."""
+    fits = next(n for n in range(3, 60) if _refusal(n + 1) is not None)
+    assert _refusal(fits) is None
+    refusal = _refusal(fits + 1)
+    assert refusal is not None
+    assert "over Lambda's 4096-byte limit" in refusal and "the largest is WORKERLESS_ROUTES" in refusal
+    stated = re.search(r"Lambda environment variables \|.*?\*\*(\d+) routes\*\*", SCALING.read_text(encoding="utf-8"))
+    assert stated is not None, "docs/scaling.md has no row for Lambda's environment-variable quota"
+    assert int(stated.group(1)) == fits

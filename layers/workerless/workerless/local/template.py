@@ -39,6 +39,14 @@ BUCKET_TYPE = "AWS::S3::Bucket"
 TABLE_TYPES = ("AWS::DynamoDB::Table", "AWS::Serverless::SimpleTable")
 FUNCTION_TYPES = ("AWS::Serverless::Function", "AWS::Lambda::Function")
 
+#: Lambda's quota on one function's environment variables, all of them together ("4 KB", Lambda
+#: quotas; cfn-lint does not check it): a deploy over it fails. Lambda measures their compact JSON
+#: object (its refusal quotes the "String measured"), and so does local mode.
+ENVIRONMENT_LIMIT_BYTES = 4096
+#: CloudFormation names what a template leaves unnamed <stack>-<LogicalId>-<12 random characters>;
+#: local names stop before the suffix, so each one in a value counts this much more.
+GENERATED_NAME_SUFFIX_BYTES = 13
+
 #: Intrinsic functions local mode evaluates (CloudFormation's long names).
 SUPPORTED_INTRINSICS = (
     "Ref",
@@ -643,6 +651,19 @@ class _Resolver:
             buckets=tuple(buckets),
         )
 
+    def _check_environment_size(self, lid: str, environment: Mapping[str, str]) -> None:
+        """Refuse what Lambda would: a function whose variables are over 4 KB once deployed."""
+        text = json.dumps(environment, separators=(",", ":"), ensure_ascii=False)
+        generated = len(re.findall(re.escape(f"{self.stack_name}-"), text, flags=re.IGNORECASE))
+        size = len(text.encode("utf-8")) + generated * GENERATED_NAME_SUFFIX_BYTES
+        if size > ENVIRONMENT_LIMIT_BYTES:
+            largest = max(environment, key=lambda key: len(environment[key]))
+            raise TemplateError(
+                f"{lid}: its environment variables would be {size} bytes deployed (stack {self.stack_name!r}), "
+                f"over Lambda's {ENVIRONMENT_LIMIT_BYTES}-byte limit; the largest is {largest} "
+                f"({len(environment[largest])} bytes here)"
+            )
+
     def _event_source_mappings(self, arn_to_queue: Mapping[str, str]) -> list[tuple[str, SqsEventSpec]]:
         """The template's own AWS::Lambda::EventSourceMapping resources: (function name or ARN, event)."""
         found: list[tuple[str, SqsEventSpec]] = []
@@ -747,6 +768,7 @@ class _Resolver:
         env_block = prop("Environment") or {}
         variables = env_block.get("Variables") or {} if isinstance(env_block, dict) else {}
         environment = {str(k): _scalar_text(v) for k, v in variables.items()}
+        self._check_environment_size(lid, environment)
         recursive = str(prop("RecursiveLoop", "Terminate"))
         if recursive not in ("Allow", "Terminate"):
             raise TemplateError(f"{lid}.RecursiveLoop must be Allow or Terminate, got {recursive!r}")
