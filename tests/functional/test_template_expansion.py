@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from workerless.devtools.scaffold import _yaml, route_types, with_job_types
+from workerless.devtools.scaffold import _yaml, with_job_types
+from workerless.devtools.stack import routes_in_text
 from workerless.local.iam.roles import render_roles
-from workerless.local.template import LocalTemplate, load_template, resolve_template
+from workerless.local.template import STACK_NAME, LocalTemplate, load_template, resolve_template
 
 from tests.functional.test_template import (  # noqa: F401 - pytest fixture used by name
     ROOT,
@@ -39,7 +40,13 @@ from samcli.lib.cfn_language_extensions.sam_integration import expand_language_e
 
 with open(sys.argv[1], encoding="utf-8") as fh:
     source = yaml_parse(fh.read())
-values = {"AWS::Region": "us-east-1", "AWS::AccountId": "123456789012", **json.loads(sys.argv[2])}
+values = {
+    "AWS::Region": "us-east-1",
+    "AWS::AccountId": "123456789012",
+    "AWS::Partition": "aws",
+    "AWS::StackName": "workerless-local",
+    **json.loads(sys.argv[2]),
+}
 result = expand_language_extensions(source, parameter_values=values, enabled=True)
 assert result.had_language_extensions
 json.dump(result.expanded_template, sys.stdout)
@@ -122,17 +129,24 @@ def test_local_mode_renders_the_roles_sam_cli_expands(local_view: LocalTemplate,
 
 
 def test_each_function_is_granted_exactly_what_the_hand_written_template_granted(tmp_path: Path) -> None:
-    """Same routes, same grants. The route loop's logical IDs are the type without its hyphens
-    (chargepaymentQueue where the hand-written template had ChargePaymentQueue): names compare
-    without case. The template is given the hand-written one's routes (a scaffolded type of the
-    user's own has no counterpart there)."""
+    """Same routes, same grants, but one addition. The route loop's logical IDs are the type without
+    its hyphens (chargepaymentQueue where the hand-written template had ChargePaymentQueue): names
+    compare without case. The template is given the hand-written one's routes (a scaffolded type of
+    the user's own has no counterpart there). The addition: the routes moved from WORKERLESS_ROUTES
+    (in every function's environment) to one SSM parameter per route, so the poller, and it alone,
+    is granted GetParametersByPath on the stack's routes path (the path, not the parameters: what
+    Parameter Store authorises it against)."""
     before = load_template(BEFORE, parameters=PARAMETERS)
-    routes = [job_type for job_type, _ in route_types(_yaml().load(BEFORE.read_text(encoding="utf-8")))]
+    variables = _yaml().load(BEFORE.read_text(encoding="utf-8"))["Globals"]["Function"]["Environment"]["Variables"]
+    routes = [job_type for job_type, _ in routes_in_text(str(variables["WORKERLESS_ROUTES"].value))]
     variant = tmp_path / "template.yaml"
     variant.write_text(with_job_types(TEMPLATE.read_text(encoding="utf-8"), routes), encoding="utf-8")
     local_view = load_template(variant, parameters=PARAMETERS)
     old = {k.lower(): {(e, a, r.lower()) for e, a, r in v} for k, v in _statements(before, PARAMETERS).items()}
     new = {k.lower(): {(e, a, r.lower()) for e, a, r in v} for k, v in _statements(local_view, PARAMETERS).items()}
     assert set(new) == set(old) == {f.logical_id.lower() for f in before.functions}
+    routes_path = f"arn:aws:ssm:us-east-1:123456789012:parameter/workerless/{STACK_NAME}/routes"
+    added = {"pollerfunction": {("Allow", "ssm:GetParametersByPath", routes_path)}}
     for function in old:
-        assert new[function] == old[function], function
+        assert new[function] - old[function] == added.get(function, set()), function
+        assert old[function] <= new[function], function

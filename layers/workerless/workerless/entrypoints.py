@@ -34,7 +34,7 @@ def _poll(event: dict[str, Any], context: Any) -> dict[str, Any]:
     from workerless.aws.dynamo import DynamoState
     from workerless.poller import continue_ticker
     from workerless.runtime import get_engine, get_payloads, get_queues, get_store
-    from workerless.settings import get_settings
+    from workerless.settings import get_routed_settings, get_settings
 
     settings = get_settings()
     queues = get_queues()
@@ -66,6 +66,11 @@ def _poll(event: dict[str, Any], context: Any) -> dict[str, Any]:
     from workerless.intent import IntentLog
     from workerless.poller import DEPTH_REFRESH_SECONDS
     from workerless.poller_lock import PollerLock
+
+    # The routes: read from Parameter Store at the container's first poll and kept (the one call of
+    # its kind; WORKERLESS_ROUTES, when set, instead). Only polling needs them: a failed read fails
+    # this invocation after the tick chain has moved on.
+    settings = get_routed_settings(deadline=_deadline(context))
 
     # A poller that dies mid-cycle must not cost its jobs a lease: the next one finishes its batch.
     intents = IntentLog(state, lease_seconds=settings.lease_seconds)

@@ -29,6 +29,7 @@ after maxReceiveCount, where the dead-letter function fails the job at the engin
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import json
 import time
@@ -55,6 +56,12 @@ from workerless.report import report_stored
 from workerless.retry import CALLS
 
 T = TypeVar("T")
+#: The URL of the queue the record being handled came from (its eventSourceARN), stored with the
+#: receipt handle when a report is left owed: the heartbeat deletes the message there without
+#: knowing the routes. A context variable: local mode runs a function's batches on several threads.
+_record_queue_url: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "workerless_record_queue_url", default=None
+)
 HandlerFunction = Callable[[Job], Any]
 LambdaHandler = Callable[[dict[str, Any], Any], dict[str, Any]]
 
@@ -135,15 +142,26 @@ class JobProcessor:
         # A fresh processor per invocation: it keeps per-batch state.
         processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 
+        from workerless.aws.sqs import queue_url_of_arn
+
+        # Every record of one batch comes from the function's one event source: its queue.
+        sources = {
+            r.get("messageId"): r.get("eventSourceARN") for r in event.get("Records") or [] if isinstance(r, dict)
+        }
+
         def record_handler(record: Any) -> None:
             receive_count = int(record.attributes.approximate_receive_count or 1)
-            self.process(
-                record.body,
-                message_id=record.message_id,
-                receive_count=receive_count,
-                context=context,
-                receipt_handle=record.receipt_handle,
-            )
+            token = _record_queue_url.set(queue_url_of_arn(sources.get(record.message_id)))
+            try:
+                self.process(
+                    record.body,
+                    message_id=record.message_id,
+                    receive_count=receive_count,
+                    context=context,
+                    receipt_handle=record.receipt_handle,
+                )
+            finally:
+                _record_queue_url.reset(token)
 
         from workerless.settings import get_settings
 
@@ -548,7 +566,7 @@ class JobProcessor:
         # backoff of seconds and deletes this message once it lands. Until then the message stays in
         # flight (a batch item failure), so the route keeps counting the job against MaxInFlight.
         try:
-            noted = store.mark_owed(job.key, receipt=receipt)
+            noted = store.mark_owed(job.key, receipt=receipt, queue_url=_record_queue_url.get() if receipt else None)
         except StoreError as exc:
             noted = False
             logger.warning("could not note the owed report", extra={"error": str(exc)})
