@@ -33,8 +33,9 @@ def poller(event: dict[str, Any], context: Any) -> dict[str, Any]:
 def _poll(event: dict[str, Any], context: Any) -> dict[str, Any]:
     from workerless.aws.dynamo import DynamoState
     from workerless.poller import continue_ticker
+    from workerless.routes import get_routed_settings
     from workerless.runtime import get_engine, get_payloads, get_queues, get_store
-    from workerless.settings import get_routed_settings, get_settings
+    from workerless.settings import get_settings
 
     settings = get_settings()
     queues = get_queues()
