@@ -619,9 +619,7 @@ class LocalTopology:
             # functions: the poller reads them with GetParametersByPath (its role checked).
             ssm = session.client("ssm", config=config)
             for parameter in self.template.ssm_parameters:
-                ssm.put_parameter(
-                    Name=parameter.name, Value=parameter.value, Type=parameter.type, Tier=parameter.tier
-                )
+                ssm.put_parameter(Name=parameter.name, Value=parameter.value, Type=parameter.type, Tier=parameter.tier)
         if self.template.buckets:
             # The claim check's bucket (moto's S3, the same PutObject / GetObject calls as on AWS).
             # Its lifecycle rule is not emulated: nothing in a local run lives for a week.

@@ -257,12 +257,12 @@ class LocalTemplate:
     ssm_parameters: tuple[ParameterSpec, ...] = ()
 
     def parameters_under(self, path: str) -> dict[str, str]:
-        """{name: value} of the SSM parameters directly under ``path`` (GetParametersByPath, not
-        recursive), in name order."""
+        """{name: value} of the SSM parameters directly under ``path`` (what GetParametersByPath,
+        not recursive, answers), in template order."""
         prefix = path.rstrip("/") + "/"
         return {
             p.name: p.value
-            for p in sorted(self.ssm_parameters, key=lambda p: p.name)
+            for p in self.ssm_parameters
             if p.name.startswith(prefix) and "/" not in p.name[len(prefix) :]
         }
 
