@@ -48,6 +48,11 @@ BEFORE = {
     "cpu_ms": 0.979,
 }
 
+#: The idle figure before every route's dead letters shared one queue (319896c: a dead-letter queue
+#: and an event source per route, 8 SQS event sources), the same model and idle invocations
+#: (bench.measure.idle_invocations, bench.cost.idle_monthly) run on that commit's template.yaml.
+BEFORE_SHARED_DLQ = {"commit": "319896c", "sqs_event_sources": 8, "idle": 3.00}
+
 
 def _mark(ok: bool | None) -> str:
     return "—" if ok is None else ("**met**" if ok else "**not met**")
@@ -443,6 +448,12 @@ def _moves(r: dict[str, Any], add: Any) -> None:
         f"{b['idle_metrics']} ($2.40 a month); ${b['idle']:.2f} | {len(idle.get('custom_metrics') or [])}; "
         f"${r['idle_cost_per_month_usd']['value']:.2f} |"
     )
+    shared = BEFORE_SHARED_DLQ
+    add(
+        "| one job dead-letter queue for every route (one event source for the dead-letter function, not one "
+        f"per route; {shared['commit']} before) | SQS event sources; idle $/month | {shared['sqs_event_sources']}; "
+        f"${shared['idle']:.2f} | {r['template_shape']['sqs_event_sources']}; ${r['idle_cost_per_month_usd']['value']:.2f} |"
+    )
     add(
         "| no sleeping poller: relay 1 s later with a delayed message, the lock and counts handed on "
         f"| Lambda duration $/M; SQS $/M | ${b['parts']['lambda_duration']:.2f}; ${b['parts']['sqs']:.2f} "
@@ -539,15 +550,17 @@ def _gaps(r: dict[str, Any], t: dict[str, bool | None]) -> list[str]:
             f"**Idle cost (${r['idle_cost_per_month_usd']['value']:.2f}/month, target ${IDLE_TARGET:.2f}).** "
             f"${idle['parts']['event_source_long_polls']:.2f} of it is Lambda's SQS event sources long-polling "
             f"{shape['sqs_event_sources']} queues (≈ ${ESM_MONTHLY_PER_QUEUE:.2f} a month each, whatever the code "
-            "does), the rest the tick chain and the watchdog. The changes that close it, in order: (1) one shared "
-            "dead-letter queue for every route instead of one each (DeadLetterFunction's three event sources "
-            f"become one: -${2 * ESM_MONTHLY_PER_QUEUE:.2f}); (2) no event source on it at all — the poller already "
-            "reads queue depths each tick and can drain the dead-letter queue when it is not empty "
-            f"(-${ESM_MONTHLY_PER_QUEUE:.2f} more); (3) carry the poller's ticks on the heartbeat queue (one control "
-            "queue, one event source, the function dispatching on the message kind: "
-            f"-${ESM_MONTHLY_PER_QUEUE:.2f}); (4) one GetQueueAttributes per tick instead of three, by skipping "
-            "routes whose last dispatch is older than the visibility timeout (tick cost ≈ -40%). With (1)-(3) four "
-            f"event sources remain (three routes + control): ≈ ${4 * ESM_MONTHLY_PER_QUEUE:.2f} + "
+            "does): one per route, the tick, the heartbeat tickets and the job dead-letter queue every route shares "
+            f"(at {BEFORE_SHARED_DLQ['commit']} each route had its own: {BEFORE_SHARED_DLQ['sqs_event_sources']} "
+            f"event sources, ${BEFORE_SHARED_DLQ['idle']:.2f} a month). "
+            "The rest is the tick chain and the watchdog. The changes that close it, in order: (1) no event source on "
+            "the job dead-letter queue — the poller already reads queue depths each tick and can drain it when it is "
+            f"not empty (-${ESM_MONTHLY_PER_QUEUE:.2f}); (2) carry the poller's ticks on the heartbeat queue (one "
+            "control queue, one event source, the function dispatching on the message kind: "
+            f"-${ESM_MONTHLY_PER_QUEUE:.2f}); (3) one GetQueueAttributes per tick instead of three, by skipping "
+            "routes whose last dispatch is older than the visibility timeout (tick cost ≈ -40%). With (1)-(2) "
+            f"{shape['sqs_event_sources'] - 2} event sources remain (one per route + control): ≈ "
+            f"${(shape['sqs_event_sources'] - 2) * ESM_MONTHLY_PER_QUEUE:.2f} + "
             f"${idle['parts']['tick_chain'] + idle['parts']['watchdog_schedule']:.2f} — still above $1.00 with a "
             "20 s tick, so the last step is the tick itself: TickSeconds 60 (the watchdog alone) meets $1.00 at the "
             "price of up-to-a-minute idle pickup. The event-source figure rests on the five-idle-pollers assumption "

@@ -5,8 +5,8 @@ Run after `sam deploy`, with AWS credentials for the account:
     WORKERLESS_E2E_STACK=workerless .venv/bin/pytest tests/e2e -q
 
 What it checks is what an operator asks first — is anyone listening? — through the same code as
-`workerless status --stack-name`: every route's queue and dead-letter queue can be read, nothing is
-dead-lettered, and the poller has ticked recently (needs TickSeconds > 0). With
+`workerless status --stack-name`: every route's queue and the job dead-letter queue they share can
+be read, nothing is dead-lettered, and the poller has ticked recently (needs TickSeconds > 0). With
 WORKERLESS_E2E_EMULATOR_URL set to an emulator the stack's functions can reach (for example
 `workerless emulate sheptra` on a host the Lambda functions can call, with the stack's secret
 pointing at it), it also creates one job per example type through the emulator's admin API and
@@ -50,9 +50,11 @@ def test_every_route_is_readable_and_nothing_is_dead_lettered(deployment: Any) -
     started = time.time()
     status = collect_status(deployment, **clients)
     assert status.routes, "the stack has no routes"
+    assert deployment.dead_letter_url, "the stack has no JobDeadLetterQueue"
     for route in status.routes:
         assert route.errors == [], f"{route.job_type}: {route.errors}"
-        assert route.dead_lettered == 0, f"{route.job_type} has dead-lettered jobs"
+    assert status.errors == [], status.errors
+    assert status.dead_letters == 0, "the job dead-letter queue holds messages (workerless dlq show lists them)"
     # Someone is listening: a poll after this test started (the event), not a poll younger than a
     # fixed age when the status is read. The tick is 20 s and the watchdog schedule runs every
     # minute, so one comes within minutes; the wait is bounded in rounds and time.

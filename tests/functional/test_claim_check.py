@@ -64,8 +64,8 @@ def large_topology(
     if not heartbeat:
         # The heartbeat's event source off: an owed report can then only be settled by SQS's
         # redelivery of the job message (the path under test), never by the heartbeat's re-send.
-        replacements["            Queue: !GetAtt HeartbeatQueue.Arn\n"] = (
-            "            Queue: !GetAtt HeartbeatQueue.Arn\n            Enabled: false\n"
+        replacements["Properties: {Queue: !GetAtt HeartbeatQueue.Arn, "] = (
+            "Properties: {Enabled: false, Queue: !GetAtt HeartbeatQueue.Arn, "
         )
     template = template_variant(tmp_path, replacements, handlers={"send-receipt": HANDLERS})
     return LocalTopology(template, env_file, parameters={**PARAMETERS, **(parameters or {})}, schedule_seconds=1)

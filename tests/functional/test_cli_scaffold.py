@@ -193,7 +193,7 @@ def test_local_mode_runs_the_new_route_against_the_sheptra_emulator(
 ) -> None:
     """GIVEN a scaffolded job type WHEN local mode runs the scaffolded template against the Sheptra
     emulator THEN a job of the new type completes with the handler's variables, and the topology's
-    status lists the new route with an empty queue and DLQ and a recent poll."""
+    status lists the new route with an empty queue, an empty job dead-letter queue and a recent poll."""
     assert run(capsys, "new-handler", TYPE, "--template", str(project / "template.yaml"))[0] == 0
     env_file = project / "sheptra.env"
     env_file.write_text(emulator.env_block(emulator.base_url) + "\nWORKERLESS_ENGINE=sheptra\n")
@@ -212,7 +212,7 @@ def test_local_mode_runs_the_new_route_against_the_sheptra_emulator(
     assert done, emulator.job_state(job_id)
     assert emulator.job_state(job_id)["output"] == {"handled": True}
     route = next(r for r in status.routes if r.job_type == TYPE)
-    assert (route.waiting, route.dead_lettered) == (0, 0)
+    assert (route.waiting, status.dead_letters) == (0, 0)
     assert [r.job_type for r in status.routes] == template_job_types((project / "template.yaml").read_text())
     # A poll of this run (not a stale record): it happened after the topology started.
     assert status.last_poll_seconds_ago is not None and status.last_poll_seconds_ago <= running_for
@@ -253,7 +253,7 @@ def test_workerless_local_prints_the_status_while_it_runs_the_new_route(
     assert code == 0, err[-2000:]
     assert emulator.job_state(job_id)["state"] == "completed"
     assert TYPE in out  # the summary table
-    assert "job type" in err and "DLQ" in err and "last poll:" in err
+    assert "job type" in err and "job dead-letter queue (every route's): 0" in err and "last poll:" in err
     status_rows = [line for line in err.splitlines() if line.startswith(f"{TYPE} ")]
     assert status_rows, err[-2000:]
 

@@ -91,15 +91,16 @@ def processed_template_before_route_parameters(job_types: list[str]) -> dict[str
 
 @pytest.fixture
 def deployed(monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployed]:
-    """Two job types' queues and DLQs (redrive after 2 receives), the ticker queue, the job table."""
+    """Two job types' queues, both redriving (after 2 receives) to the one job dead-letter queue, the
+    ticker queue, the job table."""
     with mock_aws():
         session: Any = boto3.session.Session(region_name="us-east-1")
         sqs, dynamodb = session.client("sqs"), session.client("dynamodb")
         queues: dict[str, str] = {}
+        dlq = sqs.create_queue(QueueName=f"{STACK}-JobDeadLetterQueue-X1")["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        queues["JobDeadLetterQueue"] = dlq
         for stem in ("chargepayment", "shipparcel"):
-            dlq = sqs.create_queue(QueueName=f"{STACK}-{stem}DeadLetterQueue-X1")["QueueUrl"]
-            arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-            queues[f"{stem}DeadLetterQueue"] = dlq
             queues[f"{stem}Queue"] = sqs.create_queue(
                 QueueName=f"{STACK}-{stem}Queue-X1",
                 Attributes={"RedrivePolicy": json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": 2})},
@@ -140,7 +141,8 @@ def job_message(job_id: str, job_type: str = "charge-payment") -> str:
 
 
 def dead_letter(deployed: Deployed, stem: str, bodies: list[str]) -> None:
-    """Send, then receive without deleting until SQS's redrive (after 2 receives) has moved them all."""
+    """Send to ``stem``'s job queue, then receive without deleting until SQS's redrive (after 2
+    receives) has moved them all to the job dead-letter queue."""
     url = deployed.queues[f"{stem}Queue"]
     for body in bodies:
         deployed.sqs.send_message(QueueUrl=url, MessageBody=body)
@@ -148,6 +150,22 @@ def dead_letter(deployed: Deployed, stem: str, bodies: list[str]) -> None:
         answer = deployed.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=0)
         if not answer.get("Messages"):
             break
+
+
+def dead_letters(deployed: Deployed) -> int:
+    counts = deployed.sqs.get_queue_attributes(
+        QueueUrl=deployed.queues["JobDeadLetterQueue"],
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    return sum(int(v) for v in counts.values())
+
+
+def bodies_in(deployed: Deployed, queue: str) -> list[str]:
+    received: list[str] = []
+    for _ in range(5):
+        answer = deployed.sqs.receive_message(QueueUrl=deployed.queues[queue], MaxNumberOfMessages=10)
+        received += [m["Body"] for m in answer.get("Messages", [])]
+    return received
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -160,9 +178,11 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 
 def test_status_of_a_stack_per_route(deployed: Deployed, capsys: pytest.CaptureFixture[str]) -> None:
-    """GIVEN jobs waiting, in flight and dead-lettered, a recent tick, and failure metrics WHEN status
-    reads the stack THEN each route's numbers, the last poll and the recent failures are right."""
+    """GIVEN jobs waiting, in flight and dead-lettered (two routes into the one job dead-letter queue), a
+    recent tick, and failure metrics WHEN status reads the stack THEN each route's numbers, the job
+    dead-letter queue's depth, the last poll and the recent failures and dead letters are right."""
     dead_letter(deployed, "chargepayment", [job_message("dead-1"), job_message("dead-2")])
+    dead_letter(deployed, "shipparcel", [job_message("dead-3", "ship-parcel")])
     charge = deployed.queues["chargepaymentQueue"]
     for i in range(3):
         deployed.sqs.send_message(QueueUrl=charge, MessageBody=job_message(f"wait-{i}"))
@@ -180,6 +200,7 @@ def test_status_of_a_stack_per_route(deployed: Deployed, capsys: pytest.CaptureF
         MetricData=[
             {"MetricName": "JobsFailed", "Dimensions": dimensions, "Value": 3},
             {"MetricName": "JobsThrown", "Dimensions": dimensions, "Value": 1},
+            {"MetricName": "JobsDeadLettered", "Dimensions": dimensions, "Value": 2},
             {"MetricName": "PollCycles", "Dimensions": [{"Name": "service", "Value": "workerless"}], "Value": 7},
         ],
     )
@@ -191,16 +212,17 @@ def test_status_of_a_stack_per_route(deployed: Deployed, capsys: pytest.CaptureF
     assert set(routes) == {"charge-payment", "ship-parcel"}  # the ticker queue is not a route
     assert routes["charge-payment"]["errors"] == [] and status["errors"] == []
     assert (routes["charge-payment"]["waiting"], routes["charge-payment"]["in_flight"]) == (2, 1)
-    assert routes["charge-payment"]["dead_lettered"] == 2
-    assert routes["charge-payment"]["recent_failures"] == 4
-    assert (routes["ship-parcel"]["delayed"], routes["ship-parcel"]["dead_lettered"]) == (1, 0)
-    assert routes["ship-parcel"]["recent_failures"] == 0
+    assert status["dead_letters"] == 3  # one queue for both routes: SQS counts the queue
+    assert (routes["charge-payment"]["recent_failures"], routes["charge-payment"]["recent_dead_lettered"]) == (4, 2)
+    assert routes["ship-parcel"]["delayed"] == 1
+    assert (routes["ship-parcel"]["recent_failures"], routes["ship-parcel"]["recent_dead_lettered"]) == (0, 0)
     assert 11 <= status["last_poll_seconds_ago"] < 60
     assert status["poll_cycles"] == 7
 
     code, out, _ = run(capsys, "status", "--stack-name", STACK, "--no-metrics")
     assert code == 0
     assert "charge-payment" in out and "last poll: 1" in out and "poll cycles" not in out
+    assert "job dead-letter queue (every route's): 3 message(s)" in out
 
 
 def test_status_reads_the_routes_of_a_stack_deployed_before_they_were_parameters(
@@ -237,11 +259,19 @@ def test_status_names_the_routes_by_their_logical_ids_when_the_template_is_unrea
 def test_status_says_why_the_last_poll_is_unknown_and_reads_explicit_routes(
     deployed: Deployed, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    route = f"ship-parcel={deployed.queues['shipparcelQueue']},{deployed.queues['shipparcelDeadLetterQueue']}"
-    code, out, err = run(capsys, "status", "--route", route, "--table", deployed.table, "--no-metrics")
+    dead_letter(deployed, "shipparcel", [job_message("dead-1", "ship-parcel")])
+    route = f"ship-parcel={deployed.queues['shipparcelQueue']}"
+    dlq = deployed.queues["JobDeadLetterQueue"]
+    code, out, err = run(
+        capsys, "status", "--route", route, "--dead-letter-queue-url", dlq, "--table", deployed.table, "--no-metrics"
+    )
     assert code == 0, err
     assert "ship-parcel" in out and "charge-payment" not in out
+    assert "job dead-letter queue (every route's): 1 message(s)" in out
     assert "last poll: unknown (no ticker state: TickSeconds is 0" in out
+    # The old per-route form names a dead-letter queue per route: refused, saying where it goes now.
+    code, _, err = run(capsys, "status", "--route", f"{route},{dlq}", "--no-metrics")
+    assert code == 2 and "given once with --dead-letter-queue-url" in err
 
     code, out, _ = run(capsys, "status", "--route", "ghost=https://sqs.us-east-1.amazonaws.com/123456789012/nope")
     assert code == 0 and "ghost: queue unreadable: AWS.SimpleQueueService.NonExistentQueue" in out
@@ -260,13 +290,23 @@ def test_status_usage_errors(deployed: Deployed, capsys: pytest.CaptureFixture[s
 def test_dlq_show_lists_jobs_without_their_handle_and_deletes_nothing(
     deployed: Deployed, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """GIVEN dead letters of two routes (and a message that is no job) in the one job dead-letter queue
+    WHEN dlq show reads it THEN every job is listed with the type its body names, never its handle,
+    TYPE narrows it to that type's, and nothing is deleted."""
     dead_letter(deployed, "chargepayment", [job_message("dead-1"), job_message("dead-2"), "not json"])
-    code, out, err = run(capsys, "dlq", "show", "charge-payment", "--stack-name", STACK, "--peek-seconds", "0")
+    dead_letter(deployed, "shipparcel", [job_message("dead-3", "ship-parcel")])
+    code, out, err = run(capsys, "dlq", "show", "--stack-name", STACK, "--peek-seconds", "0")
     assert code == 0, err
-    assert "charge-payment dead-letter queue: about 3 message(s); showing 3" in out
-    assert "job dead-1 engine sheptra attempt r2 retries 2 received 3x" in out
+    assert "job dead-letter queue: about 4 message(s); showing 4" in out
+    assert "job dead-1 type charge-payment engine sheptra attempt r2 retries 2 received 3x" in out
+    assert "job dead-3 type ship-parcel engine sheptra" in out
     assert "not a workerless job message" in out
     assert LEASE_TOKEN not in out + err and "orderId" not in out
+
+    code, out, err = run(capsys, "dlq", "show", "ship-parcel", "--stack-name", STACK, "--peek-seconds", "0")
+    assert code == 0, err
+    assert "showing 1 of type ship-parcel (of 4 read)" in out
+    assert "dead-3" in out and "dead-1" not in out and "not a workerless job" not in out
 
     code, out, _ = run(
         capsys,
@@ -274,38 +314,90 @@ def test_dlq_show_lists_jobs_without_their_handle_and_deletes_nothing(
         "show",
         "charge-payment",
         "--queue-url",
-        deployed.queues["chargepaymentDeadLetterQueue"],
+        deployed.queues["JobDeadLetterQueue"],
         "--json",
     )
     assert code == 0
     lines = [json.loads(line) for line in out.splitlines()]
-    assert {line.get("job_id") for line in lines} == {"dead-1", "dead-2", None}
+    assert {(line.get("job_id"), line.get("type")) for line in lines} == {
+        ("dead-1", "charge-payment"),
+        ("dead-2", "charge-payment"),
+    }
     assert LEASE_TOKEN not in out
-    counts = deployed.sqs.get_queue_attributes(
-        QueueUrl=deployed.queues["chargepaymentDeadLetterQueue"],
-        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-    )["Attributes"]
-    assert sum(int(v) for v in counts.values()) == 3  # peeked, not deleted
+    assert dead_letters(deployed) == 4  # peeked, not deleted
 
 
-def test_dlq_redrive_moves_the_messages_back_unchanged(deployed: Deployed, capsys: pytest.CaptureFixture[str]) -> None:
-    bodies = [job_message(f"dead-{i}") for i in range(12)]
-    dead_letter(deployed, "chargepayment", bodies)
-    code, out, err = run(capsys, "dlq", "redrive", "charge-payment", "--stack-name", STACK, "--limit", "5")
+def test_dlq_redrive_moves_each_message_back_to_its_own_types_queue_unchanged(
+    deployed: Deployed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """GIVEN dead letters of two routes in the one job dead-letter queue WHEN dlq redrive runs THEN
+    each goes back, unchanged, to the job queue of the type its body names (as StartMessageMoveTask
+    without a destination returns each to its source queue)."""
+    charges = [job_message(f"dead-{i}") for i in range(9)]
+    parcels = [job_message(f"parcel-{i}", "ship-parcel") for i in range(3)]
+    dead_letter(deployed, "chargepayment", charges)
+    dead_letter(deployed, "shipparcel", parcels)
+    code, out, err = run(capsys, "dlq", "redrive", "--stack-name", STACK, "--limit", "5")
     assert code == 0, err
-    assert out == "charge-payment: moved 5 message(s) back to the job queue; 7 left in the DLQ\n"
-    code, out, _ = run(capsys, "dlq", "redrive", "charge-payment", "--stack-name", STACK)
-    assert code == 0 and "moved 7 message(s)" in out and "0 left" in out
-    received: list[str] = []
-    for _ in range(5):
-        answer = deployed.sqs.receive_message(QueueUrl=deployed.queues["chargepaymentQueue"], MaxNumberOfMessages=10)
-        received += [m["Body"] for m in answer.get("Messages", [])]
-    assert sorted(received) == sorted(bodies)
+    assert out.startswith("moved 5 job(s) back to their job queue; 7 message(s) left in the DLQ\n")
+    code, out, _ = run(capsys, "dlq", "redrive", "--stack-name", STACK)
+    assert code == 0 and "moved 7 job(s)" in out and "0 message(s) left" in out
+    assert sorted(bodies_in(deployed, "chargepaymentQueue")) == sorted(charges)
+    assert sorted(bodies_in(deployed, "shipparcelQueue")) == sorted(parcels)
+
+
+def test_dlq_redrive_of_one_type_leaves_the_others_visible_at_once(
+    deployed: Deployed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """GIVEN dead letters of two routes, one of a type the stack has no route for, and one that is no
+    job WHEN dlq redrive TYPE runs THEN only TYPE's move; every other message stays in the queue and is
+    visible again at once (not hidden for the redrive's visibility timeout from the dead-letter
+    function)."""
+    charges = [job_message(f"dead-{i}") for i in range(3)]
+    parcel, stray = job_message("parcel-1", "ship-parcel"), job_message("stray-1", "no-such-route")
+    dead_letter(deployed, "chargepayment", [*charges, stray, "not json"])
+    dead_letter(deployed, "shipparcel", [parcel])
+    code, out, err = run(capsys, "dlq", "redrive", "charge-payment", "--stack-name", STACK)
+    assert code == 0, err
+    assert "moved 3 charge-payment job(s) back to their job queue; 3 message(s) left in the DLQ" in out
+    assert "kept 1 message(s): type ship-parcel" in out and "kept 1 message(s): not a workerless job" in out
+    assert sorted(bodies_in(deployed, "chargepaymentQueue")) == sorted(charges)
+    left = deployed.sqs.receive_message(
+        QueueUrl=deployed.queues["JobDeadLetterQueue"], MaxNumberOfMessages=10, VisibilityTimeout=0
+    )
+    assert sorted(m["Body"] for m in left.get("Messages", [])) == sorted([parcel, stray, "not json"])
+    # Every type: the one with no route here is kept, and said so.
+    code, out, err = run(capsys, "dlq", "redrive", "--stack-name", STACK)
+    assert code == 0, err
+    assert "moved 1 job(s)" in out and "kept 1 message(s): type no-such-route, no route here" in out
+    assert bodies_in(deployed, "shipparcelQueue") == [parcel]
+
+
+def test_dlq_redrive_from_a_queue_url_moves_only_types_messages_to_the_queue_named(
+    deployed: Deployed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """GIVEN a dead-letter queue named by URL (an old per-route one, say) WHEN dlq redrive TYPE
+    --to-queue-url runs THEN TYPE's messages go to that queue and the others stay."""
+    charges = [job_message(f"dead-{i}") for i in range(2)]
+    dead_letter(deployed, "chargepayment", charges)
+    dead_letter(deployed, "shipparcel", [job_message("parcel-1", "ship-parcel")])
+    target = deployed.sqs.create_queue(QueueName="elsewhere")["QueueUrl"]
+    dlq = deployed.queues["JobDeadLetterQueue"]
+    code, out, err = run(capsys, "dlq", "redrive", "charge-payment", "--queue-url", dlq, "--to-queue-url", target)
+    assert code == 0, err
+    assert "moved 2 charge-payment job(s) to --to-queue-url; 1 message(s) left in the DLQ" in out
+    received = deployed.sqs.receive_message(QueueUrl=target, MaxNumberOfMessages=10).get("Messages", [])
+    assert sorted(m["Body"] for m in received) == sorted(charges)
 
 
 def test_dlq_usage_errors(deployed: Deployed, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "dlq", "redrive", "charge-payment", "--queue-url", "https://x/q")
     assert code == 2 and "--to-queue-url" in err
+    # One queue for every type would hand each handler the other types' jobs.
+    code, _, err = run(capsys, "dlq", "redrive", "--queue-url", "https://x/q", "--to-queue-url", "https://x/j")
+    assert code == 2 and "--to-queue-url needs TYPE" in err
+    code, _, err = run(capsys, "dlq", "redrive", "--stack-name", STACK, "--to-queue-url", "https://x/j")
+    assert code == 2 and "--to-queue-url goes with --queue-url" in err
     code, _, err = run(capsys, "dlq", "show", "no-such-type", "--stack-name", STACK)
     assert (
         code == 2 and "no job type 'no-such-type' in stack workerless-test (known: charge-payment, ship-parcel)" in err

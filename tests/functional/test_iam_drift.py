@@ -12,7 +12,7 @@ deployed. Each scenario takes the failure paths that make the rarer calls, on pu
 - a heartbeat ticket SQS refuses to carry on (the test refuses the heartbeat's first two sends to
   its own queue): the failed ticket's message is made visible again in a third of a lease;
 - StageNext: a stage whose lease acquire fails every try (the claim is given back: issue 10, 2.1);
-- a job activated outside the topology and put straight into a dead-letter queue, as SQS's redrive
+- a job activated outside the topology and put straight into the job dead-letter queue, as SQS's redrive
   puts a message whose handler never claimed it: the dead-letter function fails it at the engine
   and writes its record (the PutItem of a job with none).
 
@@ -187,9 +187,7 @@ def _scenario(engine: str, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
         with topology as topo:
             assert topo.iam is not None, "local mode enforces IAM by default"
             # A job whose handler never claimed it, dead-lettered (the test plays SQS's redrive).
-            topo.client("sqs").send_message(
-                QueueUrl=topo.queue_url("chargepaymentDeadLetterQueue"), MessageBody=dead_message
-            )
+            topo.client("sqs").send_message(QueueUrl=topo.queue_url("JobDeadLetterQueue"), MessageBody=dead_message)
 
             def job_queues_empty() -> bool:
                 depths = topo.queue_depths()

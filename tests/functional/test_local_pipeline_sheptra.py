@@ -10,9 +10,14 @@ from typing import Any
 
 import httpx
 import pytest
+from workerless.devtools.scaffold import stem
 from workerless.emulators import sheptra
+from workerless.engines import build_engine
+from workerless.local import LocalTopology
+from workerless.model import Demand
+from workerless.settings import parse_env_text
 
-from tests.functional.pipeline import topology, wait_counted, wait_final
+from tests.functional.pipeline import TEMPLATE, job_timings, topology, wait_counted, wait_final
 
 #: Runs the topology for seconds to minutes: `make test` runs it, `make test-fast` does not.
 pytestmark = pytest.mark.slow
@@ -114,3 +119,59 @@ def test_redelivered_job_is_rereported_not_rerun(
     assert len(started) == 1, "the handler ran once"
     assert len(rereported) >= 1, "the stored result was re-reported on redelivery"
     assert emulator.job_state(job_id)["attempts"] == 1
+
+
+def _activate(env_file: Path, job_type: str) -> str:
+    """Activate one job of ``job_type`` outside the topology (a standalone adapter, as a poller
+    would): its SQS message, for the test to put where it likes."""
+    values = parse_env_text(env_file.read_text(encoding="utf-8"))
+    with httpx.Client(timeout=10) as client:
+        adapter = build_engine("sheptra", values, client)
+        try:
+            activated = adapter.activate([Demand(job_type, 1)], 120)
+        finally:
+            adapter.close()
+    assert len(activated) == 1, activated
+    return activated[0].to_message()
+
+
+def test_every_routes_dead_letters_share_one_queue_and_each_is_settled_as_its_own_type(
+    emulator: Any, env_file: Path, events: list[tuple[str, str, dict[str, Any]]]
+) -> None:
+    """GIVEN a charge-payment job in the send-receipt queue and a send-receipt job in the charge-payment
+    queue (a handler refuses a job of another type: each delivery fails and SQS redelivers it)
+    WHEN SQS's redrive moves both, after MaxReceiveCount deliveries, from their two queues into the one
+    job dead-letter queue
+    THEN the dead-letter function fails each at the engine as the type its message names, not the
+    queue it came through; every call under local mode's IAM check, none refused."""
+    charge = emulator.create_job("charge-payment", {"orderId": "d1", "amount": 5}, retries=1)
+    charge_message = _activate(env_file, "charge-payment")
+    receipt = emulator.create_job("send-receipt", {"orderId": "d2"}, retries=1)
+    receipt_message = _activate(env_file, "send-receipt")
+    parameters = {"LeaseSeconds": "5", "TickSeconds": "1", "MaxReceiveCount": "2", **job_timings(3)}
+    with LocalTopology(TEMPLATE, env_file, parameters=parameters, schedule_seconds=1) as topo:
+        assert topo.iam is not None, "local mode enforces IAM by default"
+        queues = {q.logical_id: q for q in topo.template.queues}
+        assert {q for q in queues if q.endswith("DeadLetterQueue")} == {
+            "JobDeadLetterQueue",
+            "HeartbeatDeadLetterQueue",
+            "TickerDeadLetterQueue",
+        }
+        assert {queues[f"{stem(t)}Queue"].dead_letter_queue_id for t in ("charge-payment", "send-receipt")} == {
+            "JobDeadLetterQueue"
+        }
+        sqs = topo.client("sqs")
+        sqs.send_message(QueueUrl=topo.queue_url("sendreceiptQueue"), MessageBody=charge_message)
+        sqs.send_message(QueueUrl=topo.queue_url("chargepaymentQueue"), MessageBody=receipt_message)
+        wait_final(topo, emulator.job_state, [charge, receipt], 60)
+        refusals = list(topo.iam.refusals)
+    settled = {(job_type, f.get("job_id")) for job_type, e, f in events if e == "dead_lettered"}
+    assert settled == {("charge-payment", charge), ("send-receipt", receipt)}
+    assert not refusals, refusals
+    for job_id, job_type in ((charge, "charge-payment"), (receipt, "send-receipt")):
+        state = emulator.job_state(job_id)
+        assert state["state"] == "failed", state
+        assert f"the {job_type} handler Lambda did not finish this job" in state["error_message"]
+    # The other type's handler refused each delivery before claiming it: no handler code ran.
+    wrong = [f for _, e, f in events if e == "started" and f.get("job_id") in (charge, receipt)]
+    assert not wrong, "a job of another type never reaches a handler's code"

@@ -518,10 +518,31 @@ def test_handler_event_source(source: dict[str, Any], cfn: dict[str, Any], job_t
     assert cfn["Parameters"]["HandlerMaximumConcurrency"]["MinValue"] == 2
 
 
-def test_dead_letter_function_reads_every_job_dead_letter_queue(cfn: dict[str, Any]) -> None:
+def test_every_route_dead_letters_to_the_one_queue_the_dead_letter_function_reads(cfn: dict[str, Any]) -> None:
+    """One job dead-letter queue for every route, one event source on it (each idles at Lambda's long
+    polls): the message names its job type, so no queue per route is needed to tell them apart."""
+    for camel in JOB_TYPES.values():
+        redrive = cfn["Resources"][f"{camel}Queue"]["Properties"]["RedrivePolicy"]
+        assert _logical_id(redrive["deadLetterTargetArn"]) == "JobDeadLetterQueue", camel
     mappings = _event_source_queues(cfn, "DeadLetterFunction")
-    assert set(mappings) == {f"{c}DeadLetterQueue" for c in JOB_TYPES.values()}
+    assert set(mappings) == {"JobDeadLetterQueue"}
     assert all(m["FunctionResponseTypes"] == ["ReportBatchItemFailures"] for m in mappings.values())
+    # Lambda checks the role when it creates the mapping: the grant is in the role's own policy,
+    # which CloudFormation creates with the role, before the function the mapping depends on.
+    role = cfn["Resources"]["DeadLetterFunctionRole"]["Properties"]["Policies"]
+    granted = {
+        _logical_id(r)
+        for p in role
+        for st in _as_list(p["PolicyDocument"]["Statement"])
+        if "sqs:ReceiveMessage" in _as_list(st["Action"])
+        for r in _as_list(st["Resource"])
+    }
+    assert granted == {"JobDeadLetterQueue"}
+    assert not [
+        name
+        for name, r in _resources(cfn, "AWS::IAM::Policy").items()
+        if {"Ref": "DeadLetterFunctionRole"} in r["Properties"]["Roles"]
+    ]
 
 
 # ----------------------------------------------------------------------------- queues and table
@@ -549,7 +570,7 @@ def test_visibility_timeout_is_at_least_six_times_the_consumer_timeout(cfn: dict
             visibility = _default(cfn, cfn["Resources"][queue]["Properties"]["VisibilityTimeout"])
             assert visibility >= 6 * timeout, (queue, visibility, function, timeout)
             pairs += 1
-    assert pairs == len(ALL_FUNCTIONS) + len(JOB_TYPES) - 1  # DeadLetterFunction reads one queue per route
+    assert pairs == len(ALL_FUNCTIONS)  # one event queue each: DeadLetterFunction's is every route's
     resources = cfn["Resources"]
     assert _default(cfn, resources["generatereportFunction"]["Properties"]["Timeout"]) == 900
     assert _default(cfn, resources["generatereportQueue"]["Properties"]["VisibilityTimeout"]) == 5400
@@ -572,19 +593,15 @@ def test_every_queue_has_a_dead_letter_queue(cfn: dict[str, Any]) -> None:
         for q in queues.values()
         if "RedrivePolicy" in q["Properties"]
     }
-    assert dead_letter == {f"{c}DeadLetterQueue" for c in JOB_TYPES.values()} | {
-        "HeartbeatDeadLetterQueue",
-        "TickerDeadLetterQueue",
-    }
+    assert dead_letter == {"JobDeadLetterQueue", "HeartbeatDeadLetterQueue", "TickerDeadLetterQueue"}
     for name, queue in queues.items():
         if name in dead_letter:
             continue
         redrive = queue["Properties"]["RedrivePolicy"]
         assert redrive["maxReceiveCount"] == {"Ref": "MaxReceiveCount"}, name
     assert cfn["Parameters"]["MaxReceiveCount"]["Default"] == 5
-    for camel in JOB_TYPES.values():
-        # A message keeps its original enqueue time in the DLQ: the DLQ must keep it longer.
-        assert cfn["Resources"][f"{camel}DeadLetterQueue"]["Properties"]["MessageRetentionPeriod"] == 1_209_600
+    # A message keeps its original enqueue time in the DLQ: the DLQ must keep it longer (SQS's maximum).
+    assert cfn["Resources"]["JobDeadLetterQueue"]["Properties"]["MessageRetentionPeriod"] == 1_209_600
 
 
 def test_queues_are_encrypted_and_refuse_plain_http(cfn: dict[str, Any]) -> None:
@@ -624,7 +641,7 @@ def test_job_records_and_dead_letters_outlive_the_stack(cfn: dict[str, Any]) -> 
         for q in _resources(cfn, "AWS::SQS::Queue").values()
         if "RedrivePolicy" in q["Properties"]
     }
-    assert len(dead_letter_queues) == 2 + len(JOB_TYPES)
+    assert dead_letter_queues == {"JobDeadLetterQueue", "HeartbeatDeadLetterQueue", "TickerDeadLetterQueue"}
     for name in dead_letter_queues:
         queue = cfn["Resources"][name]
         assert (queue.get("DeletionPolicy"), queue.get("UpdateReplacePolicy")) == ("Retain", "Retain"), name
@@ -840,6 +857,6 @@ def test_sample_events_carry_workerless_messages() -> None:
 
     dead = [ActivatedJob.from_message(r["body"]) for r in _records("sqs-deadletter.json")]
     assert dead
-    assert all(
-        ":workerless-chargepaymentDeadLetterQueue-" in r["eventSourceARN"] for r in _records("sqs-deadletter.json")
-    )
+    # Several types in one batch, from the one job dead-letter queue: the type is in each body.
+    assert {j.ref.job_type for j in dead} >= {"charge-payment", "send-receipt"}
+    assert all(":workerless-JobDeadLetterQueue-" in r["eventSourceARN"] for r in _records("sqs-deadletter.json"))

@@ -129,20 +129,39 @@ def test_local_mode_renders_the_roles_sam_cli_expands(local_view: LocalTemplate,
 
 
 def test_each_function_is_granted_exactly_what_the_hand_written_template_granted(tmp_path: Path) -> None:
-    """Same routes, same grants, but one addition. The route loop's logical IDs are the type without
-    its hyphens (chargepaymentQueue where the hand-written template had ChargePaymentQueue): names
-    compare without case. The template is given the hand-written one's routes (a scaffolded type of
-    the user's own has no counterpart there). The addition: the routes moved from WORKERLESS_ROUTES
-    (in every function's environment) to one SSM parameter per route, so the poller, and it alone,
-    is granted GetParametersByPath on the stack's routes path (the path, not the parameters: what
-    Parameter Store authorises it against)."""
+    """Same routes, same grants. The route loop's logical IDs are the type without its hyphens
+    (chargepaymentQueue where the hand-written template had ChargePaymentQueue): names compare
+    without case. The template is given the hand-written one's routes (a scaffolded type of the
+    user's own has no counterpart there).
+
+    One change is by design: the hand-written template gave each route a dead-letter queue of its
+    own (<Type>DeadLetterQueue); now every route's job queue dead-letters to the one
+    JobDeadLetterQueue (one event source for the dead-letter function instead of one per route: each
+    idles at Lambda's long polls). Those grants compare with each old per-route dead-letter queue read
+    as the shared one: the same actions, on the queue that now holds the same messages. Only those
+    queues are mapped; every other grant, the dead-letter function's included, must match as it was.
+
+    One addition: the routes moved from WORKERLESS_ROUTES (in every function's environment) to one
+    SSM parameter per route, so the poller, and it alone, is granted GetParametersByPath on the
+    stack's routes path (the path, not the parameters: what Parameter Store authorises it against)."""
     before = load_template(BEFORE, parameters=PARAMETERS)
     variables = _yaml().load(BEFORE.read_text(encoding="utf-8"))["Globals"]["Function"]["Environment"]["Variables"]
     routes = [job_type for job_type, _ in routes_in_text(str(variables["WORKERLESS_ROUTES"].value))]
     variant = tmp_path / "template.yaml"
     variant.write_text(with_job_types(TEMPLATE.read_text(encoding="utf-8"), routes), encoding="utf-8")
     local_view = load_template(variant, parameters=PARAMETERS)
-    old = {k.lower(): {(e, a, r.lower()) for e, a, r in v} for k, v in _statements(before, PARAMETERS).items()}
+    old_dead_letter_queues = {
+        before.queue(q.dead_letter_queue_id).arn.lower()
+        for q in before.queues
+        if q.dead_letter_queue_id and q.logical_id not in ("TickerQueue", "HeartbeatQueue")
+    }
+    assert len(old_dead_letter_queues) == len(routes)  # one per route, before
+    shared = local_view.queue("JobDeadLetterQueue").arn.lower()
+
+    def as_now(resource: str) -> str:
+        return shared if resource.lower() in old_dead_letter_queues else resource.lower()
+
+    old = {k.lower(): {(e, a, as_now(r)) for e, a, r in v} for k, v in _statements(before, PARAMETERS).items()}
     new = {k.lower(): {(e, a, r.lower()) for e, a, r in v} for k, v in _statements(local_view, PARAMETERS).items()}
     assert set(new) == set(old) == {f.logical_id.lower() for f in before.functions}
     routes_path = f"arn:aws:ssm:us-east-1:123456789012:parameter/workerless/{STACK_NAME}/routes"
@@ -150,3 +169,7 @@ def test_each_function_is_granted_exactly_what_the_hand_written_template_granted
     for function in old:
         assert new[function] - old[function] == added.get(function, set()), function
         assert old[function] <= new[function], function
+    # What was mapped: the dead-letter function's event-source grant, per route before, once now.
+    assert {(a, r) for _, a, r in new["deadletterfunction"] if r == shared} == {
+        (a, shared) for a in ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes")
+    }

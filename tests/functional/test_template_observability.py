@@ -212,12 +212,12 @@ def test_every_alarm_exists_only_with_a_topic_and_notifies_it(cfn: dict[str, Any
 
 
 def test_every_dead_letter_queue_alarms_on_what_counts_its_dead_letters(cfn: dict[str, Any]) -> None:
-    """A dead-letter queue that a function drains (the job DLQs: DeadLetterFunction settles each
-    message within seconds) is empty at almost every sample, so its depth cannot alarm: those alarm on
-    the function's receives. The DLQs nothing consumes (heartbeat tickets, poller ticks) alarm on
-    their depth."""
+    """A dead-letter queue that a function drains (the job DLQ every route shares: DeadLetterFunction
+    settles each message within seconds) is empty at almost every sample, so its depth cannot alarm:
+    it alarms on the function's receives, one alarm for every route (which types: JobsDeadLettered by
+    JobType). The DLQs nothing consumes (heartbeat tickets, poller ticks) alarm on their depth."""
     drained = set(consumers(cfn)) & dead_letter_queues(cfn)
-    assert drained == {f"{c}DeadLetterQueue" for c in JOB_TYPES.values()}
+    assert drained == {"JobDeadLetterQueue"}
     watched: dict[str, str] = {}
     for alarm in alarms(cfn).values():
         props = alarm["Properties"]

@@ -97,6 +97,34 @@ def test_what_aws_refuses_does_not_run_locally(tmp_path: Path, changes: dict[str
         build(tmp_path, **changes)
 
 
+def test_a_dead_letter_queue_of_several_sources_must_be_the_kind_of_each(tmp_path: Path) -> None:
+    """SQS: a standard queue's dead-letter queue is a standard queue, a FIFO queue's a FIFO queue. Two
+    standard sources may share one; a FIFO source cannot join them."""
+    shared = """\
+Resources:
+  A: {Type: AWS::SQS::Queue, Properties: {RedrivePolicy: {deadLetterTargetArn: !GetAtt Dead.Arn, maxReceiveCount: 3}}}
+  B: {Type: AWS::SQS::Queue, Properties: {RedrivePolicy: {deadLetterTargetArn: !GetAtt Dead.Arn, maxReceiveCount: 3}}}
+  Dead: {Type: AWS::SQS::Queue}
+"""
+    path = tmp_path / "template.yaml"
+    path.write_text(shared)
+    topology = LocalTopology(path)
+    assert {q.logical_id: q.dead_letter_queue_id for q in topology.template.queues} == {
+        "A": "Dead",
+        "B": "Dead",
+        "Dead": None,
+    }
+    path.write_text(
+        shared.replace(
+            "  B: {Type: AWS::SQS::Queue, Properties: {", "  B: {Type: AWS::SQS::Queue, Properties: {FifoQueue: true, "
+        )
+    )
+    with pytest.raises(
+        TemplateError, match=r"B\.RedrivePolicy: the dead-letter queue must be the same kind as its source"
+    ):
+        LocalTopology(path)
+
+
 def test_the_real_templates_timings_hold_at_defaults_and_at_the_test_and_demo_values() -> None:
     as_written = LocalTopology(TEMPLATE).template
     assert as_written.queue("chargepaymentQueue").visibility_timeout == 720

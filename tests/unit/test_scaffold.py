@@ -40,7 +40,9 @@ def test_the_scaffolded_type_runs_locally_with_its_own_function_queue_and_route(
     function = template.function(f"{stem(TYPE)}Function")
     assert function.code_dir == (tmp_path / "functions" / TYPE).resolve()
     assert [e.queue_id for e in function.sqs_events] == [f"{stem(TYPE)}Queue"]
-    assert f"{stem(TYPE)}DeadLetters" in {e.name for e in template.function("DeadLetterFunction").sqs_events}
+    # Its job queue dead-letters to the one job dead-letter queue every route shares.
+    assert template.queue(f"{stem(TYPE)}Queue").dead_letter_queue_id == "JobDeadLetterQueue"
+    assert [e.queue_id for e in template.function("DeadLetterFunction").sqs_events] == ["JobDeadLetterQueue"]
     (route,) = [p for p in template.ssm_parameters if p.logical_id == f"{stem(TYPE)}Route"]
     assert route.name == f"/workerless/workerless-local/routes/{TYPE}"
     assert f'"type":"{TYPE}"' in route.value and template.queue(f"{stem(TYPE)}Queue").url in route.value

@@ -8,9 +8,9 @@
     workerless new-handler TYPE [--template template.yaml]
     workerless init     DIR [--job-type example-job]
     workerless invoke   TYPE [--variables JSON|@FILE] [--retries N]
-    workerless status   (--stack-name NAME | --route TYPE=URL[,DLQ_URL] ... [--table NAME]) [--json]
+    workerless status   (--stack-name NAME | --route TYPE=URL ... [--dead-letter-queue-url URL] [--table NAME])
     workerless secrets import --env-file .env [--secret-name NAME]
-    workerless dlq show|redrive TYPE (--stack-name NAME | --queue-url URL [--to-queue-url URL])
+    workerless dlq show|redrive [TYPE] (--stack-name NAME | --queue-url URL [--to-queue-url URL])
 
 The daily-loop commands' logic lives in workerless.devtools; this module only parses their options.
 
@@ -527,7 +527,7 @@ def _add_daily_loop_commands(commands: Any) -> None:
         "new-handler",
         help="scaffold a job type: functions/TYPE/app.py, its test, an event, and its wiring in template.yaml",
         description="Create functions/TYPE/app.py, tests/unit/test_handler_TYPE.py and events/sqs-TYPE.json next to "
-        "the template, and add the job type's queue, dead-letter queue, role, function and route to the template "
+        "the template, and add the job type's queue, role, function and route to the template "
         "(comments and order kept). Refuses when TYPE exists.",
     )
     new_handler.add_argument("job_type", metavar="TYPE", help="lowercase letters, digits and hyphens (ship-parcel)")
@@ -561,11 +561,15 @@ def _add_daily_loop_commands(commands: Any) -> None:
 
     status = commands.add_parser(
         "status",
-        help="per route: waiting, in flight, dead-lettered, last poll, recent failures",
+        help="per route: waiting, in flight, recent failures and dead letters; the job DLQ; last poll",
         description="Read a deployed stack's queues, job table and metrics (or explicit queue URLs) and print, per job "
-        "type, what waits, what runs, what was dead-lettered, and when the poller last ticked.",
+        "type, what waits, what runs, what failed or was dead-lettered, then the job dead-letter queue every route "
+        "shares, and when the poller last ticked.",
     )
     _add_target_options(status, routes=True)
+    status.add_argument(
+        "--dead-letter-queue-url", default=None, help="the job dead-letter queue (with --route; a stack's is found)"
+    )
     status.add_argument("--table", default=None, help="job table name (with --route; a stack's is found)")
     status.add_argument(
         "--template", default="template.yaml", help="read job type names from this template's routes, if present"
@@ -589,17 +593,21 @@ def _add_daily_loop_commands(commands: Any) -> None:
     _add_aws_options(secrets_import)
     secrets_import.set_defaults(run=cmd_secrets_import)
 
-    dlq = commands.add_parser("dlq", help="a job type's dead-letter queue: show or redrive its messages")
+    dlq = commands.add_parser("dlq", help="the job dead-letter queue (every route's): show or redrive its messages")
     dlq_commands = dlq.add_subparsers(dest="dlq_command", required=True, metavar="SUBCOMMAND")
     show = dlq_commands.add_parser(
         "show",
-        help="list the jobs in a job type's dead-letter queue (nothing deleted)",
-        description="List the dead-lettered jobs of TYPE: job id, engine, attempt, retries and receive count (never "
-        "the engine's handle). Messages are peeked, not deleted.",
+        help="list the jobs in the job dead-letter queue, of every type or of TYPE (nothing deleted)",
+        description="List the dead-lettered jobs (of TYPE only, when given; the type is read from each message): "
+        "job id, type, engine, attempt, retries and receive count (never the engine's handle). Messages are peeked, "
+        "not deleted.",
     )
-    show.add_argument("job_type", metavar="TYPE")
+    show.add_argument("job_type", metavar="TYPE", nargs="?", default=None, help="only this job type's dead letters")
     _add_target_options(show, routes=False)
     show.add_argument("--limit", type=int, default=10, help="at most this many messages (default 10)")
+    show.add_argument(
+        "--scan", type=int, default=100, help="with TYPE: read at most this many messages to find them (default 100)"
+    )
     show.add_argument("--variables", action="store_true", help="also print each job's variables")
     show.add_argument(
         "--peek-seconds", type=int, default=5, help="messages read stay hidden this long (default 5; 0-43200)"
@@ -608,13 +616,14 @@ def _add_daily_loop_commands(commands: Any) -> None:
     show.set_defaults(run=cmd_dlq_show)
     redrive = dlq_commands.add_parser(
         "redrive",
-        help="move a job type's dead-lettered messages back to its job queue",
-        description="Move up to --limit messages from TYPE's dead-letter queue back to its job queue (send, then "
-        "delete), within --max-seconds.",
+        help="move dead-lettered jobs (of every type, or of TYPE) back to their job queues",
+        description="Move up to --limit messages from the job dead-letter queue back to the job queue of the type "
+        "each message names (send, then delete), within --max-seconds; with TYPE, only that type's. Messages not "
+        "moved are made visible again at once.",
     )
-    redrive.add_argument("job_type", metavar="TYPE")
+    redrive.add_argument("job_type", metavar="TYPE", nargs="?", default=None, help="only this job type's dead letters")
     _add_target_options(redrive, routes=False)
-    redrive.add_argument("--to-queue-url", default=None, help="the job queue (with --queue-url)")
+    redrive.add_argument("--to-queue-url", default=None, help="TYPE's job queue (with --queue-url; needs TYPE)")
     redrive.add_argument("--limit", type=int, default=100, help="at most this many messages (default 100)")
     redrive.add_argument("--max-seconds", type=float, default=60.0, help="stop after this long (default 60)")
     redrive.set_defaults(run=cmd_dlq_redrive)
@@ -633,11 +642,13 @@ def _add_target_options(parser: argparse.ArgumentParser, *, routes: bool) -> Non
             "--route",
             action="append",
             default=[],
-            metavar="TYPE=QUEUE_URL[,DLQ_URL]",
+            metavar="TYPE=QUEUE_URL",
             help="a route's queues, instead of --stack-name (repeat per job type)",
         )
     else:
-        parser.add_argument("--queue-url", default=None, help="the dead-letter queue's URL, instead of --stack-name")
+        parser.add_argument(
+            "--queue-url", default=None, help="the job dead-letter queue's URL, instead of --stack-name"
+        )
     _add_aws_options(parser)
 
 
@@ -726,8 +737,13 @@ def _deployment(args: argparse.Namespace) -> Any:
         names = _template_routes(args.template) if hasattr(args, "template") else None
         return resolve_stack(_client(args, "cloudformation"), args.stack_name, routes=names)
     if routes:
-        return Deployment(parse_route_options(routes), args.table, source="routes given on the command line")
-    raise UsageError("give --stack-name NAME, or --route TYPE=QUEUE_URL[,DLQ_URL]")
+        return Deployment(
+            parse_route_options(routes),
+            args.table,
+            source="routes given on the command line",
+            dead_letter_url=args.dead_letter_queue_url,
+        )
+    raise UsageError("give --stack-name NAME, or --route TYPE=QUEUE_URL")
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -762,21 +778,29 @@ def cmd_secrets_import(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _dead_letter_target(args: argparse.Namespace) -> tuple[str, str | None]:
-    """(dead-letter queue URL, job queue URL) of args.job_type."""
+def _dead_letter_target(args: argparse.Namespace) -> tuple[str, dict[str, str]]:
+    """(job dead-letter queue URL, job type -> its job queue URL) of the target the options name."""
     if args.stack_name and args.queue_url:
         raise UsageError("give --stack-name or --queue-url, not both")
     if args.queue_url:
-        return args.queue_url, getattr(args, "to_queue_url", None)
+        to_queue = getattr(args, "to_queue_url", None)
+        if to_queue and not args.job_type:
+            # One queue for every type would hand each handler other types' jobs (it refuses them).
+            raise UsageError("--to-queue-url needs TYPE: the dead-letter queue holds every route's jobs")
+        return args.queue_url, {args.job_type: to_queue} if to_queue and args.job_type else {}
+    if getattr(args, "to_queue_url", None):
+        raise UsageError("--to-queue-url goes with --queue-url (a stack's job queues are found)")
     if not args.stack_name:
         raise UsageError("give --stack-name NAME, or --queue-url URL")
     from workerless.devtools.stack import resolve_stack
 
     names = _template_routes("template.yaml")
-    route = resolve_stack(_client(args, "cloudformation"), args.stack_name, routes=names).route(args.job_type)
-    if not route.dead_letter_url:
-        raise UsageError(f"job type {args.job_type!r} has no dead-letter queue in stack {args.stack_name}")
-    return route.dead_letter_url, route.queue_url
+    deployment = resolve_stack(_client(args, "cloudformation"), args.stack_name, routes=names)
+    if args.job_type:
+        deployment.route(args.job_type)  # an unknown type is an error, with the known ones
+    if not deployment.dead_letter_url:
+        raise UsageError(f"stack {args.stack_name} has no JobDeadLetterQueue")
+    return deployment.dead_letter_url, {r.job_type: r.queue_url for r in deployment.routes if r.queue_url}
 
 
 def cmd_dlq_show(args: argparse.Namespace) -> int:
@@ -786,23 +810,31 @@ def cmd_dlq_show(args: argparse.Namespace) -> int:
 
     if args.limit < 1:
         raise UsageError("--limit must be at least 1")
+    if args.scan < 1:
+        raise UsageError("--scan must be at least 1")
     url, _ = _dead_letter_target(args)
     sqs = _client(args, "sqs")
     if not 0 <= args.peek_seconds <= 43_200:
         raise UsageError("--peek-seconds must be between 0 and 43200")
-    letters = show(sqs, url, limit=args.limit, peek_seconds=args.peek_seconds)
+    letters, read = show(
+        sqs, url, limit=args.limit, peek_seconds=args.peek_seconds, job_type=args.job_type, scan=args.scan
+    )
     if args.json:
         for letter in letters:
             print(json.dumps(letter.as_dict(variables=args.variables), default=str))
         return EXIT_OK
-    print(f"{args.job_type} dead-letter queue: about {depth(sqs, url)} message(s); showing {len(letters)}")
+    which = (
+        f"showing {len(letters)} of type {args.job_type} (of {read} read)"
+        if args.job_type
+        else f"showing {len(letters)}"
+    )
+    print(f"job dead-letter queue: about {depth(sqs, url)} message(s); {which}")
     for letter in letters:
         if letter.problem:
             print(f"  message {letter.message_id}: {letter.problem} (received {letter.receive_count}x)")
             continue
-        other = f" (type {letter.job_type}!)" if letter.job_type != args.job_type else ""
         line = (
-            f"  job {letter.job_id}{other} engine {letter.engine} attempt {letter.attempt or '-'} "
+            f"  job {letter.job_id} type {letter.job_type} engine {letter.engine} attempt {letter.attempt or '-'} "
             f"retries {letter.retries if letter.retries is not None else '-'} received {letter.receive_count}x"
         )
         if args.variables:
@@ -816,13 +848,22 @@ def cmd_dlq_redrive(args: argparse.Namespace) -> int:
 
     if args.limit < 1:
         raise UsageError("--limit must be at least 1")
-    url, target = _dead_letter_target(args)
-    if not target:
-        raise UsageError("give --to-queue-url (the job queue to move the messages back to)")
-    result = redrive(_client(args, "sqs"), url, target, limit=args.limit, max_seconds=args.max_seconds)
-    print(f"{args.job_type}: moved {result.moved} message(s) back to the job queue; {result.left} left in the DLQ")
+    url, queues = _dead_letter_target(args)
+    if not queues:
+        raise UsageError("give --to-queue-url (TYPE's job queue to move its messages back to)")
+    result = redrive(
+        _client(args, "sqs"), url, queues, job_type=args.job_type, limit=args.limit, max_seconds=args.max_seconds
+    )
+    which = f"{args.job_type} job(s)" if args.job_type else "job(s)"
+    where = "to --to-queue-url" if args.queue_url else "back to their job queue"
+    print(f"moved {result.moved} {which} {where}; {result.left} message(s) left in the DLQ")
+    for reason, count in result.kept.items():
+        why = "not a workerless job" if reason == "not a job" else f"type {reason}"
+        if reason != "not a job" and reason not in queues:
+            why += ", no route here"
+        print(f"  kept {count} message(s): {why}")
     if result.failed:
-        print(f"{args.job_type}: {result.failed} message(s) could not be sent; they stay in the DLQ", file=sys.stderr)
+        print(f"{result.failed} message(s) could not be sent; they stay in the DLQ", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK
 

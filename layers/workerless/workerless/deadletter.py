@@ -1,7 +1,8 @@
 """The dead-letter function: a job whose handler kept failing at the AWS level (crashes, timeouts,
-throttles past maxReceiveCount) ends in its route's DLQ; this fails it at the engine with the
-reason rather than letting its lease lapse in silence — or reports the stored result if the
-handler did finish and only the report kept failing.
+throttles past maxReceiveCount) ends in the job DLQ every route shares; this fails it at the engine
+with the reason rather than letting its lease lapse in silence — or reports the stored result if
+the handler did finish and only the report kept failing. The job (its type, its engine's handle)
+is the message body's, never read from the queue a message came through.
 
 Every dead letter is settled once, one way or the other::
 

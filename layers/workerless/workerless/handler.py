@@ -23,8 +23,8 @@ Every AWS call the wrapper makes for a record (claim, store, marks; botocore's r
 starts before the Lambda's timeout (:func:`workerless.aws.clients.call_deadline`), and the result
 store is tried again until then rather than a fixed number of times.
 
-A record that keeps failing at the AWS level (crash, timeout, bad message) goes to the route's DLQ
-after maxReceiveCount, where the dead-letter function fails the job at the engine with the reason.
+A record that keeps failing at the AWS level (crash, timeout, bad message) goes to the job DLQ
+(every route's) after maxReceiveCount, where the dead-letter function fails the job at the engine with the reason.
 """
 
 from __future__ import annotations

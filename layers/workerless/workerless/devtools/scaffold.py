@@ -86,17 +86,12 @@ def resource_ids(job_type: str) -> list[str]:
         f"{s}{suffix}"
         for suffix in (
             "Queue",
-            "DeadLetterQueue",
             "QueuePolicy",
-            "DeadLetterQueuePolicy",
             "FunctionLogGroup",
             "FunctionRole",
             "Function",
             "PollerPolicy",
             "HeartbeatPolicy",
-            "DeadLetterPolicy",
-            "DeadLetters",
-            "DeadLetterQueueAlarm",
             "QueueAgeAlarm",
             "Route",
         )

@@ -2,11 +2,13 @@
 from a running :class:`~workerless.local.LocalTopology`.
 
 A deployed stack is read with ListStackResources (paginated): a queue's physical id is its URL, the
-table's is its name. Job types come from the template's contract: ``<stem>Queue`` with a
-``<stem>DeadLetterQueue`` is a job type (the poller's TickerQueue and the HeartbeatQueue are not).
-The route loop's logical IDs drop the type's dashes (``charge-payment`` -> ``chargepaymentQueue``), so
-the names come from the stack's own routes, read from its processed template (GetTemplate): each
-route's ``AWS::SSM::Parameter`` (its value names the type and its queue's logical ID), or, for a stack
+table's is its name. Job types come from the template's contract: every ``<stem>Queue`` that is
+neither a library queue (the poller's TickerQueue, the HeartbeatQueue) nor a dead-letter queue is a
+route's job queue, and every route's jobs dead-letter to the one ``JobDeadLetterQueue`` (a dead
+letter names its job type in its body: :mod:`workerless.devtools.dlq` reads it there). The route
+loop's logical IDs drop the type's dashes (``charge-payment`` -> ``chargepaymentQueue``), so the
+names come from the stack's own routes, read from its processed template (GetTemplate): each route's
+``AWS::SSM::Parameter`` (its value names the type and its queue's logical ID), or, for a stack
 deployed before the routes were parameters, its functions' WORKERLESS_ROUTES. Not from Parameter
 Store itself: GetTemplate is the call (and the permission) the tools need anyway, and the template
 names the queue by its logical ID, which is what ListStackResources is matched on. When the
@@ -27,23 +29,29 @@ from workerless.errors import ConfigurationError
 
 #: Queues of the library's own functions, not job types.
 LIBRARY_QUEUES = ("TickerQueue", "HeartbeatQueue")
+#: The library's own dead-letter queues (ticks, tickets); the jobs' is JOB_DEAD_LETTER_QUEUE.
+LIBRARY_DEAD_LETTER_QUEUES = ("TickerDeadLetterQueue", "HeartbeatDeadLetterQueue")
+#: The one dead-letter queue every route's job queue redrives to.
+JOB_DEAD_LETTER_QUEUE = "JobDeadLetterQueue"
 
 
 @dataclass(frozen=True)
 class RouteQueues:
     job_type: str
     queue_url: str | None
-    dead_letter_url: str | None
 
 
 @dataclass(frozen=True)
 class Deployment:
-    """What the dev tools read: each route's queues, the job table, the library queues."""
+    """What the dev tools read: each route's job queue, the job dead-letter queue they share, the job
+    table, the library queues."""
 
     routes: list[RouteQueues]
     table: str | None = None
     library_queues: dict[str, str] = field(default_factory=dict)
     source: str = ""
+    #: The job dead-letter queue every route's queue redrives to (None: not known).
+    dead_letter_url: str | None = None
 
     def route(self, job_type: str) -> RouteQueues:
         for route in self.routes:
@@ -130,16 +138,10 @@ def from_resources(
     for logical_id, url in queues.items():
         if logical_id in LIBRARY_QUEUES or not logical_id.endswith("Queue") or logical_id.endswith("DeadLetterQueue"):
             continue
-        stem = logical_id[: -len("Queue")]
-        dead_letter = queues.get(f"{stem}DeadLetterQueue")
-        if logical_id not in names and dead_letter is None:
-            continue
-        found.append(RouteQueues(names.get(logical_id, kebab(stem)), url, dead_letter))
-    library: dict[str, str] = {}
-    for lid in (*LIBRARY_QUEUES, "TickerDeadLetterQueue", "HeartbeatDeadLetterQueue"):
-        if lid in queues:
-            library[lid] = queues[lid]
-    return Deployment(found, tables[0] if len(tables) == 1 else None, library, source)
+        found.append(RouteQueues(names.get(logical_id, kebab(logical_id[: -len("Queue")])), url))
+    library = {lid: queues[lid] for lid in (*LIBRARY_QUEUES, *LIBRARY_DEAD_LETTER_QUEUES) if lid in queues}
+    table = tables[0] if len(tables) == 1 else None
+    return Deployment(found, table, library, source, dead_letter_url=queues.get(JOB_DEAD_LETTER_QUEUE))
 
 
 def resolve_stack(
@@ -196,30 +198,45 @@ def from_topology(topology: Any) -> Deployment:
         settings = with_route_parameters(settings, topology.template.parameters_under(settings.routes_path))
     by_url = {spec.url: spec for spec in topology.template.queues}
     routes: list[RouteQueues] = []
+    dead_letter_ids: set[str] = set()
     for route in settings.routes:
         spec = by_url.get(route.queue_url)
-        dead_letter = None
         if spec is not None and spec.dead_letter_queue_id is not None:
-            dead_letter = topology.queue_url(spec.dead_letter_queue_id)
-        routes.append(
-            RouteQueues(route.type, topology.queue_url(spec.logical_id) if spec else route.queue_url, dead_letter)
+            dead_letter_ids.add(spec.dead_letter_queue_id)
+        routes.append(RouteQueues(route.type, topology.queue_url(spec.logical_id) if spec else route.queue_url))
+    if len(dead_letter_ids) > 1:
+        raise ConfigurationError(
+            f"the routes of {topology.template.path} dead-letter to {len(dead_letter_ids)} queues "
+            f"({', '.join(sorted(dead_letter_ids))}); the dev tools read the one job dead-letter queue they share"
         )
     library: dict[str, str] = {}
-    for lid in (*LIBRARY_QUEUES, "TickerDeadLetterQueue", "HeartbeatDeadLetterQueue"):
+    for lid in (*LIBRARY_QUEUES, *LIBRARY_DEAD_LETTER_QUEUES):
         try:
             library[lid] = topology.queue_url(lid)
         except KeyError:
             continue
-    return Deployment(routes, settings.table_name, library, source=f"local topology {topology.template.path}")
+    return Deployment(
+        routes,
+        settings.table_name,
+        library,
+        source=f"local topology {topology.template.path}",
+        dead_letter_url=topology.queue_url(dead_letter_ids.pop()) if dead_letter_ids else None,
+    )
 
 
 def parse_route_options(items: Sequence[str]) -> list[RouteQueues]:
-    """``TYPE=QUEUE_URL[,DEAD_LETTER_URL]`` words (``--route``) -> routes."""
+    """``TYPE=QUEUE_URL`` words (``--route``) -> routes. The routes share one job dead-letter queue,
+    given on its own (``--dead-letter-queue-url``)."""
     routes: list[RouteQueues] = []
     for item in items:
-        job_type, sep, urls = item.partition("=")
-        if not sep or not job_type or not urls:
-            raise ConfigurationError(f"--route {item!r} is not TYPE=QUEUE_URL[,DEAD_LETTER_QUEUE_URL]", key="route")
-        queue, _, dead_letter = urls.partition(",")
-        routes.append(RouteQueues(job_type, queue or None, dead_letter or None))
+        job_type, sep, url = item.partition("=")
+        if not sep or not job_type or not url:
+            raise ConfigurationError(f"--route {item!r} is not TYPE=QUEUE_URL", key="route")
+        if "," in url:
+            raise ConfigurationError(
+                f"--route {item!r}: a route names its job queue only; every route's jobs dead-letter to one queue, "
+                "given once with --dead-letter-queue-url",
+                key="route",
+            )
+        routes.append(RouteQueues(job_type, url))
     return routes

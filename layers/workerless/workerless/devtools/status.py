@@ -2,17 +2,21 @@
 
 Every number comes from something that already exists; status adds no write to the pipeline:
 
-- queue depth / in flight / delayed / dead-lettered: GetQueueAttributes on the route's queue and
-  dead-letter queue (``ApproximateNumberOf...``; SQS's own approximation, seconds behind);
+- queue depth / in flight / delayed: GetQueueAttributes on the route's queue
+  (``ApproximateNumberOf...``; SQS's own approximation, seconds behind);
+- dead letters waiting: the same on the job dead-letter queue every route shares, once (SQS counts a
+  queue, not the job types in it; ``workerless dlq show`` reads the types from the messages, and the
+  per-route count of the window is ``JobsDeadLettered``, below);
 - last poll: the poller's ticker state item (``pk = state#ticker``, ``last_tick``), which every
   tick of the self-rescheduling chain writes anyway. With ``TickSeconds`` 0 (schedule only) no such
   item exists: status then says "unknown" rather than adding a write per idle poll; the
   ``PollCycles`` metric (below) counts the cycles of invocations that took work or failed (an idle
   one publishes no metric);
-- recent failures and oldest message: CloudWatch (``--metrics``; a deployed stack only): the
-  workerless EMF metrics ``JobsFailed``, ``JobsThrown``, ``JobsDeadLettered`` per ``JobType`` summed
-  over the window, ``PollCycles`` for the service, and ``AWS/SQS ApproximateAgeOfOldestMessage``
-  (the oldest message's age is a CloudWatch metric, not a queue attribute). One GetMetricData call.
+- recent failures, dead letters and oldest message: CloudWatch (``--metrics``; a deployed stack
+  only): the workerless EMF metrics ``JobsFailed`` and ``JobsThrown`` (failed) and
+  ``JobsDeadLettered`` (dead letters the dead-letter function settled) per ``JobType``, summed over
+  the window, ``PollCycles`` for the service, and ``AWS/SQS ApproximateAgeOfOldestMessage`` (the
+  oldest message's age is a CloudWatch metric, not a queue attribute). One GetMetricData call.
   The job table is never scanned: it can be large, and a scan per status would cost more than the
   pipeline's idle day.
 
@@ -33,7 +37,8 @@ from workerless.devtools.stack import Deployment
 TICKER_PK = "state#ticker"
 METRICS_NAMESPACE = "workerless"
 SERVICE = "workerless"
-FAILURE_METRICS = ("JobsFailed", "JobsThrown", "JobsDeadLettered")
+FAILURE_METRICS = ("JobsFailed", "JobsThrown")
+DEAD_LETTER_METRIC = "JobsDeadLettered"
 
 
 @dataclass
@@ -42,9 +47,10 @@ class RouteStatus:
     waiting: int | None = None
     in_flight: int | None = None
     delayed: int | None = None
-    dead_lettered: int | None = None
     oldest_seconds: float | None = None
     recent_failures: int | None = None
+    #: Dead letters of this type the dead-letter function settled in the window (JobsDeadLettered).
+    recent_dead_lettered: int | None = None
     errors: list[str] = field(default_factory=list)
 
 
@@ -56,6 +62,8 @@ class Status:
     last_poll_note: str = ""
     poll_cycles: int | None = None
     window_minutes: int = 60
+    #: Messages in the job dead-letter queue (every route's): waiting plus being handled.
+    dead_letters: int | None = None
     errors: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -65,15 +73,16 @@ class Status:
             "last_poll_note": self.last_poll_note,
             "poll_cycles": self.poll_cycles,
             "window_minutes": self.window_minutes,
+            "dead_letters": self.dead_letters,
             "routes": [
                 {
                     "type": r.job_type,
                     "waiting": r.waiting,
                     "in_flight": r.in_flight,
                     "delayed": r.delayed,
-                    "dead_lettered": r.dead_lettered,
                     "oldest_seconds": r.oldest_seconds,
                     "recent_failures": r.recent_failures,
+                    "recent_dead_lettered": r.recent_dead_lettered,
                     "errors": r.errors,
                 }
                 for r in self.routes
@@ -82,22 +91,23 @@ class Status:
         }
 
     def table(self) -> str:
-        """The human view: one line per route, then the poller line."""
+        """The human view: one line per route, then the job dead-letter queue and the poller lines."""
 
         def show(value: float | int | None) -> str:
             return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
         failed = f"failed ({self.window_minutes}m)"
-        headers = ("job type", "waiting", "in flight", "delayed", "DLQ", "oldest (s)", failed)
+        dead = f"dead-lettered ({self.window_minutes}m)"
+        headers = ("job type", "waiting", "in flight", "delayed", "oldest (s)", failed, dead)
         rows = [
             (
                 r.job_type,
                 show(r.waiting),
                 show(r.in_flight),
                 show(r.delayed),
-                show(r.dead_lettered),
                 show(r.oldest_seconds),
                 show(r.recent_failures),
+                show(r.recent_dead_lettered),
             )
             for r in self.routes
         ]
@@ -118,6 +128,8 @@ class Status:
         if not rows:
             lines.append("(no routes)")
         lines.append("")
+        if self.dead_letters is not None:
+            lines.append(f"job dead-letter queue (every route's): {self.dead_letters} message(s)")
         if self.last_poll_seconds_ago is not None:
             poll = f"last poll: {self.last_poll_seconds_ago:.0f} s ago"
         else:
@@ -179,7 +191,7 @@ def _metric_queries(deployment: Deployment, period: int) -> list[dict[str, Any]]
         }
     ]
     for index, route in enumerate(deployment.routes):
-        for metric_index, metric in enumerate(FAILURE_METRICS):
+        for metric_index, metric in enumerate((*FAILURE_METRICS, DEAD_LETTER_METRIC)):
             queries.append(
                 {
                     "Id": f"f{index}x{metric_index}",
@@ -239,6 +251,7 @@ def _apply_metrics(status: Status, deployment: Deployment, cloudwatch: Any, *, n
     status.poll_cycles = int(sum(results.get("pollcycles", [])))
     for index, route in enumerate(status.routes):
         route.recent_failures = int(sum(sum(results.get(f"f{index}x{m}", [])) for m in range(len(FAILURE_METRICS))))
+        route.recent_dead_lettered = int(sum(results.get(f"f{index}x{len(FAILURE_METRICS)}", [])))
         ages = results.get(f"age{index}", [])
         route.oldest_seconds = max(ages) if ages else None
 
@@ -252,7 +265,8 @@ def collect_status(
     window_minutes: int = 60,
     now: float | None = None,
 ) -> Status:
-    """Read every route's queues, the ticker state and (with ``cloudwatch``) the metrics.
+    """Read every route's queue, the job dead-letter queue, the ticker state and (with ``cloudwatch``)
+    the metrics.
 
     A failing read is reported in the result (its error code), never raised: status is what you run
     when something is wrong, and one unreadable queue must not hide the others.
@@ -272,13 +286,12 @@ def collect_status(
                 row.delayed = numbers.get("ApproximateNumberOfMessagesDelayed")
             except aws_errors as exc:  # reported per route, see the docstring
                 row.errors.append(f"queue unreadable: {_error_code(exc)}")
-        if route.dead_letter_url:
-            try:
-                numbers = _queue_numbers(sqs, route.dead_letter_url)
-                row.dead_lettered = sum(numbers.values())
-            except aws_errors as exc:
-                row.errors.append(f"dead-letter queue unreadable: {_error_code(exc)}")
         status.routes.append(row)
+    if deployment.dead_letter_url:
+        try:
+            status.dead_letters = sum(_queue_numbers(sqs, deployment.dead_letter_url).values())
+        except aws_errors as exc:
+            status.errors.append(f"job dead-letter queue unreadable: {_error_code(exc)}")
     if dynamodb is not None and deployment.table:
         try:
             status.last_poll_seconds_ago, status.last_poll_note = last_poll(dynamodb, deployment.table, now=now)

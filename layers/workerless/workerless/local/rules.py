@@ -7,7 +7,9 @@ where AWS has them:
 
 - SQS queue attributes within SQS's ranges (VisibilityTimeout 0-43200, DelaySeconds 0-900,
   MaximumMessageSize 1024-1048576, MessageRetentionPeriod 60-1209600,
-  ReceiveMessageWaitTimeSeconds 0-20, RedrivePolicy maxReceiveCount 1-1000);
+  ReceiveMessageWaitTimeSeconds 0-20, RedrivePolicy maxReceiveCount 1-1000); a dead-letter queue of
+  the same kind as each queue that redrives to it (a standard queue's is standard, a FIFO queue's
+  FIFO: a queue shared by several sources, as template.yaml's JobDeadLetterQueue, must suit each);
 - Lambda function Timeout 1-900 s, MemorySize 128-10240 MB;
 - each SQS event source mapping: the queue's visibility timeout at least the function's timeout
   (Lambda validates it when it creates the mapping), BatchSize 1-10000 (10 for FIFO), a BatchSize
@@ -42,6 +44,14 @@ def check_template(template: LocalTemplate) -> None:
     """Raise :class:`TemplateError` for the first thing in ``template`` AWS would refuse."""
     for queue in template.queues:
         _check_queue(queue)
+        if queue.dead_letter_queue_id is not None:
+            target = template.queue(queue.dead_letter_queue_id)
+            if target.fifo != queue.fifo:
+                kinds = {True: "a FIFO queue", False: "a standard queue"}
+                raise TemplateError(
+                    f"{queue.logical_id}.RedrivePolicy: the dead-letter queue must be the same kind as its source "
+                    f"queue ({queue.logical_id} is {kinds[queue.fifo]}, {target.logical_id} {kinds[target.fifo]})"
+                )
     for function in template.functions:
         _check_function(template, function)
 
