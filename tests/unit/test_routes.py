@@ -164,15 +164,41 @@ def test_a_missing_or_malformed_route_is_a_clear_configuration_error(
     assert words in str(caught.value) and key in str(caught.value)
 
 
-def test_the_path_is_read_once_per_container_and_an_explicit_list_wins(
-    monkeypatch: pytest.MonkeyPatch, ssm: Any
-) -> None:
-    ssm.put_parameter(Name=f"{PATH}/a", Value=_route("a"), Type="String")
-    reads: list[str] = []
-    real = routes.__dict__.get("read_path")
-    assert real is None  # imported at first need, not at import
-
+def _scripted_reads(monkeypatch: pytest.MonkeyPatch, answers: list[Any], **env: str) -> list[str]:
+    """read_path answering ``answers`` in turn (a dict, or an exception to raise); the paths read."""
     import workerless.aws.parameters as parameters
+
+    reads: list[str] = []
+
+    def scripted(path: str, *, deadline: float) -> dict[str, str]:
+        reads.append(path)
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return dict(answer)
+
+    monkeypatch.setattr(parameters, "read_path", scripted)
+    monkeypatch.setenv("WORKERLESS_ROUTES_PATH", PATH)
+    monkeypatch.delenv("WORKERLESS_ROUTES", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    clear_settings()
+    return reads
+
+
+@pytest.fixture
+def fresh_settings() -> Iterator[None]:
+    clear_settings()
+    yield
+    clear_settings()
+
+
+def test_the_path_is_read_at_the_first_poll_and_kept(ssm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first call reads (the real adapter, on moto); later calls within the refresh interval do not."""
+    ssm.put_parameter(Name=f"{PATH}/a", Value=_route("a"), Type="String")
+    import workerless.aws.parameters as parameters
+
+    reads: list[str] = []
 
     def counted(path: str, *, deadline: float) -> dict[str, str]:
         reads.append(path)
@@ -183,40 +209,67 @@ def test_the_path_is_read_once_per_container_and_an_explicit_list_wins(
     monkeypatch.delenv("WORKERLESS_ROUTES", raising=False)
     clear_settings()
     try:
-        first = routes.get_routed_settings(deadline=1e12)
-        again = routes.get_routed_settings(deadline=1e12)
-        assert [r.type for r in first.routes] == ["a"] and again is first
-        assert reads == [PATH]
-        # WORKERLESS_ROUTES, when set, is the routes: the path is not read.
-        monkeypatch.setenv("WORKERLESS_ROUTES", json.dumps([{"type": "z", "queue": "https://q/z"}]))
-        clear_settings()
-        assert [r.type for r in routes.get_routed_settings(deadline=1e12).routes] == ["z"]
-        assert reads == [PATH]
+        clock = FakeClock()
+        first = routes.get_routed_settings(deadline=1e12, clock=clock)
+        clock.now += 299
+        assert routes.get_routed_settings(deadline=1e12, clock=clock) is first
+        assert [r.type for r in first.routes] == ["a"] and reads == [PATH]
     finally:
         clear_settings()
 
 
-def test_a_failed_read_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
-    import workerless.aws.parameters as parameters
+def test_an_explicit_list_wins_and_the_path_is_not_read(monkeypatch: pytest.MonkeyPatch, fresh_settings: None) -> None:
+    reads = _scripted_reads(monkeypatch, [], WORKERLESS_ROUTES=json.dumps([{"type": "z", "queue": "https://q/z"}]))
+    assert [r.type for r in routes.get_routed_settings(deadline=1e12).routes] == ["z"]
+    assert reads == []
 
-    answers: list[Any] = [ParameterStoreError("throttled"), {f"{PATH}/a": _route("a")}]
 
-    def scripted(path: str, *, deadline: float) -> dict[str, str]:
-        answer = answers.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        return dict(answer)
+def test_routes_are_read_again_after_the_refresh_interval(
+    monkeypatch: pytest.MonkeyPatch, fresh_settings: None
+) -> None:
+    """A stack update that adds a route (or changes its max) changes its parameter, not the poller's
+    configuration: a warm container reads the path again once the interval has passed."""
+    answers: list[Any] = [{f"{PATH}/a": _route("a")}, {f"{PATH}/a": _route("a", max=3), f"{PATH}/b": _route("b")}]
+    reads = _scripted_reads(monkeypatch, answers)
+    clock = FakeClock()
+    assert [r.type for r in routes.get_routed_settings(deadline=1e12, clock=clock).routes] == ["a"]
+    clock.now += 300
+    again = routes.get_routed_settings(deadline=1e12, clock=clock)
+    assert [(r.type, r.max_in_flight) for r in again.routes] == [("a", 3), ("b", 10)]
+    assert reads == [PATH, PATH]
 
-    monkeypatch.setattr(parameters, "read_path", scripted)
-    monkeypatch.setenv("WORKERLESS_ROUTES_PATH", PATH)
-    monkeypatch.delenv("WORKERLESS_ROUTES", raising=False)
-    clear_settings()
-    try:
-        with pytest.raises(ParameterStoreError):
-            routes.get_routed_settings(deadline=1e12)
-        assert [r.type for r in routes.get_routed_settings(deadline=1e12).routes] == ["a"]
-    finally:
-        clear_settings()
+
+def test_a_failed_refresh_keeps_the_routes_read_before(monkeypatch: pytest.MonkeyPatch, fresh_settings: None) -> None:
+    answers: list[Any] = [{f"{PATH}/a": _route("a")}, ParameterStoreError("throttled"), {f"{PATH}/b": _route("b")}]
+    reads = _scripted_reads(monkeypatch, answers)
+    clock = FakeClock()
+    routes.get_routed_settings(deadline=1e12, clock=clock)
+    clock.now += 300
+    assert [r.type for r in routes.get_routed_settings(deadline=1e12, clock=clock).routes] == ["a"]
+    clock.now += 1  # tried again only after another interval
+    assert [r.type for r in routes.get_routed_settings(deadline=1e12, clock=clock).routes] == ["a"]
+    clock.now += 300
+    assert [r.type for r in routes.get_routed_settings(deadline=1e12, clock=clock).routes] == ["b"]
+    assert len(reads) == 3
+
+
+def test_with_a_refresh_of_0_the_routes_are_read_at_cold_start_only(
+    monkeypatch: pytest.MonkeyPatch, fresh_settings: None
+) -> None:
+    reads = _scripted_reads(monkeypatch, [{f"{PATH}/a": _route("a")}], WORKERLESS_ROUTES_REFRESH_SECONDS="0")
+    clock = FakeClock()
+    routes.get_routed_settings(deadline=1e12, clock=clock)
+    clock.now += 86_400
+    routes.get_routed_settings(deadline=1e12, clock=clock)
+    assert reads == [PATH]
+
+
+def test_a_failed_first_read_is_raised_and_not_kept(monkeypatch: pytest.MonkeyPatch, fresh_settings: None) -> None:
+    reads = _scripted_reads(monkeypatch, [ParameterStoreError("throttled"), {f"{PATH}/a": _route("a")}])
+    with pytest.raises(ParameterStoreError):
+        routes.get_routed_settings(deadline=1e12)
+    assert [r.type for r in routes.get_routed_settings(deadline=1e12).routes] == ["a"]
+    assert len(reads) == 2
 
 
 def test_a_bad_routes_path_names_the_variable() -> None:

@@ -68,9 +68,9 @@ def _poll(event: dict[str, Any], context: Any) -> dict[str, Any]:
     from workerless.poller import DEPTH_REFRESH_SECONDS
     from workerless.poller_lock import PollerLock
 
-    # The routes: read from Parameter Store at the container's first poll and kept (the one call of
-    # its kind; WORKERLESS_ROUTES, when set, instead). Only polling needs them: a failed read fails
-    # this invocation after the tick chain has moved on.
+    # The routes: read from Parameter Store at the container's first poll, again every few minutes
+    # (WORKERLESS_ROUTES, when set, instead). Only polling needs them: a failed first read fails this
+    # invocation after the tick chain has moved on.
     settings = get_routed_settings(deadline=_deadline(context))
 
     # A poller that dies mid-cycle must not cost its jobs a lease: the next one finishes its batch.

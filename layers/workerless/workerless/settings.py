@@ -64,8 +64,12 @@ class Settings(BaseModel):
     #: WORKERLESS_ROUTES_PATH is not read (docs/assumptions.md). The template never sets it.
     routes: tuple[Route, ...] = Field(default=(), alias="WORKERLESS_ROUTES")
     #: The Parameter Store path holding one parameter per route (the template's route loop makes
-    #: them): the poller reads it once per container (:func:`workerless.routes.get_routed_settings`).
+    #: them): the poller reads it at its cold start, then every WORKERLESS_ROUTES_REFRESH_SECONDS
+    #: (:func:`workerless.routes.get_routed_settings`).
     routes_path: str | None = Field(default=None, alias="WORKERLESS_ROUTES_PATH", pattern=r"^/[A-Za-z0-9_.\-/]+$")
+    #: How long a poller container polls the routes it read before it reads them again (a stack
+    #: update changes a route's parameter, not the poller's configuration); 0: only at cold start.
+    routes_refresh_seconds: float = Field(default=300.0, alias="WORKERLESS_ROUTES_REFRESH_SECONDS", ge=0, le=86_400)
     heartbeat_queue_url: str | None = Field(default=None, alias="WORKERLESS_HEARTBEAT_QUEUE_URL")
     ticker_queue_url: str | None = Field(default=None, alias="WORKERLESS_TICKER_QUEUE_URL")
     #: Lease asked of the engine at activation and on every extension.
