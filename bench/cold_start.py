@@ -64,7 +64,7 @@ def import_ms(module: str, cwd: Path) -> tuple[float, list[tuple[float, str]]]:
 
 #: What a first (cold) invocation imports lazily beyond the entry module, read from the code:
 #: settings (pydantic), the runtime singletons, boto3 clients for SQS/DynamoDB, the engine adapter
-#: (httpx, pydantic) and, for SQS-triggered functions, Powertools' batch utility.
+#: (httpx, pydantic) and, for SQS-triggered functions, the batch loop (workerless.batch).
 _COMMON = (
     "workerless.settings",
     "workerless.runtime",
@@ -78,7 +78,7 @@ _COMMON = (
     "workerless.engines",
     "workerless.engines.sheptra",
 )
-_BATCH = ("aws_lambda_powertools.utilities.batch",)
+_BATCH = ("workerless.batch",)
 COLD_PATH = {
     # The routes' Parameter Store read (its ssm client is built at the call, not at import).
     "poller": (*_COMMON, "workerless.routes", "workerless.aws.parameters", "workerless.poller", "workerless.ticket"),

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -251,3 +253,166 @@ def test_a_failing_sink_never_fails_the_invocation() -> None:
             observability.record("t", "completed", job_id="1")
     finally:
         observability.configure(metrics=None, sink=None)
+
+
+def _powertools_document(metrics: dict[str, tuple[str, list[float]]], dims: dict[str, str]) -> dict[str, Any]:
+    """What Powertools' own EMF provider writes for the same values (the reference format)."""
+    from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import AmazonCloudWatchEMFProvider
+
+    provider = AmazonCloudWatchEMFProvider(namespace=observability.NAMESPACE, service=observability.SERVICE)
+    for name, (unit, values) in metrics.items():
+        for value in values:
+            provider.add_metric(name=name, unit=unit, value=value)
+    provider.add_dimension(name="service", value=observability.SERVICE)
+    for key, value in dims.items():
+        provider.add_dimension(name=key, value=value)
+    document: dict[str, Any] = dict(provider.serialize_metric_set())
+    if dims:
+        document["_aws"]["CloudWatchMetrics"][0]["Dimensions"].append(["service"])
+    return document
+
+
+@pytest.mark.parametrize("dims", [{}, {"JobType": "charge-payment"}, {"Status": "503"}])
+def test_documents_are_written_as_powertools_writes_them(emitted: list[dict[str, Any]], dims: dict[str, str]) -> None:
+    """The EMF lines are the ones Powertools' provider serialises for the same values, key order
+    included (the Timestamp aside): CloudWatch extracts the same metrics from them."""
+    values = {
+        "PickupLatency": ("Milliseconds", [12.5, 3.0]),
+        "HandlerDuration": ("Milliseconds", [0.25, 7.0]),
+        "JobsCompleted": ("Count", [2.0]),
+    }
+    with observability.invocation_metrics():
+        for name, (unit, numbers) in values.items():
+            for value in numbers if unit != "Count" else [1, 1]:
+                observability.add_metric(name, value, unit, **dims)
+    (doc,) = emitted
+    expected = _powertools_document(values, dims)
+    assert abs(doc["_aws"].pop("Timestamp") - expected["_aws"].pop("Timestamp")) < 60_000
+    assert json.dumps(doc) == json.dumps(expected)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "unit"),
+    [
+        ("", 1, "Count"),
+        ("x" * 256, 1, "Count"),
+        ("PickupLatency", 1, "Fortnights"),
+        ("PickupLatency", float("nan"), "Milliseconds"),
+        ("PickupLatency", "5", "Milliseconds"),
+    ],
+)
+def test_an_invalid_metric_is_dropped_with_a_warning_and_the_others_still_written(
+    emitted: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch, name: str, value: Any, unit: str
+) -> None:
+    warned: list[str] = []
+    monkeypatch.setattr(observability.logger, "warning", lambda msg, **kw: warned.append(msg))
+    with observability.invocation_metrics():
+        observability.add_metric(name, value, unit)
+        observability.record("t", "completed", job_id="1")
+    (doc,) = emitted
+    assert doc["JobsCompleted"] == [1.0]
+    assert [m["Name"] for m in doc["_aws"]["CloudWatchMetrics"][0]["Metrics"]] == ["JobsCompleted"]
+    assert len(warned) == 1 and warned[0].startswith("metric not published")
+
+
+def test_with_an_sdk_the_handler_runs_in_a_consumer_span_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN a tracer provider that records spans (an OpenTelemetry SDK in the function)
+    WHEN the handler runs inside job_span
+    THEN it runs in a span named after the job type, kind CONSUMER, child of the engine's span,
+    carrying the job's attributes; the forwarded traceparent is that span's."""
+    trace = pytest.importorskip("opentelemetry.trace")
+
+    started: list[dict[str, Any]] = []
+
+    class RecordingTracer(trace.NoOpTracer):
+        def start_span(
+            self, name: str, context: Any = None, kind: Any = None, attributes: Any = None, **kw: Any
+        ) -> Any:
+            parent = trace.get_current_span(context).get_span_context()
+            started.append({"name": name, "kind": kind, "attributes": dict(attributes or {}), "parent": parent})
+            own = trace.SpanContext(
+                parent.trace_id, 0x1111222233334444, is_remote=False, trace_flags=parent.trace_flags
+            )
+            return trace.NonRecordingSpan(own)
+
+    class RecordingProvider(trace.TracerProvider):
+        def get_tracer(self, *args: Any, **kwargs: Any) -> Any:
+            return RecordingTracer()
+
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", RecordingProvider())
+    job = make_activated_job("charge-payment", {}, traceparent=TRACEPARENT, instance_id="i-9")
+    with observability.job_span(job) as span:
+        forwarded = observability.current_traceparent()
+    (one,) = started
+    assert one["name"] == "charge-payment" and one["kind"] is trace.SpanKind.CONSUMER
+    assert format(one["parent"].span_id, "016x") == "00f067aa0ba902b7"
+    assert one["attributes"] == {
+        "workerless.job.id": job.ref.job_id,
+        "workerless.job.type": "charge-payment",
+        "workerless.engine": job.ref.engine,
+        "workerless.instance.id": "i-9",
+    }
+    own = "00-4bf92f3577b34da6a3ce929d0e0e4736-1111222233334444-01"
+    assert (span.trace_id, span.traceparent, forwarded) == ("4bf92f3577b34da6a3ce929d0e0e4736", own, own)
+    assert trace.get_current_span().get_span_context().is_valid is False  # restored on exit
+
+
+def test_without_an_sdk_the_current_span_is_the_engines_until_the_handler_returns() -> None:
+    trace = pytest.importorskip("opentelemetry.trace")
+    assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    job = make_activated_job("t", {}, traceparent=TRACEPARENT)
+    with observability.job_span(job) as span:
+        inside = trace.get_current_span().get_span_context()
+        forwarded = observability.current_traceparent()
+    assert (format(inside.trace_id, "032x"), format(inside.span_id, "016x")) == (span.trace_id, "00f067aa0ba902b7")
+    assert forwarded == span.traceparent == TRACEPARENT
+    assert trace.get_current_span().get_span_context().is_valid is False
+
+
+def _records() -> list[logging.LogRecord]:
+    """Log records of every shape the formatter meets: plain, JSON-looking, dict and %-args messages,
+    extras, an exception, whitespace before JSON, an empty message."""
+    library = logging.getLogger("workerless-format-test")
+    out: list[logging.LogRecord] = []
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        exc_info = sys.exc_info()
+    cases: list[tuple[Any, tuple[Any, ...], dict[str, Any], Any]] = [
+        ("job completed", (), {"lifecycle": "completed", "job_type": "t", "job_id": "1"}, None),
+        ('{"already": "json"}', (), {}, None),
+        ("  [1, 2]", (), {}, None),
+        ("42", (), {}, None),
+        ("null", (), {}, None),
+        ("NaN", (), {}, None),
+        ("true story", (), {}, None),
+        ("", (), {}, None),
+        ({"a": 1}, (), {}, None),
+        ("sheptra discovery resolved cluster %s to %s", ("c1", "https://x"), {}, None),
+        ("handler raised", (), {"error": "ValueError: boom"}, exc_info),
+        ("odd extra", (), {"when": object.__new__(type("Opaque", (), {}))}, None),
+    ]
+    for msg, args, extra, exc in cases:
+        out.append(library.makeRecord(library.name, logging.INFO, __file__, 7, msg, args, exc, "fn", extra))
+    return out
+
+
+def test_the_library_formatter_writes_every_line_as_powertools_formatter_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """JsonFormatter is Powertools' formatter made cheaper: the same line for every record, with the
+    library's context keys and after a clear_state (inject_lambda_context(clear_state=True))."""
+    from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
+
+    assert isinstance(observability.logger.registered_formatter, observability.JsonFormatter)
+    ours = observability.JsonFormatter(service="workerless", sampling_rate=None)
+    theirs = LambdaPowertoolsFormatter(service="workerless", sampling_rate=None)
+    observability.logger.thread_safe_append_keys(job_id="1", job_type="t", traceparent=TRACEPARENT)
+    try:
+        for state in ("fresh", "cleared"):
+            for formatter in (ours, theirs):
+                formatter.append_keys(cold_start=False, function_name="f")
+                if state == "cleared":
+                    formatter.clear_state()
+            for record in _records():
+                assert ours.format(record) == theirs.format(record), (state, record.msg)
+    finally:
+        observability.logger.thread_safe_remove_keys(["job_id", "job_type", "traceparent"])

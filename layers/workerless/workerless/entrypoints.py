@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from workerless import observability
 from workerless.observability import logger
+
+if TYPE_CHECKING:
+    from workerless.batch import SqsRecord
 
 #: Kept back from the Lambda's remaining time so the entry point can finish cleanly.
 MARGIN_SECONDS = 3.0
@@ -146,12 +150,11 @@ def _observed_poller() -> Any:
     return Poller
 
 
-def _batch(event: dict[str, Any], context: Any, handle: Any) -> dict[str, Any]:
-    from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+def _batch(event: dict[str, Any], handle: Callable[[SqsRecord], object]) -> dict[str, Any]:
+    from workerless.batch import process_batch
 
-    processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
     with observability.invocation_metrics():
-        return dict(process_partial_response(event=event, record_handler=handle, processor=processor, context=context))
+        return dict(process_batch(event, handle))
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -167,7 +170,7 @@ def heartbeat(event: dict[str, Any], context: Any) -> dict[str, Any]:
     # One deadline for the whole batch: no engine call starts after it; later tickets are carried on.
     deadline = calls_deadline(_deadline(context), http_timeout=settings.http_timeout_seconds, now=time.monotonic())
 
-    def handle(record: Any) -> None:
+    def handle(record: SqsRecord) -> None:
         try:
             process_ticket(record.body, settings=settings, engine=engine, store=store, queues=queues, deadline=deadline)
         except MessageFormatError:
@@ -185,7 +188,7 @@ def heartbeat(event: dict[str, Any], context: Any) -> dict[str, Any]:
                     logger.exception("could not shorten the failed ticket's visibility timeout")
             raise
 
-    return _batch(event, context, handle)
+    return _batch(event, handle)
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -199,15 +202,15 @@ def deadletter(event: dict[str, Any], context: Any) -> dict[str, Any]:
     engine = observability.observe_engine(get_engine())
     deadline = _deadline(context)
 
-    def handle(record: Any) -> None:
+    def handle(record: SqsRecord) -> None:
         process_dead_letter(
             record.body,
             message_id=record.message_id,
-            receive_count=int(record.attributes.approximate_receive_count or 1),
+            receive_count=record.receive_count,
             engine=engine,
             store=store,
             fail_backoff_seconds=settings.fail_backoff_seconds,
             deadline=deadline,
         )
 
-    return _batch(event, context, handle)
+    return _batch(event, handle)

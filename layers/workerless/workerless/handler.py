@@ -1,6 +1,6 @@
 """The handler wrapper: an SQS batch of jobs in, a partial batch response out.
 
-For every job in the batch (Powertools batch processing, one record at a time)::
+For every job in the batch (one record at a time, in order: :mod:`workerless.batch`)::
 
     claim in DynamoDB ──refused──► stored result? re-report it  │ reported? ack  │ lost? ack, don't run
         │                                                        │ live claim elsewhere? leave for redelivery
@@ -32,9 +32,9 @@ from __future__ import annotations
 import contextvars
 import functools
 import json
+import os
 import time
 import traceback
-import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -137,33 +137,27 @@ class JobProcessor:
 
     # -- the Lambda entry point ---------------------------------------------------------------------
     def handle_batch(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
-        from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
-
-        # A fresh processor per invocation: it keeps per-batch state.
-        processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
-
         from workerless.aws.sqs import queue_url_of_arn
+        from workerless.batch import SqsRecord, process_batch
+        from workerless.settings import get_settings
 
         # Every record of one batch comes from the function's one event source: its queue.
         sources = {
             r.get("messageId"): r.get("eventSourceARN") for r in event.get("Records") or [] if isinstance(r, dict)
         }
 
-        def record_handler(record: Any) -> None:
-            receive_count = int(record.attributes.approximate_receive_count or 1)
+        def record_handler(record: SqsRecord) -> None:
             token = _record_queue_url.set(queue_url_of_arn(sources.get(record.message_id)))
             try:
                 self.process(
                     record.body,
                     message_id=record.message_id,
-                    receive_count=receive_count,
+                    receive_count=record.receive_count,
                     context=context,
                     receipt_handle=record.receipt_handle,
                 )
             finally:
                 _record_queue_url.reset(token)
-
-        from workerless.settings import get_settings
 
         try:
             observability.configure_from_settings(get_settings())  # X-Ray on or off (cached settings)
@@ -171,12 +165,7 @@ class JobProcessor:
             logger.debug("settings not readable for observability", exc_info=True)
         # One invocation's metrics, written as EMF lines when the batch is done.
         with observability.invocation_metrics():
-            response: dict[str, Any] = dict(
-                process_partial_response(
-                    event=event, record_handler=record_handler, processor=processor, context=context
-                )
-            )
-        return response
+            return dict(process_batch(event, record_handler))
 
     # -- one record ---------------------------------------------------------------------------------
     def process(
@@ -274,8 +263,9 @@ class JobProcessor:
             # Before the claim: a read that fails costs a redelivery, not a claim held until it expires.
             job = _read_payload(job)
         request_id = getattr(context, "aws_request_id", None) or "local"
-        # Unique to this processing of this message: only a retry of our own claim call can match it.
-        owner = f"{request_id}:{message_id}:{uuid.uuid4().hex[:8]}"
+        # Unique to this processing of this message: only a retry of our own claim call can match it
+        # (32 random bits, as uuid4's first 8 hex digits were, without building a UUID).
+        owner = f"{request_id}:{message_id}:{os.urandom(4).hex()}"
 
         # Which lease this delivery holds: a later lease of the same job id (node-flow re-leases a
         # lapsed task under its old id) may claim a record the lost lease left behind.
@@ -293,7 +283,7 @@ class JobProcessor:
                 logger.info("result already stored: re-reporting it, not running the handler again")
                 stored = store.load_outcome(found)
                 observability.record(job.ref.job_type, "rereported", job_id=job.ref.job_id)
-                self._report(job, stored, engine=engine, store=store, deadline=deadline, receipt=receipt)
+                self._report(job, stored, engine=engine, store=store, deadline=deadline, receipt=receipt, lease=lease)
                 return
             if decision is Decision.DONE:
                 logger.info("job already reported: acknowledging the redelivery")
@@ -359,7 +349,7 @@ class JobProcessor:
             _hand_back(job, engine=engine, deadline=deadline, reason="lease lost while the handler ran")
             observability.record(job.ref.job_type, "lease_lost", job_id=job.ref.job_id)
             return
-        self._report(job, stored, engine=engine, store=store, deadline=deadline, receipt=receipt)
+        self._report(job, stored, engine=engine, store=store, deadline=deadline, receipt=receipt, lease=lease)
 
     def _acquire_or_leave(self, job: ActivatedJob, *, engine: Any, deadline: float) -> bool | None:
         """Lease acquire for a delivery that does not hold the claim; None when acquire kept failing
@@ -559,8 +549,9 @@ class JobProcessor:
         store: Any,
         deadline: float,
         receipt: str | None = None,
+        lease: str | None = None,
     ) -> None:
-        if report_stored(job.ref, outcome, engine=engine, store=store, deadline=deadline):
+        if report_stored(job.ref, outcome, engine=engine, store=store, deadline=deadline, lease=lease):
             return
         # Still refused past the quick retries (an engine outage): the heartbeat re-reports it on a
         # backoff of seconds and deletes this message once it lands. Until then the message stays in

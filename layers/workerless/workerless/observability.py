@@ -26,8 +26,11 @@ Why not one module-level ``Metrics``: Powertools' ``Metrics`` keeps one dimensio
 shares its metric set between every instance in the process (class attributes), while one poller or
 heartbeat invocation counts several job types, and local mode runs many invocations at once in
 threads of one process. So each invocation gets its own buffer (a context variable: a thread sees
-only its own invocation's buffer, no lock contention between invocations), serialised with
-Powertools' own EMF provider (the same validation and format as ``Metrics``).
+only its own invocation's buffer, no lock contention between invocations), written in the EMF
+format Powertools' provider writes (tests/unit/test_observability.py compares the two) by
+:func:`emf_document`: the provider, built per document, validated and logged every value again at
+flush (a tenth of a millisecond per handler invocation); :func:`add_metric` validates each value
+once, as it is added, against the units Powertools knows.
 
 Local mode: no metrics are written inside a local-mode invocation (``workerless local`` shows its
 summary table instead, and EMF lines would bury its output); :func:`configure` overrides that.
@@ -48,6 +51,9 @@ import contextlib
 import contextvars
 import functools
 import json
+import logging
+import math
+import numbers
 import re
 import sys
 import threading
@@ -56,11 +62,58 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
+from aws_lambda_powertools.logging import formatter as _powertools_formatter
 
 if TYPE_CHECKING:
     from workerless.settings import Settings
 
+
+class JsonFormatter(_powertools_formatter.LambdaPowertoolsFormatter):
+    """Powertools' JSON formatter, every line byte for byte as it writes it, at less CPU a line.
+
+    Two of its steps cost more than the line needs, on every line: it sorts the record's attributes
+    from the extras by scanning a 25-name tuple once per attribute, and it tries to decode every
+    message as JSON (a failing ``json.loads`` and its exception, for "job completed"). Here the same
+    names are a frozenset, and a message whose first character cannot begin a JSON document is
+    kept as it is without trying (a string that can is decoded as Powertools does).
+    tests/unit/test_observability.py compares the lines with Powertools' own formatter.
+    """
+
+    _RESERVED = frozenset(_powertools_formatter.RESERVED_LOG_ATTRS)
+    #: What a document json.loads accepts can begin with, after JSON whitespace (NaN, Infinity too).
+    _JSON_START = frozenset('{["-0123456789tfnNI')
+
+    def _extract_log_message(self, log_record: logging.LogRecord) -> Any:
+        message = log_record.msg
+        if isinstance(message, str) and not log_record.args and message.lstrip(" \t\n\r")[:1] not in self._JSON_START:
+            return message
+        return super()._extract_log_message(log_record)
+
+    def _extract_log_keys(self, log_record: logging.LogRecord) -> dict[str, Any]:
+        # Powertools' own, with the reserved names in a frozenset (same names, same order of keys).
+        reserved = self._RESERVED
+        record_dict = log_record.__dict__.copy()
+        record_dict["asctime"] = self.formatTime(record=log_record)
+        extras = {k: v for k, v in record_dict.items() if k not in reserved}
+        formatted_log: dict[str, Any] = {}
+        for keys in (self.log_format, _powertools_formatter._get_context().get()):
+            for key, value in keys.items():
+                if value and key in reserved:
+                    if not isinstance(value, str):
+                        raise ValueError(
+                            "Logging keys that override reserved log attributes need to be type 'str', "
+                            f"instead got '{type(value).__name__}'",
+                        )
+                    formatted_log[key] = value % record_dict
+                else:
+                    formatted_log[key] = value
+        formatted_log.update(**extras)
+        return formatted_log
+
+
 logger = Logger(service="workerless", child=False)
+# The same formatter Powertools builds for it (its keys: service, sampling rate), the faster class.
+logger.registered_handler.setFormatter(JsonFormatter(service=logger.service, sampling_rate=logger.sampling_rate))
 
 #: CloudWatch namespace and the ``service`` dimension of every workerless metric.
 NAMESPACE = "workerless"
@@ -120,9 +173,10 @@ METRICS = frozenset(
     {*EVENT_METRICS.values(), POLL_CYCLES, POLL_ERRORS, ENGINE_ERRORS, PICKUP_LATENCY, HANDLER_DURATION}
 )
 
-#: EMF accepts at most 100 values per metric in one document (Powertools prints a document by
-#: itself when a metric reaches 100 values: stay one below).
-_MAX_VALUES = 99
+#: EMF accepts at most 100 values per metric in one document: a metric with more is split.
+_MAX_VALUES = 100
+#: CloudWatch's limit on a metric name's length.
+_MAX_NAME = 255
 
 Listener = Callable[[str, str, dict[str, Any]], None]
 _listeners: list[Listener] = []
@@ -262,30 +316,63 @@ class MetricsBuffer:
 
     def documents(self) -> list[dict[str, Any]]:
         """The EMF documents: one per dimension set (and per 100 values of a metric)."""
-        from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import AmazonCloudWatchEMFProvider
-
         with self._lock:
             snapshot = {dims: {n: (u, list(v)) for n, (u, v) in m.items()} for dims, m in self._values.items()}
+        timestamp = int(time.time() * 1000)
         documents: list[dict[str, Any]] = []
         for dims, metrics in snapshot.items():
             chunks = max((len(values) + _MAX_VALUES - 1) // _MAX_VALUES for _, values in metrics.values())
             for chunk in range(chunks):
-                provider = AmazonCloudWatchEMFProvider(namespace=NAMESPACE, service=SERVICE)
-                for name, (unit, values) in metrics.items():
-                    for value in values[chunk * _MAX_VALUES : (chunk + 1) * _MAX_VALUES]:
-                        provider.add_metric(name=name, unit=unit, value=value)
-                if not provider.metric_set:
-                    continue
-                provider.add_dimension(name="service", value=SERVICE)
-                for key, dimension in dims:
-                    provider.add_dimension(name=key, value=dimension)
-                document: dict[str, Any] = dict(provider.serialize_metric_set())
-                if dims:
-                    # The service-wide roll-up of the same values: alarms and the dashboard's totals
-                    # read it without knowing the job types (an alarm cannot use SEARCH).
-                    document["_aws"]["CloudWatchMetrics"][0]["Dimensions"].append(["service"])
-                documents.append(document)
+                part = {
+                    name: (unit, values[chunk * _MAX_VALUES : (chunk + 1) * _MAX_VALUES])
+                    for name, (unit, values) in metrics.items()
+                }
+                document = emf_document(part, dims, timestamp=timestamp)
+                if document is not None:
+                    documents.append(document)
         return documents
+
+
+def emf_document(
+    metrics: dict[str, tuple[str, list[float]]], dims: Dimensions, *, timestamp: int
+) -> dict[str, Any] | None:
+    """One EMF document (``{"_aws": ..., "service": ..., <dimensions>, <metric>: [values]}``, as
+    Powertools' ``AmazonCloudWatchEMFProvider.serialize_metric_set`` writes it) of ``metrics``
+    (name → unit and values) under ``service`` plus ``dims``; None when no metric has a value.
+
+    A document with dimensions beyond ``service`` also declares the service-wide roll-up of the same
+    values: alarms and the dashboard's totals read it without knowing the job types (an alarm cannot
+    use SEARCH)."""
+    present = {name: (unit, values) for name, (unit, values) in metrics.items() if values}
+    if not present:
+        return None
+    dimensions = [["service", *(key for key, _ in dims)]]
+    if dims:
+        dimensions.append(["service"])
+    document: dict[str, Any] = {
+        "_aws": {
+            "Timestamp": timestamp,
+            "CloudWatchMetrics": [
+                {
+                    "Namespace": NAMESPACE,
+                    "Dimensions": dimensions,
+                    "Metrics": [{"Name": name, "Unit": unit} for name, (unit, _) in present.items()],
+                }
+            ],
+        },
+        "service": SERVICE,
+    }
+    document.update(dims)
+    document.update((name, values) for name, (_, values) in present.items())
+    return document
+
+
+@functools.cache
+def _units() -> frozenset[str]:
+    """The units CloudWatch accepts (Powertools' MetricUnit: Count, Milliseconds, ...)."""
+    from aws_lambda_powertools.metrics.provider.cloudwatch_emf.metric_properties import MetricUnit
+
+    return frozenset(unit.value for unit in MetricUnit)
 
 
 def _dimension_key(dimensions: dict[str, str]) -> Dimensions:
@@ -303,6 +390,12 @@ def add_metric(name: str, value: float, unit: str = "Count", *, job_type: str | 
     buffer = _BUFFER.get()
     if buffer is None or (unit == "Count" and not value):
         return  # a count of 0 is not published: CloudWatch bills each metric for every hour it is sent
+    if not (isinstance(name, str) and 0 < len(name) <= _MAX_NAME) or unit not in _units():
+        logger.warning("metric not published: invalid name or unit", extra={"metric": repr(name), "unit": unit})
+        return
+    if not isinstance(value, numbers.Real) or not math.isfinite(value):
+        logger.warning("metric not published: not a finite number", extra={"metric": name, "value": repr(value)})
+        return
     if job_type is not None:
         dimensions = {"JobType": job_type, **dimensions}
     buffer.add(name, value, unit, _dimension_key(dimensions))
@@ -379,7 +472,7 @@ class ObservedEngine:
             return value
         from workerless.errors import EngineError
 
-        @functools.wraps(value)
+        # Not functools.wraps: it copies the method's attributes on every access (several per job).
         def call(*args: Any, **kwargs: Any) -> Any:
             try:
                 return value(*args, **kwargs)
@@ -387,6 +480,8 @@ class ObservedEngine:
                 engine_error(exc, operation=name)
                 raise
 
+        call.__name__ = call.__qualname__ = name
+        call.__wrapped__ = value  # type: ignore[attr-defined]
         return call
 
 
@@ -418,15 +513,16 @@ def trace_id_of(traceparent: str | None) -> str | None:
 
 @functools.cache
 def _otel() -> Any:
-    """The OpenTelemetry API's trace module and W3C propagator, or None without opentelemetry-api.
+    """The OpenTelemetry API's trace and context modules and W3C propagator, or None without
+    opentelemetry-api.
 
     Imported on the first job, not at cold start (about 20 ms)."""
     try:
-        from opentelemetry import trace
+        from opentelemetry import context, trace
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
     except ImportError:
         return None
-    return trace, TraceContextTextMapPropagator()
+    return trace, TraceContextTextMapPropagator(), context
 
 
 @functools.cache
@@ -466,20 +562,16 @@ def job_span(activated: Any) -> Iterator[JobSpan]:
     if activated_at > 0:
         add_metric(PICKUP_LATENCY, max(0.0, (started - activated_at) * 1000.0), "Milliseconds")
     traceparent: str | None = activated.traceparent
-    attributes = {
-        "workerless.job.id": ref.job_id,
-        "workerless.job.type": ref.job_type,
-        "workerless.engine": ref.engine,
-        "workerless.instance.id": activated.instance_id or "",
-    }
     with contextlib.ExitStack() as stack:
-        span_info = JobSpan(trace_id_of(traceparent), traceparent)
+        span_info: JobSpan | None = None
         otel = _otel()
         if otel is not None:
             try:
-                span_info = _start_otel_span(stack, otel, ref.job_type, traceparent, attributes)
+                span_info = _start_otel_span(stack, otel, activated, traceparent)
             except Exception:  # tracing must never fail a job
                 logger.debug("could not start the handler span", exc_info=True)
+        if span_info is None:
+            span_info = JobSpan(trace_id_of(traceparent), traceparent)
         if _Config.xray:
             tracer = _xray_tracer()
             if tracer is not None:
@@ -496,21 +588,39 @@ def job_span(activated: Any) -> Iterator[JobSpan]:
             add_metric(HANDLER_DURATION, elapsed, "Milliseconds")
 
 
-def _start_otel_span(
-    stack: contextlib.ExitStack, otel: Any, name: str, traceparent: str | None, attributes: dict[str, str]
-) -> JobSpan:
-    trace, propagator = otel
+def _start_otel_span(stack: contextlib.ExitStack, otel: Any, activated: Any, traceparent: str | None) -> JobSpan:
+    trace, propagator, context_api = otel
     parent = propagator.extract({"traceparent": traceparent}) if traceparent else None
-    tracer = trace.get_tracer("workerless")
-    span = stack.enter_context(
-        tracer.start_as_current_span(name, context=parent, kind=trace.SpanKind.CONSUMER, attributes=attributes)
-    )
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        # No OpenTelemetry SDK (none configured: the API's own provider). Its tracer's span would be
+        # the parent's own non-recording span (NoOpTracer.start_span returns it), made current until
+        # the handler returns: make it current directly, without the tracer's span machinery (a
+        # tenth of the wrapper's CPU per job). The same span and context for every reader.
+        span = trace.get_current_span(parent)
+        if not isinstance(span, trace.NonRecordingSpan):
+            span = trace.NonRecordingSpan(span.get_span_context())
+        token = context_api.attach(trace.set_span_in_context(span))
+        stack.callback(context_api.detach, token)
+    else:
+        ref = activated.ref
+        attributes = {
+            "workerless.job.id": ref.job_id,
+            "workerless.job.type": ref.job_type,
+            "workerless.engine": ref.engine,
+            "workerless.instance.id": activated.instance_id or "",
+        }
+        tracer = trace.get_tracer("workerless")
+        span = stack.enter_context(
+            tracer.start_as_current_span(
+                ref.job_type, context=parent, kind=trace.SpanKind.CONSUMER, attributes=attributes
+            )
+        )
     context = span.get_span_context()
     if not context.is_valid:
         return JobSpan(trace_id_of(traceparent), traceparent, span)
-    carrier: dict[str, str] = {}
-    propagator.inject(carrier)
-    return JobSpan(format(context.trace_id, "032x"), carrier.get("traceparent", traceparent), span)
+    # What the W3C propagator injects for the current span (its traceparent, less any tracestate).
+    forwarded = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+    return JobSpan(format(context.trace_id, "032x"), forwarded, span)
 
 
 def current_traceparent() -> str | None:

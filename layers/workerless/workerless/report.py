@@ -27,12 +27,16 @@ from workerless.retry import CALLS
 EVENTS = {"complete": "completed", "fail": "failed", "throw": "thrown"}
 
 
-def report_stored(ref: JobRef, outcome: Outcome, *, engine: Any, store: Any, deadline: float) -> bool:
+def report_stored(
+    ref: JobRef, outcome: Outcome, *, engine: Any, store: Any, deadline: float, lease: str | None = None
+) -> bool:
     """Report the stored ``outcome`` of ``ref`` and record that it landed. True when nothing more is
     owed for it (accepted, or refused with "someone else has it"), False when the engine refused it
     with a retryable error past the retry policy (the caller decides who tries again, and when).
-    A StoreError (recording the report) and any other final engine error propagate."""
-    lease = lease_of(ref, engine.lease_from)
+    A StoreError (recording the report) and any other final engine error propagate. ``lease``: the
+    delivery's :func:`~workerless.record.lease_of`, when the caller has it already."""
+    if lease is None:
+        lease = lease_of(ref, engine.lease_from)
     try:
         CALLS.call(lambda: engine.report(ref, outcome), deadline=deadline)
     except LeaseLostError:
@@ -47,7 +51,7 @@ def report_stored(ref: JobRef, outcome: Outcome, *, engine: Any, store: Any, dea
         )
         logger.error("result over the engine's cap: failing the job", extra={"job_id": ref.job_id, "cap": exc.cap})
         store.replace_outcome(ref.key, replacement, job_type=ref.job_type)
-        return report_stored(ref, replacement, engine=engine, store=store, deadline=deadline)
+        return report_stored(ref, replacement, engine=engine, store=store, deadline=deadline, lease=lease)
     except RetryableEngineError as exc:
         logger.warning("report not accepted yet", extra={"job_id": ref.job_id, "error": str(exc)})
         return False

@@ -1,0 +1,80 @@
+"""SQS batches in, partial batch responses out (the event sources' ``ReportBatchItemFailures``).
+
+Every SQS-triggered function (the handlers, the heartbeat, the dead-letter function) hands each
+record of its batch, in order and one at a time, to a callable: a record whose callable returns is
+done (Lambda deletes it), one whose callable raises an ``Exception`` is a batch item failure
+(``{"batchItemFailures": [{"itemIdentifier": messageId}]}``: SQS makes it visible again after its
+visibility timeout, or the heartbeat deletes it first). A ``BaseException`` (the process is going
+down) propagates: Lambda then retries the whole batch.
+
+This is what Powertools' ``BatchProcessor`` did here, without its per-record machinery (a data class
+per record, its success and failure bookkeeping, a signature inspection per batch) or its import on
+the cold path: the functions only need the loop. Unlike it, an event whose ``Records`` is an empty
+list is answered with no failures (Powertools raised on it; Lambda never sends one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from workerless.errors import MessageFormatError
+
+#: What a function returns to its SQS event source (ReportBatchItemFailures).
+BatchResponse = dict[str, list[dict[str, str]]]
+
+
+@dataclass(frozen=True, slots=True)
+class SqsRecord:
+    """The parts of one SQS event record the functions read."""
+
+    message_id: str
+    body: str
+    receipt_handle: str
+    #: SQS's ApproximateReceiveCount: 1 on the first delivery (and when the event does not say).
+    receive_count: int
+
+    @classmethod
+    def from_event(cls, record: Mapping[str, Any]) -> SqsRecord:
+        """One record of an SQS event. Raises MessageFormatError when ``messageId`` is missing (no
+        failure could name the record)."""
+        message_id = record.get("messageId")
+        if not isinstance(message_id, str) or not message_id:
+            raise MessageFormatError("an SQS event record has no messageId", field="messageId")
+        attributes = record.get("attributes")
+        count = attributes.get("ApproximateReceiveCount") if isinstance(attributes, Mapping) else None
+        try:
+            receive_count = int(count or 1)
+        except (TypeError, ValueError):
+            receive_count = 1
+        return cls(
+            message_id=message_id,
+            body=str(record.get("body") or ""),
+            receipt_handle=str(record.get("receiptHandle") or ""),
+            receive_count=receive_count,
+        )
+
+
+def process_batch(event: Mapping[str, Any], handle: Callable[[SqsRecord], object]) -> BatchResponse:
+    """``handle`` every record of the SQS ``event`` in order; the partial batch response.
+
+    Raises MessageFormatError when ``event`` is not an SQS event (no ``Records`` list) or a record
+    has no ``messageId``: the invocation fails and Lambda retries the whole batch, which is what it
+    would do with a response that cannot name the record.
+    """
+    records = event.get("Records")
+    if not isinstance(records, list):
+        raise MessageFormatError("not an SQS event: no Records list", field="Records")
+    parsed = [SqsRecord.from_event(r) if isinstance(r, Mapping) else _not_a_record() for r in records]
+    failures: list[dict[str, str]] = []
+    for record in parsed:
+        try:
+            handle(record)
+        except Exception:  # noqa: BLE001 - a failed record is reported, never dropped; the callable logs why
+            failures.append({"itemIdentifier": record.message_id})
+    return {"batchItemFailures": failures}
+
+
+def _not_a_record() -> SqsRecord:
+    raise MessageFormatError("an SQS event record is not an object", field="Records")
