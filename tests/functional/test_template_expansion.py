@@ -107,6 +107,21 @@ def test_local_mode_sees_the_functions_sam_cli_expands(local_view: LocalTemplate
 def test_local_mode_sees_the_queues_sam_cli_expands(local_view: LocalTemplate, sam_cli_view: LocalTemplate) -> None:
     assert local_view.queues == sam_cli_view.queues
     assert local_view.tables == sam_cli_view.tables
+    # The routes' SSM parameters: SAM CLI resolves each Value's FindInMap defaults (MaxInFlight, the
+    # empty EngineQueue) as local mode does. Its Phase 1 leaves the queue's ${<stem>Queue} as text
+    # (the Fn::Sub it cannot resolve, as with the claim check's prefixes: _mangled below);
+    # CloudFormation's transform, which deploys the original template, resolves it.
+    ours = {p.logical_id: p for p in local_view.ssm_parameters}
+    theirs = {p.logical_id: p for p in sam_cli_view.ssm_parameters}
+    assert set(ours) == set(theirs) and ours
+    for logical_id, parameter in ours.items():
+        queue = local_view.queue(logical_id.removesuffix("Route") + "Queue")
+        unresolved = parameter.value.replace(queue.url, "${" + queue.logical_id + "}")
+        assert (parameter.name, unresolved, parameter.tier) == (
+            theirs[logical_id].name,
+            theirs[logical_id].value,
+            theirs[logical_id].tier,
+        ), logical_id
 
 
 def _mangled(resource: str) -> bool:
