@@ -80,7 +80,8 @@ _COMMON = (
 )
 _BATCH = ("workerless.batch",)
 COLD_PATH = {
-    "poller": (*_COMMON, "workerless.poller", "workerless.ticket"),
+    # The routes' Parameter Store read (its ssm client is built at the call, not at import).
+    "poller": (*_COMMON, "workerless.routes", "workerless.aws.parameters", "workerless.poller", "workerless.ticket"),
     "heartbeat": (*_COMMON, *_BATCH, "workerless.heartbeat", "workerless.ticket"),
     "deadletter": (*_COMMON, *_BATCH, "workerless.deadletter"),
     "charge-payment": (*_COMMON, *_BATCH),

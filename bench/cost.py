@@ -32,6 +32,11 @@ METRIC_PER_MONTH = 0.30
 #: AWS KMS: $0.03 per 10,000 requests (symmetric keys). The account's 20,000 free requests a month are
 #: not taken off (they are shared by everything in the account).
 KMS_PER_REQUEST = 0.03 / 10_000
+#: SSM Parameter Store: standard parameters (the routes', template.yaml's <type>Route) cost nothing
+#: to store ("No additional charge", Systems Manager user guide, "Managing parameter tiers"), and API
+#: calls at the default (standard) throughput nothing either ("without additional cost", "Changing
+#: Parameter Store throughput"); only higher throughput and advanced parameters are charged.
+SSM_STANDARD_PER_CALL = 0.0
 FARGATE_VCPU_HOUR = 0.03238  # Linux/ARM, us-east-1
 FARGATE_GB_HOUR = 0.00356
 HOURS_PER_MONTH = 730.0
@@ -63,6 +68,10 @@ LATENCY_MS = {"sqs": 10.0, "dynamodb": 5.0, "engine": 20.0}
 #: parallel long-polling connections" at idle) = 15 billed ReceiveMessage requests a minute per queue.
 ESM_IDLE_POLLERS = 5
 ESM_LONG_POLL_SECONDS = 20
+#: The poller reads its routes (GetParametersByPath, one page of 10 per call) at a container's first
+#: poll and every WORKERLESS_ROUTES_REFRESH_SECONDS (300) after; at most two poller containers.
+ROUTES_REFRESH_SECONDS = 300
+POLLER_CONTAINERS = 2
 #: Step Functions Standard, one Task state backed by an activity: the Task state's transition and the
 #: terminal state's — 2 billed transitions per job at the least.
 SFN_TRANSITIONS_PER_JOB = 2
@@ -235,6 +244,7 @@ def template_shape(template: Path) -> dict[str, Any]:
         "schedule_seconds": [s.seconds for s in schedules],
         "tick_seconds": int((params.get("TickSeconds") or {}).get("Default", 0)),
         "memory_mb": MEMORY_MB,
+        "routes": len(loaded.ssm_parameters),
     }
 
 
@@ -250,6 +260,9 @@ def idle_monthly(
     ticks = SECONDS_PER_MONTH / shape["tick_seconds"] if shape["tick_seconds"] else 0.0
     watchdogs = sum(SECONDS_PER_MONTH / s for s in shape["schedule_seconds"] if s)
     esm_requests = shape["sqs_event_sources"] * ESM_IDLE_POLLERS * SECONDS_PER_MONTH / ESM_LONG_POLL_SECONDS
+    routes_reads = (
+        POLLER_CONTAINERS * SECONDS_PER_MONTH / ROUTES_REFRESH_SECONDS * math.ceil(max(1, shape.get("routes", 1)) / 10)
+    )
 
     def invocation_cost(m: dict[str, Any]) -> float:
         seconds = billed_seconds(
@@ -278,6 +291,8 @@ def idle_monthly(
         "cloudwatch_logs": (ticks * log_bytes(per_tick) + watchdogs * log_bytes(per_watchdog)) / 1e9 * LOGS_PER_GB,
         # the poller's role calls DynamoDB in every 5-minute window of the month
         "kms": SECONDS_PER_MONTH / KMS_WINDOW_SECONDS * KMS_HOSTS_PER_CALLER * KMS_PER_REQUEST,
+        # the routes' parameters and their reads (standard tier and throughput): free
+        "parameter_store": routes_reads * SSM_STANDARD_PER_CALL,
     }
     return {
         "value": round(sum(parts.values()), 3),
@@ -286,6 +301,7 @@ def idle_monthly(
         "ticks_per_month": round(ticks),
         "watchdog_invocations_per_month": round(watchdogs),
         "event_source_requests_per_month": round(esm_requests),
+        "parameter_store_calls_per_month": round(routes_reads),
         "per_tick": per_tick,
         "per_watchdog": per_watchdog,
     }

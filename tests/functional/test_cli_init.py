@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from workerless import cli
 from workerless.devtools.scaffold import stem, template_job_types
+from workerless.local.template import load_template
 
 pytestmark = pytest.mark.slow
 
@@ -67,7 +68,10 @@ def test_init_creates_an_application_whose_demo_tests_and_build_pass(
     # Its own template: this repository's, with one route.
     text = (app / "template.yaml").read_text(encoding="utf-8")
     assert template_job_types(text) == [TYPE]
-    assert f'"type":"{TYPE}","queue":"${{{stem(TYPE)}Queue}}"' in text
+    # Its route is generated (its SSM parameter among the route's resources); no route list is written out.
+    local = load_template(app / "template.yaml")
+    assert [p.logical_id for p in local.ssm_parameters] == [f"{stem(TYPE)}Route"]
+    assert f'"type":"{TYPE}"' in local.ssm_parameters[0].value and "WORKERLESS_ROUTES:" not in text
     assert 'stack_name = "orders-app"' in (app / "samconfig.toml").read_text(encoding="utf-8")
     assert sorted(p.name for p in (app / "functions").iterdir()) == sorted(["deadletter", "heartbeat", "poller", TYPE])
     # Tests for its handlers only: none of the framework's suite.

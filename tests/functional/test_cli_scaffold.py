@@ -77,8 +77,8 @@ def test_new_handler_scaffolds_files_and_a_template_that_still_validates(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """GIVEN a copy of the project WHEN `new-handler TYPE` runs THEN the handler, its test and its event
-    exist, the template gains the type and its route (two lines), passes cfn-lint and `sam validate
-    --lint`, and the generated test passes."""
+    exist, the template gains the type (one line: its route, SSM parameter included, is generated),
+    passes cfn-lint and `sam validate --lint`, and the generated test passes."""
     before = (project / "template.yaml").read_text(encoding="utf-8")
     code, out, err = run(capsys, "new-handler", TYPE, "--template", str(project / "template.yaml"))
     assert code == 0, err
@@ -90,7 +90,7 @@ def test_new_handler_scaffolds_files_and_a_template_that_still_validates(
     assert "from workerless import Job, job_handler" in app.read_text()
     after = (project / "template.yaml").read_text(encoding="utf-8")
     assert template_job_types(after) == [*template_job_types(before), TYPE]
-    assert len(after.splitlines()) == len(before.splitlines()) + 2
+    assert len(after.splitlines()) == len(before.splitlines()) + 1
 
     cfn_lint = Path(sys.executable).parent / "cfn-lint"
     lint = subprocess.run(

@@ -17,7 +17,9 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 from workerless import cli
 from workerless.devtools import clients
-from workerless.devtools.scaffold import _yaml, add_job_type, template_job_types, with_job_types
+from workerless.devtools.scaffold import add_job_type, stem, template_job_types, with_job_types
+from workerless.local.extensions import expand_language_extensions
+from workerless.local.template import parse_template_text
 from workerless.model import ActivatedJob, JobRef
 
 STACK = "workerless-test"
@@ -66,14 +68,23 @@ class Deployed:
 
 def processed_template(job_types: list[str]) -> dict[str, Any]:
     """What GetTemplate (Processed) gives for the repository's template with ``job_types`` as its
-    routes: the route loop expanded and Globals applied, so every function carries WORKERLESS_ROUTES
-    as the template writes it (a Fn::Sub of the routes, the queues by their logical IDs)."""
+    routes: the route loop expanded, so each route's SSM parameter is there as the template writes
+    it (its Value a Fn::Sub naming the route's queue by logical ID)."""
     text = TEMPLATE.read_text(encoding="utf-8")
     for job_type in job_types:
         if job_type not in template_job_types(text):
             text = add_job_type(text, job_type)[0]
-    routes = _yaml().load(text)["Globals"]["Function"]["Environment"]["Variables"]["WORKERLESS_ROUTES"]
-    environment = {"Variables": {"WORKERLESS_ROUTES": {"Fn::Sub": str(routes.value)}}}
+    expanded = expand_language_extensions(parse_template_text(text), {})
+    parameters = {k: r for k, r in expanded["Resources"].items() if r["Type"] == "AWS::SSM::Parameter"}
+    assert len(parameters) == len(template_job_types(text))
+    return {"Resources": parameters}
+
+
+def processed_template_before_route_parameters(job_types: list[str]) -> dict[str, Any]:
+    """What GetTemplate gave for a stack deployed before the routes were SSM parameters: every
+    function carried WORKERLESS_ROUTES (a Fn::Sub of the routes, the queues by their logical IDs)."""
+    lines = ",".join(f'{{"type":"{t}","queue":"${{{stem(t)}Queue}}","max":${{MaxInFlight}}}}' for t in job_types)
+    environment = {"Variables": {"WORKERLESS_ROUTES": {"Fn::Sub": f"[{lines}]"}}}
     poller = {"Type": "AWS::Lambda::Function", "Properties": {"Environment": environment}}
     return {"Resources": {"PollerFunction": poller}}
 
@@ -212,6 +223,20 @@ def test_status_of_a_stack_per_route(deployed: Deployed, capsys: pytest.CaptureF
     assert code == 0
     assert "charge-payment" in out and "last poll: 1" in out and "poll cycles" not in out
     assert "job dead-letter queue (every route's): 3 message(s)" in out
+
+
+def test_status_reads_the_routes_of_a_stack_deployed_before_they_were_parameters(
+    deployed: Deployed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """GIVEN a stack whose processed template has no route parameters yet (its functions carry
+    WORKERLESS_ROUTES, as deployed before the update) WHEN status reads it THEN the routes still
+    have their names."""
+    deployed.cloudformation.templates[STACK] = processed_template_before_route_parameters(
+        ["charge-payment", "ship-parcel"]
+    )
+    code, out, err = run(capsys, "status", "--stack-name", STACK, "--json", "--no-metrics", "--template", "/none.yaml")
+    assert code == 0, err
+    assert {r["type"] for r in json.loads(out)["routes"]} == {"charge-payment", "ship-parcel"}
 
 
 def test_status_names_the_routes_by_their_logical_ids_when_the_template_is_unreadable(

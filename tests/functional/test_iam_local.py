@@ -89,6 +89,8 @@ def test_the_without_statement_helper_cuts_exactly_one_statement() -> None:
         ("HeartbeatTickets", "AccessDenied", 403, "sqs:sendmessage"),
         ("JobRecords", "AccessDeniedException", 400, "dynamodb:GetItem"),
         ("EngineSecret", "AccessDeniedException", 400, "secretsmanager:GetSecretValue"),
+        # The routes' path: Parameter Store authorises GetParametersByPath against the path asked for.
+        ("Routes", "AccessDeniedException", 400, "ssm:GetParametersByPath"),
     ],
 )
 def test_a_removed_grant_is_refused_in_the_running_topology_with_awss_error(
@@ -123,6 +125,7 @@ def test_a_removed_grant_is_refused_in_the_running_topology_with_awss_error(
                 TableName="workerless-local-JobsTable", Key={"pk": {"S": "state#x"}}
             ),
             "EngineSecret": lambda: topo.client("secretsmanager").get_secret_value(SecretId="workerless-local/engine"),
+            "Routes": lambda: topo.client("ssm").get_parameters_by_path(Path="/workerless/workerless-local/routes"),
         }
         with topo.as_function("PollerFunction"), pytest.raises(ClientError) as caught:
             calls[sid]()
@@ -135,6 +138,7 @@ def test_a_removed_grant_is_refused_in_the_running_topology_with_awss_error(
         "HeartbeatTickets": f"arn:aws:sqs:us-east-1:{ACCOUNT}:workerless-local-HeartbeatQueue",
         "JobRecords": f"arn:aws:dynamodb:us-east-1:{ACCOUNT}:table/workerless-local-JobsTable",
         "EngineSecret": "workerless-local/engine",
+        "Routes": f"arn:aws:ssm:us-east-1:{ACCOUNT}:parameter/workerless/workerless-local/routes",
     }[sid]
     assert error["Message"] == (
         f"User: {principal} is not authorized to perform: {action} on resource: {resource} "

@@ -325,28 +325,54 @@ ROOT = Path(__file__).resolve().parents[2]
 SCALING = ROOT / "docs" / "scaling.md"
 
 
-def _refusal(count: int) -> str | None:
-    """Local mode's refusal of template.yaml with ``count`` routes of 14-character types (as long as
-    charge-payment), or None when every function's environment is within Lambda's 4 KB deployed."""
+def _with_routes(count: int) -> str:
+    """template.yaml with ``count`` routes of 14-character types (as long as charge-payment)."""
     types = [f"job-type-{i:05d}" for i in range(count)]
-    text = with_job_types((ROOT / "template.yaml").read_text(encoding="utf-8"), types)
-    try:
-        resolve_template(parse_template_text(text), base_dir=ROOT, path=ROOT / "template.yaml", parameters={})
-    except TemplateError as exc:
-        return str(exc)
-    return None
+    return with_job_types((ROOT / "template.yaml").read_text(encoding="utf-8"), types)
 
 
-def test_a_function_whose_environment_would_be_over_4_kb_deployed_does_not_start() -> None:
-    """GIVEN template.yaml with ever more routes (WORKERLESS_ROUTES, in every function's
-    environment, grows a line per route) WHEN local mode reads it THEN it refuses, as Lambda would,
-    the first count whose environment is over 4 KB once CloudFormation has suffixed the names; and
-    docs/scaling.md states that bound."""
-    fits = next(n for n in range(3, 60) if _refusal(n + 1) is not None)
-    assert _refusal(fits) is None
-    refusal = _refusal(fits + 1)
-    assert refusal is not None
-    assert "over Lambda's 4096-byte limit" in refusal and "the largest is WORKERLESS_ROUTES" in refusal
-    stated = re.search(r"Lambda environment variables \|.*?\*\*(\d+) routes\*\*", SCALING.read_text(encoding="utf-8"))
-    assert stated is not None, "docs/scaling.md has no row for Lambda's environment-variable quota"
-    assert int(stated.group(1)) == fits
+def _environments(count: int) -> dict[str, dict[str, str]]:
+    template = resolve_template(
+        parse_template_text(_with_routes(count)), base_dir=ROOT, path=ROOT / "template.yaml", parameters={}
+    )
+    return {f.logical_id: f.environment for f in template.functions}
+
+
+def test_the_functions_environment_no_longer_grows_with_routes() -> None:
+    """GIVEN template.yaml with 3 routes and with 40 (past the 22 that WORKERLESS_ROUTES, a line per
+    route in every function's environment, let fit in Lambda's 4 KB) WHEN local mode reads it (it
+    refuses a function over 4 KB deployed) THEN it starts, and each library function's environment
+    is the same: the routes are SSM parameters, the functions get their path only. docs/scaling.md's
+    row says so."""
+    few, many = _environments(3), _environments(40)
+    for function in ("PollerFunction", "HeartbeatFunction", "DeadLetterFunction"):
+        assert many[function] == few[function], function
+        assert "WORKERLESS_ROUTES" not in many[function]
+    row = re.search(r"^\| Lambda environment variables \|.*$", SCALING.read_text(encoding="utf-8"), re.MULTILINE)
+    assert row is not None, "docs/scaling.md has no row for Lambda's environment-variable quota"
+    assert "does not grow with routes" in row.group(0)
+
+
+def _resources_translated(count: int) -> int:
+    from workerless.local.extensions import expand_language_extensions
+    from workerless.local.iam.roles import translate
+
+    parameters = {"EngineSecretArn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:engine-AbCdEf"}
+    source = expand_language_extensions(parse_template_text(_with_routes(count)), parameters)
+    return len(translate(source, parameters)["Resources"])
+
+
+def test_the_routes_per_stack_stated_are_what_the_resource_quota_allows() -> None:
+    """GIVEN template.yaml translated by SAM (what CloudFormation counts against its 500 resources a
+    stack) WHEN routes are added THEN each adds the same number of resources, and the routes that fit
+    are the figure docs/scaling.md's row for the quota states."""
+    one, two = _resources_translated(1), _resources_translated(2)
+    per_route, library = two - one, one - (two - one)
+    fits = (500 - library) // per_route
+    assert _resources_translated(fits) <= 500 < _resources_translated(fits + 1)
+    stated = re.search(
+        r"CloudFormation resources per stack \|.*?\*\*≈? ?(\d+) routes per stack\*\*",
+        SCALING.read_text(encoding="utf-8"),
+    )
+    assert stated is not None, "docs/scaling.md states no routes-per-stack figure for the resource quota"
+    assert int(stated.group(1)) == fits, (per_route, library)

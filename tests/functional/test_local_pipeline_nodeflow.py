@@ -313,12 +313,15 @@ def test_a_terminal_failure_has_its_stack_in_the_task_log_before_it_is_reported(
 
 
 def test_domain_route_leases_only_its_domain_queue(serve: Serve, tmp_path: Path, events: Events) -> None:
-    """GIVEN the charge-payment route set to engineQueue charge-payment:eu-west, a credential whose
+    """GIVEN the charge-payment route set to EngineQueue charge-payment:eu-west (its Mappings.Routes
+    entry, which its SSM route parameter carries to the poller), a credential whose
     only charge scope is queues:lease:charge-payment:eu-west, and charges on both queues
     THEN the eu-west charges are leased and completed, the plain charge-payment ones stay queued
     (never leased, never asked for), and no poll is refused."""
-    route = '{"type":"charge-payment","queue":"${chargepaymentQueue}","max":${MaxInFlight}}'
-    template = template_variant(tmp_path, {route: route[:-1] + ',"engineQueue":"charge-payment:eu-west"}'})
+    routes = "    generate-report: {Timing: 1}\n"
+    template = template_variant(
+        tmp_path, {routes: routes + '    charge-payment: {EngineQueue: "charge-payment:eu-west"}\n'}
+    )
     others = [t for t in template_job_types(TEMPLATE.read_text(encoding="utf-8")) if t != "charge-payment"]
     emulator, url = serve(
         scopes=("queues:lease:charge-payment:eu-west", *(f"queues:lease:{t}" for t in others), "tasks:report")

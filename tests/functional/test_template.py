@@ -214,20 +214,34 @@ def _event_source_queues(cfn: dict[str, Any], function: str) -> dict[str, dict[s
     }
 
 
-def _sub_routes(cfn: dict[str, Any], value: Any) -> list[dict[str, Any]]:
-    """Evaluate WORKERLESS_ROUTES' Fn::Sub with each resource's Ref shown as `ref:<LogicalId>`."""
-    template = value["Fn::Sub"]
-    assert isinstance(template, str), "WORKERLESS_ROUTES must be a plain Fn::Sub string"
+#: The path the routes' parameters are under, and the one the poller is granted (Fn::Sub text).
+ROUTES_PATH = "/workerless/${AWS::StackName}/routes"
+ROUTES_PATH_ARN = "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter" + ROUTES_PATH
+
+
+def _sub_route(cfn: dict[str, Any], value: Any) -> dict[str, Any]:
+    """Evaluate a route parameter's Value (an Fn::Sub [text, variables]) with each resource's Ref
+    shown as `ref:<LogicalId>` and parameters at their defaults."""
+    text, variables = value["Fn::Sub"]
+    assert isinstance(text, str), "a route's Value must be an Fn::Sub of one string"
+
+    def resolved(item: Any) -> str:
+        if isinstance(item, dict) and "Ref" in item:
+            return str(cfn["Parameters"][item["Ref"]]["Default"])
+        assert isinstance(item, str | int), f"a route variable left unresolved: {item!r}"
+        return str(item)
 
     def substitute(match: re.Match[str]) -> str:
         name = match.group(1)
+        if name in variables:
+            return resolved(variables[name])
         if name in cfn["Parameters"]:
             return str(cfn["Parameters"][name]["Default"])
-        assert name in cfn["Resources"], f"WORKERLESS_ROUTES names unknown ${{{name}}}"
+        assert name in cfn["Resources"], f"a route names unknown ${{{name}}}"
         return f"ref:{name}"
 
-    routes: list[dict[str, Any]] = json.loads(re.sub(r"\$\{([A-Za-z0-9]+)\}", substitute, template))
-    return routes
+    route: dict[str, Any] = json.loads(re.sub(r"\$\{([A-Za-z0-9]+)\}", substitute, text))
+    return route
 
 
 # ----------------------------------------------------------------------------- linters
@@ -299,26 +313,55 @@ def test_every_function_shares_one_environment(cfn: dict[str, Any]) -> None:
         "WORKERLESS_TICKER_QUEUE_URL",
         "WORKERLESS_LEASE_SECONDS",
         "WORKERLESS_TICK_SECONDS",
-        "WORKERLESS_ROUTES",
+        "WORKERLESS_ROUTES_PATH",
         "POWERTOOLS_SERVICE_NAME",
         "POWERTOOLS_LOG_LEVEL",
     } <= set(first)
+    # The routes are SSM parameters; the functions get only where they are (a constant size).
+    assert "WORKERLESS_ROUTES" not in first
+    assert first["WORKERLESS_ROUTES_PATH"] == {"Fn::Sub": ROUTES_PATH}
     assert first["WORKERLESS_TABLE"] == {"Ref": "JobsTable"}
     assert first["WORKERLESS_HEARTBEAT_QUEUE_URL"] == {"Ref": "HeartbeatQueue"}
     assert first["WORKERLESS_TICKER_QUEUE_URL"] == {"Ref": "TickerQueue"}
     assert first["WORKERLESS_SECRET_ARN"] == {"Ref": "EngineSecretArn"}
 
 
-def test_routes_list_exactly_the_job_type_queues(cfn: dict[str, Any]) -> None:
-    env = cfn["Resources"]["PollerFunction"]["Properties"]["Environment"]["Variables"]
-    routes = _sub_routes(cfn, env["WORKERLESS_ROUTES"])
-    expected = {}
+def test_routes_are_one_parameter_per_job_type_naming_its_queue(source: dict[str, Any], cfn: dict[str, Any]) -> None:
+    """Each route's SSM parameter: under the stack's routes path, named for its type, a free
+    (Standard, String) parameter whose value is the route the poller reads: the queue its handler
+    consumes, the type's MaxInFlight (Mappings.Routes, else the parameter) and engine queue."""
+    parameters = _resources(cfn, "AWS::SSM::Parameter")
+    assert set(parameters) == {f"{c}Route" for c in JOB_TYPES.values()}
+    default_max = cfn["Parameters"]["MaxInFlight"]["Default"]
     for job_type, camel in JOB_TYPES.items():
+        props = parameters[f"{camel}Route"]["Properties"]
+        assert props["Name"] == {"Fn::Sub": f"{ROUTES_PATH}/{job_type}"}
+        assert (props["Type"], props["Tier"]) == ("String", "Standard")
+        route = _sub_route(cfn, props["Value"])
         (queue,) = _event_source_queues(cfn, f"{camel}Function")
-        expected[job_type] = f"ref:{queue}"
-    assert {r["type"]: r["queue"] for r in routes} == expected
-    assert len(routes) == len(expected)
-    assert all(r["max"] == cfn["Parameters"]["MaxInFlight"]["Default"] for r in routes)
+        assert route == {
+            "type": job_type,
+            "queue": f"ref:{queue}",
+            "max": int(_route_setting(source, job_type, "MaxInFlight", default_max)),
+            "engineQueue": _route_setting(source, job_type, "EngineQueue", ""),
+        }
+
+
+def test_only_the_poller_reads_the_routes_and_only_their_path(cfn: dict[str, Any]) -> None:
+    """GetParametersByPath is authorised against the path asked for (not the parameters returned):
+    the poller's grant is that one path, and no other function has any ssm: action."""
+    for function in ALL_FUNCTIONS:
+        granted = [
+            s
+            for s in _statements(_role_of(cfn, function))
+            if any(str(a).startswith("ssm:") for a in _as_list(s["Action"]))
+        ]
+        if function != "PollerFunction":
+            assert granted == [], function
+            continue
+        assert [(s["Effect"], _as_list(s["Action"]), _as_list(s["Resource"])) for s in granted] == [
+            ("Allow", ["ssm:GetParametersByPath"], [{"Fn::Sub": ROUTES_PATH_ARN}])
+        ]
 
 
 # ----------------------------------------------------------------------------- permissions
@@ -355,6 +398,8 @@ def test_no_allow_statement_has_a_wildcard(cfn: dict[str, Any]) -> None:
                 for resource_ref in _as_list(statement["Resource"]):
                     # Intrinsics naming one resource or parameter, never a literal string ("*").
                     assert isinstance(resource_ref, dict), f"{name} allows Resource {resource_ref!r}"
+                    if resource_ref == {"Fn::Sub": ROUTES_PATH_ARN}:
+                        continue  # the routes' path (the poller's GetParametersByPath): no wildcard
                     target = _logical_id(resource_ref)
                     assert target in cfn["Resources"] or target in cfn["Parameters"], f"{name}: {resource_ref}"
     assert checked >= 6 * 3

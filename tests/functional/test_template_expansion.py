@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from workerless.devtools.scaffold import _yaml, route_types, with_job_types
+from workerless.devtools.scaffold import _yaml, with_job_types
+from workerless.devtools.stack import routes_in_text
 from workerless.local.iam.roles import render_roles
-from workerless.local.template import LocalTemplate, load_template, resolve_template
+from workerless.local.template import STACK_NAME, LocalTemplate, load_template, resolve_template
 
 from tests.functional.test_template import (  # noqa: F401 - pytest fixture used by name
     ROOT,
@@ -39,7 +40,13 @@ from samcli.lib.cfn_language_extensions.sam_integration import expand_language_e
 
 with open(sys.argv[1], encoding="utf-8") as fh:
     source = yaml_parse(fh.read())
-values = {"AWS::Region": "us-east-1", "AWS::AccountId": "123456789012", **json.loads(sys.argv[2])}
+values = {
+    "AWS::Region": "us-east-1",
+    "AWS::AccountId": "123456789012",
+    "AWS::Partition": "aws",
+    "AWS::StackName": "workerless-local",
+    **json.loads(sys.argv[2]),
+}
 result = expand_language_extensions(source, parameter_values=values, enabled=True)
 assert result.had_language_extensions
 json.dump(result.expanded_template, sys.stdout)
@@ -100,6 +107,21 @@ def test_local_mode_sees_the_functions_sam_cli_expands(local_view: LocalTemplate
 def test_local_mode_sees_the_queues_sam_cli_expands(local_view: LocalTemplate, sam_cli_view: LocalTemplate) -> None:
     assert local_view.queues == sam_cli_view.queues
     assert local_view.tables == sam_cli_view.tables
+    # The routes' SSM parameters: SAM CLI resolves each Value's FindInMap defaults (MaxInFlight, the
+    # empty EngineQueue) as local mode does. Its Phase 1 leaves the queue's ${<stem>Queue} as text
+    # (the Fn::Sub it cannot resolve, as with the claim check's prefixes: _mangled below);
+    # CloudFormation's transform, which deploys the original template, resolves it.
+    ours = {p.logical_id: p for p in local_view.ssm_parameters}
+    theirs = {p.logical_id: p for p in sam_cli_view.ssm_parameters}
+    assert set(ours) == set(theirs) and ours
+    for logical_id, parameter in ours.items():
+        queue = local_view.queue(logical_id.removesuffix("Route") + "Queue")
+        unresolved = parameter.value.replace(queue.url, "${" + queue.logical_id + "}")
+        assert (parameter.name, unresolved, parameter.tier) == (
+            theirs[logical_id].name,
+            theirs[logical_id].value,
+            theirs[logical_id].tier,
+        ), logical_id
 
 
 def _mangled(resource: str) -> bool:
@@ -132,9 +154,14 @@ def test_each_function_is_granted_exactly_what_the_hand_written_template_granted
     JobDeadLetterQueue (one event source for the dead-letter function instead of one per route: each
     idles at Lambda's long polls). Those grants compare with each old per-route dead-letter queue read
     as the shared one: the same actions, on the queue that now holds the same messages. Only those
-    queues are mapped; every other grant, the dead-letter function's included, must match as it was."""
+    queues are mapped; every other grant, the dead-letter function's included, must match as it was.
+
+    One addition: the routes moved from WORKERLESS_ROUTES (in every function's environment) to one
+    SSM parameter per route, so the poller, and it alone, is granted GetParametersByPath on the
+    stack's routes path (the path, not the parameters: what Parameter Store authorises it against)."""
     before = load_template(BEFORE, parameters=PARAMETERS)
-    routes = [job_type for job_type, _ in route_types(_yaml().load(BEFORE.read_text(encoding="utf-8")))]
+    variables = _yaml().load(BEFORE.read_text(encoding="utf-8"))["Globals"]["Function"]["Environment"]["Variables"]
+    routes = [job_type for job_type, _ in routes_in_text(str(variables["WORKERLESS_ROUTES"].value))]
     variant = tmp_path / "template.yaml"
     variant.write_text(with_job_types(TEMPLATE.read_text(encoding="utf-8"), routes), encoding="utf-8")
     local_view = load_template(variant, parameters=PARAMETERS)
@@ -152,8 +179,11 @@ def test_each_function_is_granted_exactly_what_the_hand_written_template_granted
     old = {k.lower(): {(e, a, as_now(r)) for e, a, r in v} for k, v in _statements(before, PARAMETERS).items()}
     new = {k.lower(): {(e, a, r.lower()) for e, a, r in v} for k, v in _statements(local_view, PARAMETERS).items()}
     assert set(new) == set(old) == {f.logical_id.lower() for f in before.functions}
+    routes_path = f"arn:aws:ssm:us-east-1:123456789012:parameter/workerless/{STACK_NAME}/routes"
+    added = {"pollerfunction": {("Allow", "ssm:GetParametersByPath", routes_path)}}
     for function in old:
-        assert new[function] == old[function], function
+        assert new[function] - old[function] == added.get(function, set()), function
+        assert old[function] <= new[function], function
     # What was mapped: the dead-letter function's event-source grant, per route before, once now.
     assert {(a, r) for _, a, r in new["deadletterfunction"] if r == shared} == {
         (a, shared) for a in ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes")

@@ -1,4 +1,4 @@
-"""new-handler's template edit: two lines, on a copy of the template in a tree of the test's own."""
+"""new-handler's template edit: one line, on a copy of the template in a tree of the test's own."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ TEMPLATE = ROOT / "template.yaml"
 TYPE = "zz-scaffold-probe"
 
 
-def test_adding_a_type_changes_at_most_three_lines_and_generates_its_route() -> None:
+def test_adding_a_type_adds_one_line_and_generates_its_route() -> None:
     before = TEMPLATE.read_text(encoding="utf-8")
     after, ids = add_job_type(before, TYPE)
     changed = [
@@ -26,8 +26,8 @@ def test_adding_a_type_changes_at_most_three_lines_and_generates_its_route() -> 
     ]
     added = [line for line in changed if line.startswith("+")]
     removed = [line for line in changed if line.startswith("-")]
-    # The last route's line gains a comma (changed), the new route and the new type are added.
-    assert len(removed) <= 1 and 1 <= len(added) <= 3, changed
+    # The new type joins the job-type list; everything of its route is generated from it.
+    assert removed == [] and added == [f"+      - {TYPE}"], changed
     assert template_job_types(after) == [*template_job_types(before), TYPE]
     assert f"{stem(TYPE)}Function" in ids
 
@@ -43,7 +43,10 @@ def test_the_scaffolded_type_runs_locally_with_its_own_function_queue_and_route(
     # Its job queue dead-letters to the one job dead-letter queue every route shares.
     assert template.queue(f"{stem(TYPE)}Queue").dead_letter_queue_id == "JobDeadLetterQueue"
     assert [e.queue_id for e in template.function("DeadLetterFunction").sqs_events] == ["JobDeadLetterQueue"]
-    assert f'"type":"{TYPE}"' in template.environment()["WORKERLESS_ROUTES"]
+    (route,) = [p for p in template.ssm_parameters if p.logical_id == f"{stem(TYPE)}Route"]
+    assert route.name == f"/workerless/workerless-local/routes/{TYPE}"
+    assert f'"type":"{TYPE}"' in route.value and template.queue(f"{stem(TYPE)}Queue").url in route.value
+    assert "WORKERLESS_ROUTES" not in template.environment()
 
 
 @pytest.mark.parametrize("job_type", ["charge-payment", "chargepayment", "charge_payment", "Bad", "poller"])

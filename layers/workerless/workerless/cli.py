@@ -404,7 +404,7 @@ def demo_variables(job_type: str, index: int) -> dict[str, Any]:
 
 
 def _demo_job_types(template: Path) -> tuple[str, ...]:
-    """The template's job types (its WORKERLESS_ROUTES), the examples' when it has none to read."""
+    """The template's job types (its route loop's list), the examples' when it has none to read."""
     return tuple(t for t, _ in _template_routes(str(template)) or ()) or DEMO_JOB_TYPES
 
 
@@ -659,14 +659,14 @@ def _client(args: argparse.Namespace, service: str) -> Any:
 
 
 def _template_routes(path: str) -> list[tuple[str, str]] | None:
-    """(type, queue logical id) from a template's WORKERLESS_ROUTES, when the template is there."""
-    from workerless.devtools.scaffold import ScaffoldError, _yaml, route_types
+    """(type, queue logical id) of a template's route loop (its &JobTypes list), when the template is there."""
+    from workerless.devtools.scaffold import ScaffoldError, route_types
 
     template = Path(path)
     if not template.is_file():
         return None
     try:
-        return route_types(_yaml().load(template.read_text(encoding="utf-8")))
+        return route_types(template.read_text(encoding="utf-8"))
     except (ScaffoldError, ValueError):
         return None
 
@@ -678,7 +678,7 @@ def cmd_new_handler(args: argparse.Namespace) -> int:
     print(f"job type {done.job_type}:")
     for path in done.files:
         print(f"  created {path}")
-    print(f"  {done.template}: added {done.job_type} to the job types and its route to WORKERLESS_ROUTES")
+    print(f"  {done.template}: added {done.job_type} to the job types (one line)")
     print(f"    (the route loop generates {', '.join(done.resources)}; the dashboard finds it by SEARCH)")
     print("  nothing is left to wire by hand")
     print()

@@ -37,6 +37,7 @@ def poller(event: dict[str, Any], context: Any) -> dict[str, Any]:
 def _poll(event: dict[str, Any], context: Any) -> dict[str, Any]:
     from workerless.aws.dynamo import DynamoState
     from workerless.poller import continue_ticker
+    from workerless.routes import get_routed_settings
     from workerless.runtime import get_engine, get_payloads, get_queues, get_store
     from workerless.settings import get_settings
 
@@ -70,6 +71,11 @@ def _poll(event: dict[str, Any], context: Any) -> dict[str, Any]:
     from workerless.intent import IntentLog
     from workerless.poller import DEPTH_REFRESH_SECONDS
     from workerless.poller_lock import PollerLock
+
+    # The routes: read from Parameter Store at the container's first poll, again every few minutes
+    # (WORKERLESS_ROUTES, when set, instead). Only polling needs them: a failed first read fails this
+    # invocation after the tick chain has moved on.
+    settings = get_routed_settings(deadline=_deadline(context))
 
     # One poller at a time: two would each read the same room and MaxInFlight would not be a bound.
     # Taken after the tick chain moved on, so an invocation that finds it held ends here (the next

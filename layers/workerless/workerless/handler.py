@@ -29,6 +29,7 @@ A record that keeps failing at the AWS level (crash, timeout, bad message) goes 
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import json
 import os
@@ -55,6 +56,12 @@ from workerless.report import report_stored
 from workerless.retry import CALLS
 
 T = TypeVar("T")
+#: The URL of the queue the record being handled came from (its eventSourceARN), stored with the
+#: receipt handle when a report is left owed: the heartbeat deletes the message there without
+#: knowing the routes. A context variable: local mode runs a function's batches on several threads.
+_record_queue_url: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "workerless_record_queue_url", default=None
+)
 HandlerFunction = Callable[[Job], Any]
 LambdaHandler = Callable[[dict[str, Any], Any], dict[str, Any]]
 
@@ -130,17 +137,27 @@ class JobProcessor:
 
     # -- the Lambda entry point ---------------------------------------------------------------------
     def handle_batch(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        from workerless.aws.sqs import queue_url_of_arn
         from workerless.batch import SqsRecord, process_batch
         from workerless.settings import get_settings
 
+        # Every record of one batch comes from the function's one event source: its queue.
+        sources = {
+            r.get("messageId"): r.get("eventSourceARN") for r in event.get("Records") or [] if isinstance(r, dict)
+        }
+
         def record_handler(record: SqsRecord) -> None:
-            self.process(
-                record.body,
-                message_id=record.message_id,
-                receive_count=record.receive_count,
-                context=context,
-                receipt_handle=record.receipt_handle,
-            )
+            token = _record_queue_url.set(queue_url_of_arn(sources.get(record.message_id)))
+            try:
+                self.process(
+                    record.body,
+                    message_id=record.message_id,
+                    receive_count=record.receive_count,
+                    context=context,
+                    receipt_handle=record.receipt_handle,
+                )
+            finally:
+                _record_queue_url.reset(token)
 
         try:
             observability.configure_from_settings(get_settings())  # X-Ray on or off (cached settings)
@@ -540,7 +557,7 @@ class JobProcessor:
         # backoff of seconds and deletes this message once it lands. Until then the message stays in
         # flight (a batch item failure), so the route keeps counting the job against MaxInFlight.
         try:
-            noted = store.mark_owed(job.key, receipt=receipt)
+            noted = store.mark_owed(job.key, receipt=receipt, queue_url=_record_queue_url.get() if receipt else None)
         except StoreError as exc:
             noted = False
             logger.warning("could not note the owed report", extra={"error": str(exc)})

@@ -271,19 +271,28 @@ def _rereport(
     if not settled:
         return "owed"
     observability.record(ref.job_type, "rereported", job_id=ref.job_id)
-    _delete_message(ref.job_type, record.receipt, settings=settings, queues=queues, job_id=ref.job_id)
+    _delete_message(ref.job_type, record, settings=settings, queues=queues, job_id=ref.job_id)
     return "settled"
 
 
-def _delete_message(job_type: str, receipt: str | None, *, settings: Settings, queues: Any, job_id: str) -> None:
+def _delete_message(job_type: str, record: JobRecord, *, settings: Settings, queues: Any, job_id: str) -> None:
     """Delete the job message the handler kept in flight while the report was owed, so the route
-    stops counting it. If this fails, the message comes back after its visibility timeout and its
-    delivery finds the job reported (it is acknowledged, not run)."""
+    stops counting it: in the queue the handler noted with its receipt handle (so the heartbeat
+    never reads the routes; a record noted before the queue was, by the route of WORKERLESS_ROUTES
+    when that is set). If this fails or no queue is known, the message comes back after its
+    visibility timeout and its delivery finds the job reported (it is acknowledged, not run)."""
+    if record.receipt is None:
+        return
     route = settings.route(job_type)
-    if receipt is None or route is None:
+    queue_url = record.receipt_queue or (route.queue_url if route is not None else None)
+    if queue_url is None:
+        logger.info(
+            "the re-reported job's message has no queue noted; it returns after its visibility timeout, acknowledged",
+            extra={"job_id": job_id},
+        )
         return
     try:
-        queues.delete(route.queue_url, receipt)
+        queues.delete(queue_url, record.receipt)
     except PipelineError as exc:
         logger.warning(
             "could not delete the job message of a re-reported job; it returns after its visibility timeout",

@@ -77,6 +77,9 @@ class JobRecord:
     #: heartbeat deletes that message once the report lands. It authorises deleting the message:
     #: kept out of repr(), never logged.
     receipt: str | None = field(default=None, repr=False)
+    #: The URL of the queue that message is in (the handler's event source): where the heartbeat
+    #: deletes it, without reading the routes.
+    receipt_queue: str | None = None
     #: Where the stored outcome is when it was too large for the record (the claim check's bucket):
     #: ``outcome`` is then None; the store's ``load_outcome`` reads it.
     outcome_ref: PayloadRef | None = None

@@ -43,8 +43,14 @@ class Route(BaseModel):
     type: str = Field(min_length=1)
     queue_url: str = Field(alias="queue", min_length=1)
     max_in_flight: int = Field(default=10, alias="max", ge=1, le=10_000)
-    #: Engine-side queue where it differs from the type (node-flow ``charge:eu-west``).
+    #: Engine-side queue where it differs from the type (node-flow ``charge:eu-west``). "" is none
+    #: (the template's default where Mappings.Routes names no EngineQueue).
     engine_queue: str | None = Field(default=None, alias="engineQueue")
+
+    @field_validator("engine_queue", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        return None if value == "" else value
 
 
 class Settings(BaseModel):
@@ -54,7 +60,16 @@ class Settings(BaseModel):
 
     engine: EngineName | None = Field(default=None, alias="WORKERLESS_ENGINE")
     table_name: str = Field(default="workerless-jobs", alias="WORKERLESS_TABLE", min_length=3)
+    #: The routes written out (tests, benchmarks, local fixtures): when set, they are the routes and
+    #: WORKERLESS_ROUTES_PATH is not read (docs/assumptions.md). The template never sets it.
     routes: tuple[Route, ...] = Field(default=(), alias="WORKERLESS_ROUTES")
+    #: The Parameter Store path holding one parameter per route (the template's route loop makes
+    #: them): the poller reads it at its cold start, then every WORKERLESS_ROUTES_REFRESH_SECONDS
+    #: (:func:`workerless.routes.get_routed_settings`).
+    routes_path: str | None = Field(default=None, alias="WORKERLESS_ROUTES_PATH", pattern=r"^/[A-Za-z0-9_.\-/]+$")
+    #: How long a poller container polls the routes it read before it reads them again (a stack
+    #: update changes a route's parameter, not the poller's configuration); 0: only at cold start.
+    routes_refresh_seconds: float = Field(default=300.0, alias="WORKERLESS_ROUTES_REFRESH_SECONDS", ge=0, le=86_400)
     heartbeat_queue_url: str | None = Field(default=None, alias="WORKERLESS_HEARTBEAT_QUEUE_URL")
     ticker_queue_url: str | None = Field(default=None, alias="WORKERLESS_TICKER_QUEUE_URL")
     #: Lease asked of the engine at activation and on every extension.
@@ -154,9 +169,12 @@ def get_settings() -> Settings:
 
 
 def clear_settings() -> None:
-    """Forget cached settings and engine values (tests, local mode reconfiguring)."""
+    """Forget cached settings, routes and engine values (tests, local mode reconfiguring)."""
     get_settings.cache_clear()
     _engine_values_cached.cache_clear()
+    from workerless.routes import clear_routes
+
+    clear_routes()
 
 
 def infer_engine(values: Mapping[str, str]) -> str:

@@ -83,6 +83,7 @@ def _to_record(item: dict[str, Any]) -> JobRecord:
         begun_at=float(item["begun_at"]["N"]) if "begun_at" in item else None,
         report_owed_at=float(item["report_owed_at"]["N"]) if "report_owed_at" in item else None,
         receipt=item.get("receipt", {}).get("S"),
+        receipt_queue=item.get("receipt_queue", {}).get("S"),
     )
 
 
@@ -371,7 +372,7 @@ class JobStore:
             names["#lease"] = "lease"
             values[":lease"] = {"S": lease}
         # Nothing is owed any more: the heartbeat stops re-reporting, and the receipt handle goes.
-        update += " REMOVE report_owed_at, receipt"
+        update += " REMOVE report_owed_at, receipt, receipt_queue"
         try:
             self._call(
                 "update_item",
@@ -398,18 +399,27 @@ class JobStore:
                 },
             )
 
-    def mark_owed(self, key: str, *, receipt: str | None) -> bool:
+    def mark_owed(self, key: str, *, receipt: str | None, queue_url: str | None = None) -> bool:
         """Note that the stored result's report is owed (the engine has not accepted it yet), and
-        the SQS receipt handle of the job message kept in flight for it: the heartbeat re-reports
-        it and then deletes that message. Only a STORED record is marked; False otherwise (it was
-        reported meanwhile). ``report_owed_at`` keeps the first time it was owed."""
+        the SQS receipt handle of the job message kept in flight for it and its queue's URL: the
+        heartbeat re-reports it and then deletes that message. Only a STORED record is marked;
+        False otherwise (it was reported meanwhile). ``report_owed_at`` keeps the first time it was
+        owed."""
         values: dict[str, Any] = {":stored": {"S": Status.STORED.value}, ":now": {"N": repr(self._clock())}}
         update = "SET report_owed_at = if_not_exists(report_owed_at, :now)"
+        removed: list[str] = []
         if receipt:
             update += ", receipt = :receipt"
             values[":receipt"] = {"S": receipt}
         else:
-            update += " REMOVE receipt"
+            removed.append("receipt")
+        if receipt and queue_url:
+            update += ", receipt_queue = :queue"
+            values[":queue"] = {"S": queue_url}
+        else:
+            removed.append("receipt_queue")
+        if removed:
+            update += " REMOVE " + ", ".join(removed)
         try:
             self._call(
                 "update_item",
@@ -432,7 +442,7 @@ class JobStore:
                 "update_item",
                 TableName=self.table,
                 Key={"pk": {"S": key}},
-                UpdateExpression="REMOVE report_owed_at, receipt",
+                UpdateExpression="REMOVE report_owed_at, receipt, receipt_queue",
                 ConditionExpression="#s = :stored",
                 ExpressionAttributeNames={"#s": "status"},
                 ExpressionAttributeValues={":stored": {"S": Status.STORED.value}},

@@ -18,6 +18,34 @@ MAX_DELAY_SECONDS = 900
 MAX_VISIBILITY_SECONDS = 43_200
 
 
+#: Each partition's DNS suffix, as SQS's queue URLs carry it (https://sqs.<region>.<suffix>/...).
+_PARTITION_DNS_SUFFIX = {
+    "aws": "amazonaws.com",
+    "aws-us-gov": "amazonaws.com",
+    "aws-cn": "amazonaws.com.cn",
+    "aws-iso": "c2s.ic.gov",
+    "aws-iso-b": "sc2s.sgov.gov",
+    "aws-iso-e": "cloud.adc-e.uk",
+    "aws-iso-f": "csp.hci.ic.gov",
+}
+
+
+def queue_url_of_arn(arn: object) -> str | None:
+    """The URL of the queue whose ARN is ``arn`` (an SQS event record's ``eventSourceARN``):
+    ``arn:<partition>:sqs:<region>:<account>:<name>`` -> ``https://sqs.<region>.<suffix>/<account>/<name>``,
+    the form CloudFormation's Ref and GetQueueUrl give. None for anything else (a partition whose
+    suffix is not known here included)."""
+    if not isinstance(arn, str):
+        return None
+    parts = arn.split(":")
+    if len(parts) != 6 or parts[0] != "arn" or parts[2] != "sqs" or not all(parts[3:]):
+        return None
+    suffix = _PARTITION_DNS_SUFFIX.get(parts[1])
+    if suffix is None:
+        return None
+    return f"https://sqs.{parts[3]}.{suffix}/{parts[4]}/{parts[5]}"
+
+
 @dataclass(frozen=True, slots=True)
 class SendFailure:
     index: int

@@ -1,7 +1,8 @@
 """`workerless init DIR`: a new SAM application that uses workerless, in a directory of its own.
 
 The application is this repository's shape cut down to one job type: template.yaml (this
-repository's, with its own route in the job-type list, WORKERLESS_ROUTES and Mappings.Routes),
+repository's, with its own route in the job-type list and Mappings.Routes; the route loop makes its
+SSM route parameter),
 samconfig.toml, functions/ (the library's poller, heartbeat and dead-letter entry points and the
 example handler), layers/workerless (the library, copied from the checkout ``init`` runs from: the
 layer ``sam build`` ships and the package the application's venv installs), events/, tests/ for its
@@ -50,8 +51,8 @@ def source_checkout() -> Path:
 
 
 def application_template(text: str, job_type: str) -> str:
-    """The checkout's template.yaml with ``job_type`` as its one route (job-type list,
-    WORKERLESS_ROUTES and Mappings.Routes)."""
+    """The checkout's template.yaml with ``job_type`` as its one route (the job-type list, and its
+    Mappings.Routes entry: every per-route setting, MaxInFlight and EngineQueue included, lives there)."""
     text = with_job_types(text, [job_type])
     overrides = _MAPPING_ROUTES.search(text)
     if overrides is None:
@@ -171,7 +172,7 @@ make build   # sam build (needs a CPython 3.12 for the layer's bytecode)
 ```
 
 Add a job type: `.venv/bin/workerless new-handler ship-parcel` writes `functions/ship-parcel/app.py`,
-its test and its event, and adds the type to `template.yaml`'s job-type list and WORKERLESS_ROUTES.
+its test and its event, and adds the type to `template.yaml`'s job-type list (one line).
 Deploy with `.venv-sam/bin/sam deploy --guided` (it asks for the engine secret's ARN).
 """
 

@@ -7,10 +7,10 @@ Files (each refused if it exists)::
     events/sqs-<type>.json                  an SQS event of one job, like events/sqs-charge-payment.json
 
 template.yaml's routes are data: the type joins the job types list (&JobTypes, the collection of the
-route loop that generates its queues, role, function, grants, alarms and outputs) and its route joins
-WORKERLESS_ROUTES. That is two lines, edited as text (comments and layout stay as they are), and all
-there is to do: the dashboard finds every route by SEARCH. Nothing is written unless every check
-passed.
+route loop that generates its queues, role, function, grants, alarms, outputs and the SSM parameter
+the poller reads the route from). That is one line, edited as text (comments and layout stay as they
+are), and all there is to do: the route's settings default (Mappings.Routes overrides them) and the
+dashboard finds every route by SEARCH. Nothing is written unless every check passed.
 
 Example:
     >>> stem("charge-payment")
@@ -93,19 +93,16 @@ def resource_ids(job_type: str) -> list[str]:
             "PollerPolicy",
             "HeartbeatPolicy",
             "QueueAgeAlarm",
+            "Route",
         )
     ]
 
 
 # ------------------------------------------------------------------------------------------------
-# template.yaml: a text edit (comments, order and layout stay as they are; the diff is two lines)
+# template.yaml: a text edit (comments, order and layout stay as they are; the diff is one line)
 
 #: The job types: a YAML sequence anchored &JobTypes (the route loop's collection).
 _JOB_TYPES = re.compile(r"^(?P<indent>[ ]*)- &JobTypes[ ]*\n(?P<items>(?:(?P=indent)[ ]{2}- [^\n]*\n)+)", re.MULTILINE)
-#: WORKERLESS_ROUTES: a folded !Sub, one route per line, the last one closing the JSON list.
-_ROUTES = re.compile(
-    r"^(?P<indent>[ ]*)WORKERLESS_ROUTES: !Sub >-\n(?P<lines>(?:(?P=indent)[ ]{2}[^\n]*\n)+)", re.MULTILINE
-)
 
 
 def _yaml() -> Any:
@@ -124,72 +121,31 @@ def template_job_types(text: str) -> list[str]:
     return [line.strip()[2:].strip().strip("\"'") for line in found.group("items").splitlines()]
 
 
-def _routes_node(data: Any) -> Any:
-    try:
-        return data["Globals"]["Function"]["Environment"]["Variables"]["WORKERLESS_ROUTES"]
-    except (KeyError, TypeError):
-        raise ScaffoldError(
-            "template has no Globals.Function.Environment.Variables.WORKERLESS_ROUTES to add the route to",
-            key="WORKERLESS_ROUTES",
-        ) from None
-
-
-def route_types(data: Any) -> list[tuple[str, str]]:
-    """(job type, queue logical id) of each route in WORKERLESS_ROUTES, in order."""
-    from workerless.devtools.stack import routes_in_text
-
-    node = _routes_node(data)
-    try:
-        return routes_in_text(str(getattr(node, "value", node)))
-    except ValueError as exc:
-        raise ScaffoldError(f"WORKERLESS_ROUTES is not a JSON list of routes: {exc}", key="WORKERLESS_ROUTES") from None
-
-
-def route_line(job_type: str) -> str:
-    """The type's route in WORKERLESS_ROUTES: its queue by logical ID, the template's MaxInFlight."""
-    route = json.dumps({"type": job_type, "queue": "@Q", "max": "@M"}, separators=(",", ":"))
-    return route.replace('"@Q"', f'"${{{stem(job_type)}Queue}}"').replace('"@M"', "${MaxInFlight}")
+def route_types(text: str) -> list[tuple[str, str]]:
+    """(job type, queue logical id) of each route of template.yaml's route loop, in order."""
+    return [(job_type, f"{stem(job_type)}Queue") for job_type in template_job_types(text)]
 
 
 def with_job_types(text: str, job_types: list[str]) -> str:
-    """template.yaml's text with exactly ``job_types`` as its routes, in that order: the job-type list
-    and WORKERLESS_ROUTES. A type the template routes keeps its route line as written (its
-    ``max`` or ``engineQueue``); another gets :func:`route_line`."""
+    """template.yaml's text with exactly ``job_types`` as its routes, in that order (the job-type
+    list; Mappings.Routes is left as it is: an entry for a type not listed is unused)."""
     for job_type in job_types:
         validate_job_type(job_type)
+    if not job_types:
+        raise ScaffoldError("no job types given", key="TYPE")
     template_job_types(text)  # raises when the list is missing
     listed = _JOB_TYPES.search(text)
-    routes = _ROUTES.search(text)
     assert listed is not None
-    if routes is None or not job_types:
-        raise ScaffoldError("template has no `WORKERLESS_ROUTES: !Sub >-` block, or no job types given")
-    indent = routes.group("indent") + "  "
-    written = {}
-    for line in routes.group("lines").splitlines():
-        body = line.strip().lstrip("[").rstrip(",]")
-        found = re.search(r'"type":"([^"]+)"', body)
-        if found:
-            written[found.group(1)] = body
-    lines = [written.get(t, route_line(t)) for t in job_types]
-    new_routes = "".join(
-        f"{indent}{'[' if i == 0 else ''}{line}{']' if i == len(lines) - 1 else ','}\n" for i, line in enumerate(lines)
-    )
     items = "".join(f"{listed.group('indent')}  - {t}\n" for t in job_types)
-    edits = [
-        (listed.start("items"), listed.end("items"), items),
-        (routes.start("lines"), routes.end("lines"), new_routes),
-    ]
-    for begin, end, replacement in sorted(edits, reverse=True):
-        text = text[:begin] + replacement + text[end:]
-    return text
+    return text[: listed.start("items")] + items + text[listed.end("items") :]
 
 
 def add_job_type(text: str, job_type: str) -> tuple[str, list[str]]:
     """template.yaml's text with job type ``job_type`` added; returns (new text, logical IDs it generates).
 
-    Two lines change: the type joins the &JobTypes list, and its route joins WORKERLESS_ROUTES.
-    Raises :class:`ScaffoldError` when the type is malformed or reserved, when it (or a type with
-    the same logical-ID stem) is already there, or when the template lacks either place.
+    One line changes: the type joins the &JobTypes list (its route, SSM parameter included, is
+    generated from it). Raises :class:`ScaffoldError` when the type is malformed or reserved, when
+    it (or a type with the same logical-ID stem) is already there, or when the template lacks the list.
     """
     validate_job_type(job_type)
     types = template_job_types(text)
@@ -202,35 +158,9 @@ def add_job_type(text: str, job_type: str) -> tuple[str, list[str]]:
                 key="TYPE",
             )
     listed = _JOB_TYPES.search(text)
-    routes = _ROUTES.search(text)
     assert listed is not None  # template_job_types found it
-    if routes is None:
-        raise ScaffoldError(
-            "template has no `WORKERLESS_ROUTES: !Sub >-` block (one route per line) to add the route to",
-            key="WORKERLESS_ROUTES",
-        )
-    if job_type in {t for t, _ in route_types(_yaml().load(text))}:
-        raise ScaffoldError(f"job type {job_type!r} already has a route in WORKERLESS_ROUTES", key="WORKERLESS_ROUTES")
-    route_lines = routes.group("lines").splitlines(keepends=True)
-    last = route_lines[-1].rstrip("\n")
-    if not last.endswith("]"):
-        raise ScaffoldError(
-            "WORKERLESS_ROUTES's last line must close the JSON list (end in ])", key="WORKERLESS_ROUTES"
-        )
-    indent = last[: len(last) - len(last.lstrip())]
-    route_lines[-1] = f"{last[:-1]},\n{indent}{route_line(job_type)}]\n"
     item = f"{listed.group('indent')}  - {job_type}\n"
-    # The later edit first, so the earlier one's offsets still hold.
-    edits = sorted(
-        [
-            (listed.end("items"), listed.end("items"), item),
-            (routes.start("lines"), routes.end("lines"), "".join(route_lines)),
-        ],
-        reverse=True,
-    )
-    for begin, end, replacement in edits:
-        text = text[:begin] + replacement + text[end:]
-    return text, resource_ids(job_type)
+    return text[: listed.end("items")] + item + text[listed.end("items") :], resource_ids(job_type)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -7,8 +7,12 @@ neither a library queue (the poller's TickerQueue, the HeartbeatQueue) nor a dea
 route's job queue, and every route's jobs dead-letter to the one ``JobDeadLetterQueue`` (a dead
 letter names its job type in its body: :mod:`workerless.devtools.dlq` reads it there). The route
 loop's logical IDs drop the type's dashes (``charge-payment`` -> ``chargepaymentQueue``), so the
-names come from the stack's own WORKERLESS_ROUTES, read from its processed template
-(GetTemplate); when that cannot be read, from ``routes`` (job type, queue logical id) the caller
+names come from the stack's own routes, read from its processed template (GetTemplate): each route's
+``AWS::SSM::Parameter`` (its value names the type and its queue's logical ID), or, for a stack
+deployed before the routes were parameters, its functions' WORKERLESS_ROUTES. Not from Parameter
+Store itself: GetTemplate is the call (and the permission) the tools need anyway, and the template
+names the queue by its logical ID, which is what ListStackResources is matched on. When the
+template cannot be read, the names come from ``routes`` (job type, queue logical id) the caller
 passes (a local template.yaml's). Only when neither names a queue is its stem taken as the name
 (``ChargePayment`` -> ``charge-payment``, ``chargepayment`` as is).
 """
@@ -80,20 +84,39 @@ def routes_in_text(text: str) -> list[tuple[str, str]]:
     return out
 
 
+def _sub_text(value: Any) -> str | None:
+    """The text of an ``Fn::Sub`` (string or [string, variables]) or of a plain string."""
+    if isinstance(value, dict):
+        value = value.get("Fn::Sub")
+    if isinstance(value, list) and value:
+        value = value[0]
+    return value if isinstance(value, str) else None
+
+
 def deployed_routes(template: Any) -> list[tuple[str, str]] | None:
-    """The routes of a processed (deployed) template: the WORKERLESS_ROUTES of its first function that
-    has it (Globals put the same value in every function). None when no function has it."""
+    """The routes of a processed (deployed) template: its route parameters (``AWS::SSM::Parameter``
+    whose value is a route naming its queue by logical ID), in template order; else the
+    WORKERLESS_ROUTES of its first function that has it (a stack deployed before the routes were
+    parameters). None when neither is there."""
     resources = template.get("Resources") if isinstance(template, dict) else None
+    found: list[tuple[str, str]] = []
+    for resource in (resources or {}).values():
+        if not isinstance(resource, dict) or resource.get("Type") != "AWS::SSM::Parameter":
+            continue
+        text = _sub_text((resource.get("Properties") or {}).get("Value"))
+        try:
+            routes = routes_in_text(f"[{text}]") if text else []
+        except ValueError:
+            continue  # some other parameter
+        found += [(job_type, queue) for job_type, queue in routes if job_type and queue]
+    if found:
+        return found
     for resource in (resources or {}).values():
         if not isinstance(resource, dict) or resource.get("Type") != "AWS::Lambda::Function":
             continue
         variables = ((resource.get("Properties") or {}).get("Environment") or {}).get("Variables") or {}
-        value = variables.get("WORKERLESS_ROUTES")
-        if isinstance(value, dict):
-            value = value.get("Fn::Sub")
-        if isinstance(value, list) and value:
-            value = value[0]
-        if isinstance(value, str):
+        value = _sub_text(variables.get("WORKERLESS_ROUTES"))
+        if value is not None:
             try:
                 return routes_in_text(value)
             except ValueError:
@@ -166,9 +189,13 @@ def _stack_routes(cloudformation: Any, stack_name: str) -> list[tuple[str, str]]
 
 def from_topology(topology: Any) -> Deployment:
     """The deployment of a running :class:`~workerless.local.LocalTopology` (its moto queues and table)."""
+    from workerless.routes import with_route_parameters
     from workerless.settings import Settings
 
     settings = Settings.from_env(topology.environment)
+    if not settings.routes and settings.routes_path:
+        # The routes the poller reads: the template's route parameters under the path.
+        settings = with_route_parameters(settings, topology.template.parameters_under(settings.routes_path))
     by_url = {spec.url: spec for spec in topology.template.queues}
     routes: list[RouteQueues] = []
     dead_letter_ids: set[str] = set()

@@ -550,8 +550,8 @@ class StageNextEngine:
         if status == 403:
             raise ConfigurationError(
                 f"StageNext refused queue {queue!r} (403): it is outside the application's handler pattern; "
-                f"check the route for job type {demand.job_type!r}",
-                key="WORKERLESS_ROUTES",
+                f"check the route for job type {demand.job_type!r} (its EngineQueue in the template's Mappings.Routes)",
+                key="route",
             )
         if status == 401:
             raise ConfigurationError(

@@ -614,6 +614,12 @@ class LocalTopology:
                     TableName=table.name,
                     TimeToLiveSpecification={"Enabled": True, "AttributeName": table.ttl_attribute},
                 )
+        if self.template.ssm_parameters:
+            # The routes' parameters (the route loop's), as CloudFormation creates them before the
+            # functions: the poller reads them with GetParametersByPath (its role checked).
+            ssm = session.client("ssm", config=config)
+            for parameter in self.template.ssm_parameters:
+                ssm.put_parameter(Name=parameter.name, Value=parameter.value, Type=parameter.type, Tier=parameter.tier)
         if self.template.buckets:
             # The claim check's bucket (moto's S3, the same PutObject / GetObject calls as on AWS).
             # Its lifecycle rule is not emulated: nothing in a local run lives for a week.

@@ -36,6 +36,14 @@ STACK_NAME = "workerless-local"
 
 QUEUE_TYPE = "AWS::SQS::Queue"
 BUCKET_TYPE = "AWS::S3::Bucket"
+PARAMETER_TYPE = "AWS::SSM::Parameter"
+#: Parameter Store's rules for a parameter (Systems Manager's PutParameter and its quotas): a
+#: Standard parameter's value is at most 4 KB (Advanced: 8 KB); a name at most 1011 characters of
+#: a-zA-Z0-9_.- with / between the levels of a hierarchy (at most 15), not beginning with aws or ssm.
+PARAMETER_VALUE_LIMITS = {"Standard": 4096, "Advanced": 8192}
+PARAMETER_NAME_LIMIT = 1011
+PARAMETER_MAX_LEVELS = 15
+_PARAMETER_NAME = re.compile(r"^[A-Za-z0-9_.\-/]+$")
 TABLE_TYPES = ("AWS::DynamoDB::Table", "AWS::Serverless::SimpleTable")
 FUNCTION_TYPES = ("AWS::Serverless::Function", "AWS::Lambda::Function")
 
@@ -218,6 +226,22 @@ class BucketSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class ParameterSpec:
+    """An ``AWS::SSM::Parameter`` (a String, e.g. a route): created in the embedded SSM before the
+    functions run."""
+
+    logical_id: str
+    name: str
+    value: str
+    type: str = "String"
+    tier: str = "Standard"
+
+    @property
+    def arn(self) -> str:
+        return parameter_arn(self.name)
+
+
+@dataclass(frozen=True, slots=True)
 class LocalTemplate:
     """The resolved template: what local mode creates and runs."""
 
@@ -229,6 +253,18 @@ class LocalTemplate:
     #: Parameters with neither a default nor an override (resolved to "").
     unset_parameters: tuple[str, ...] = ()
     buckets: tuple[BucketSpec, ...] = ()
+    #: Its SSM parameters (the routes').
+    ssm_parameters: tuple[ParameterSpec, ...] = ()
+
+    def parameters_under(self, path: str) -> dict[str, str]:
+        """{name: value} of the SSM parameters directly under ``path`` (what GetParametersByPath,
+        not recursive, answers), in template order."""
+        prefix = path.rstrip("/") + "/"
+        return {
+            p.name: p.value
+            for p in self.ssm_parameters
+            if p.name.startswith(prefix) and "/" not in p.name[len(prefix) :]
+        }
 
     def function(self, logical_id: str) -> FunctionSpec:
         for spec in self.functions:
@@ -269,6 +305,12 @@ def queue_url(name: str) -> str:
 
 def queue_arn(name: str) -> str:
     return f"arn:aws:sqs:{REGION}:{ACCOUNT_ID}:{name}"
+
+
+def parameter_arn(name: str) -> str:
+    """An SSM parameter's (or a path's) ARN: ``arn:aws:ssm:<region>:<account>:parameter/<name
+    without its leading slash>``, as IAM evaluates GetParameter(s)ByPath against it."""
+    return f"arn:aws:ssm:{REGION}:{ACCOUNT_ID}:parameter/{name.lstrip('/')}"
 
 
 def bucket_arn(name: str) -> str:
@@ -417,6 +459,7 @@ class _Resolver:
             "AWS::Logs::LogGroup": "LogGroupName",
             "AWS::IAM::Role": "RoleName",
             BUCKET_TYPE: "BucketName",
+            PARAMETER_TYPE: "Name",
         }.get(rtype)
         if key and props.get(key) is not None:
             return str(self.resolve(props[key], f"{logical_id}.{key}"))
@@ -623,6 +666,15 @@ class _Resolver:
             for lid, r in self.resources.items()
             if r["Type"] == BUCKET_TYPE and self.included(lid)
         ]
+        ssm_parameters = [
+            self._ssm_parameter(lid, r.get("Properties") or {})
+            for lid, r in self.resources.items()
+            if r["Type"] == PARAMETER_TYPE and self.included(lid)
+        ]
+        names = [p.name for p in ssm_parameters]
+        duplicate = next((n for n in names if names.count(n) > 1), None)
+        if duplicate is not None:
+            raise TemplateError(f"two SSM parameters of the template are named {duplicate!r}")
         arn_to_queue = {q.arn: q.logical_id for q in queues}
         mappings = self._event_source_mappings(arn_to_queue)
         functions = []
@@ -649,7 +701,36 @@ class _Resolver:
             tables=tuple(tables),
             unset_parameters=tuple(self.unset),
             buckets=tuple(buckets),
+            ssm_parameters=tuple(ssm_parameters),
         )
+
+    def _ssm_parameter(self, lid: str, props: Mapping[str, Any]) -> ParameterSpec:
+        """Refuse what CloudFormation (Parameter Store) would: a name or value outside its rules."""
+        if "Name" not in props:
+            # CloudFormation would generate a name; nothing in local mode could find it by path.
+            raise TemplateError(f"{lid}: an SSM parameter needs a Name in local mode")
+        name = _scalar_text(self.resolve(props["Name"], f"{lid}.Name"))
+        value = _scalar_text(self.resolve(props.get("Value", ""), f"{lid}.Value"))
+        kind = _scalar_text(self.resolve(props.get("Type", ""), f"{lid}.Type"))
+        tier = _scalar_text(self.resolve(props.get("Tier", "Standard"), f"{lid}.Tier"))
+        if kind not in ("String", "StringList"):
+            raise TemplateError(
+                f"{lid}.Type must be String or StringList (CloudFormation creates no SecureString), got {kind!r}"
+            )
+        if tier not in PARAMETER_VALUE_LIMITS:
+            # Intelligent-Tiering picks Advanced only past 4 KB (a charge): local mode plans for Standard.
+            raise TemplateError(f"{lid}.Tier must be Standard or Advanced in local mode, got {tier!r}")
+        check_parameter_name(name, where=f"{lid}.Name")
+        limit = PARAMETER_VALUE_LIMITS[tier]
+        # Deployed, each generated name in it (a queue's URL) has CloudFormation's suffix as well.
+        generated = len(re.findall(re.escape(f"{self.stack_name}-"), value, flags=re.IGNORECASE))
+        size = len(value.encode("utf-8")) + generated * GENERATED_NAME_SUFFIX_BYTES
+        if not value or size > limit:
+            raise TemplateError(
+                f"{lid}.Value would be {size} bytes deployed (stack {self.stack_name!r}); a {tier} parameter's "
+                f"value is 1 to {limit} bytes (Parameter Store)"
+            )
+        return ParameterSpec(lid, name, value, kind, tier)
 
     def _check_environment_size(self, lid: str, environment: Mapping[str, str]) -> None:
         """Refuse what Lambda would: a function whose variables are over 4 KB once deployed."""
@@ -831,6 +912,26 @@ class _Resolver:
             schedule_events=tuple(schedules),
             ignored_events=tuple(ignored),
         )
+
+
+def check_parameter_name(name: str, *, where: str) -> None:
+    """Raise TemplateError for a name Parameter Store refuses (PutParameter's naming constraints)."""
+    levels = [part for part in name.split("/") if part]
+    problem = None
+    if not _PARAMETER_NAME.fullmatch(name):
+        problem = "only a-zA-Z0-9_.- and / between levels are allowed"
+    elif len(name) > PARAMETER_NAME_LIMIT:
+        problem = f"it is {len(name)} characters, over {PARAMETER_NAME_LIMIT}"
+    elif "/" in name and not name.startswith("/"):
+        problem = "a name in a hierarchy begins with /"
+    elif "//" in name or name.endswith("/") or not levels:
+        problem = "a level of the hierarchy is empty"
+    elif len(levels) > PARAMETER_MAX_LEVELS:
+        problem = f"it has {len(levels)} levels, over {PARAMETER_MAX_LEVELS}"
+    elif levels[0].lower().startswith(("aws", "ssm")):
+        problem = "a name cannot begin with aws or ssm"
+    if problem is not None:
+        raise TemplateError(f"{where}: SSM parameter name {name!r} is not valid: {problem}")
 
 
 def _check_override(name: str, value: str, decl: Mapping[str, Any]) -> None:

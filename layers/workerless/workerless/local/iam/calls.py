@@ -15,6 +15,10 @@ name on one resource. What is modelled (the services the pipeline calls, precise
   ``CreateBucket`` ...) on ``arn:aws:s3:::<Bucket>``, ``ListObjects*`` as ``s3:ListBucket``;
 - **Secrets Manager**: the secret of ``SecretId``, by name or ARN, evaluated against the secret's
   full ARN (with its 6-character suffix) where it exists;
+- **SSM Parameter Store**: ``GetParametersByPath`` on the ARN of the *path* asked for (Parameter
+  Store authorises it against the path, not the parameters it returns: "How Parameter Store
+  authorizes parameter retrieval"), ``GetParameter`` / ``PutParameter`` / ``DeleteParameter`` and
+  their kin on the parameter of ``Name``, ``GetParameters`` / ``DeleteParameters`` once per name;
 - **STS** ``GetCallerIdentity`` needs no permission.
 
 Any other call is checked by its action alone (``service:Operation`` against every statement's
@@ -28,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
-from workerless.local.template import ACCOUNT_ID, REGION
+from workerless.local.template import ACCOUNT_ID, REGION, parameter_arn
 
 #: Resource of a call whose resource local mode does not model: every statement's resources match.
 UNMODELLED = ""
@@ -82,6 +86,8 @@ def needs(
         return [_secret(operation, params, secret_arn)]
     if prefix == "s3":
         return [_s3(operation, params)]
+    if prefix == "ssm" and operation in _SSM_BY_NAME | _SSM_BY_NAMES | {"GetParametersByPath"}:
+        return _ssm(operation, params)
     return [Need(f"{prefix}:{operation}", UNMODELLED, "*")]
 
 
@@ -175,6 +181,31 @@ def _s3(operation: str, params: Mapping[str, Any]) -> Need:
     key = params.get("Key")
     arn = f"arn:aws:s3:::{bucket}/{key}" if isinstance(key, str) and key else f"arn:aws:s3:::{bucket}"
     return Need(action, arn, arn)
+
+
+# -- SSM Parameter Store ---------------------------------------------------------------------------
+
+#: Parameter Store operations on the one parameter of ``Name`` / on each of ``Names``.
+_SSM_BY_NAME = frozenset(
+    {"GetParameter", "PutParameter", "DeleteParameter", "GetParameterHistory", "LabelParameterVersion"}
+)
+_SSM_BY_NAMES = frozenset({"GetParameters", "DeleteParameters"})
+
+
+def _ssm(operation: str, params: Mapping[str, Any]) -> list[Need]:
+    action = f"ssm:{operation}"
+    if operation == "GetParametersByPath":
+        path = params.get("Path")
+        names = [path] if isinstance(path, str) and path else []
+    elif operation in _SSM_BY_NAMES:
+        names = [n for n in params.get("Names") or [] if isinstance(n, str) and n]
+    else:
+        name = params.get("Name")
+        names = [name] if isinstance(name, str) and name else []
+    if not names:
+        return [Need(action, "*", "*")]
+    # A trailing slash of a path is not part of what IAM compares (the ARN names the path).
+    return [Need(action, parameter_arn(n.rstrip("/") or n), parameter_arn(n.rstrip("/") or n)) for n in names]
 
 
 # -- Secrets Manager --------------------------------------------------------------------------------

@@ -111,7 +111,9 @@ class Refusal:
                 "</ErrorResponse>"
             )
             return 403, {"x-amzn-requestid": request_id, "content-type": "text/xml"}, xml.encode()
-        content_type = "application/x-amz-json-1.1" if self.prefix == "secretsmanager" else "application/x-amz-json-1.0"
+        content_type = (
+            "application/x-amz-json-1.1" if self.prefix in ("secretsmanager", "ssm") else "application/x-amz-json-1.0"
+        )
         return (
             status,
             {"x-amzn-requestid": request_id, "content-type": content_type, **headers},
