@@ -22,6 +22,8 @@ from workerless.settings import Settings
 from workerless.testing import FakeEngine
 from workerless.ticket import Ticket
 
+from tests.unit.counting import CountingState
+
 ROUTES = json.dumps([{"type": "charge-payment", "queue": "q-charge", "max": 5}])
 LOCK_SECONDS = 30.0
 STALE = stale_after(60)
@@ -33,23 +35,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-class CountingState(MemoryState):
-    """``get`` is a GetItem, ``put`` a conditional PutItem."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.reads = 0
-        self.writes = 0
-
-    def get(self, key: str) -> dict[str, Any] | None:
-        self.reads += 1
-        return super().get(key)
-
-    def put(self, key: str, value: dict[str, Any], *, expected_version: int | None) -> bool:
-        self.writes += 1
-        return super().put(key, value, expected_version=expected_version)
 
 
 class Queues:

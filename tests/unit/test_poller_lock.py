@@ -17,6 +17,8 @@ from workerless.poller_lock import LOCK_KEY, Dispatches, PollerLock
 from workerless.settings import Settings
 from workerless.testing import FakeEngine
 
+from tests.unit.counting import CountingState
+
 LOCK_SECONDS = 30.0
 WINDOW = 2.0
 
@@ -27,23 +29,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-class CountingState(MemoryState):
-    """MemoryState that counts its calls: ``get`` is a GetItem, ``put`` a conditional PutItem."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.reads = 0
-        self.writes = 0
-
-    def get(self, key: str) -> dict[str, Any] | None:
-        self.reads += 1
-        return super().get(key)
-
-    def put(self, key: str, value: dict[str, Any], *, expected_version: int | None) -> bool:
-        self.writes += 1
-        return super().put(key, value, expected_version=expected_version)
 
 
 def lock(state: Any, clock: Clock) -> PollerLock:
