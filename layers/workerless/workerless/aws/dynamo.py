@@ -20,9 +20,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from workerless.claimcheck import OUTCOME_INLINE_BYTES, RESULTS_PREFIX, PayloadRef, object_key
-from workerless.errors import StoreError
+from workerless.errors import OutcomeTooLargeError, StoreError
 from workerless.model import Outcome
 from workerless.record import JobRecord, Status
+from workerless.retry import UNPROCESSED, ambient_deadline
 
 COMPRESS_OVER = 32 * 1024
 #: DynamoDB error codes that the same call will meet again however often it is retried: retrying
@@ -41,15 +42,6 @@ FINAL_ERROR_CODES = frozenset(
         "ItemCollectionSizeLimitExceededException",
     }
 )
-
-
-class OutcomeTooLargeError(StoreError):
-    """The outcome can be neither kept in the record nor carried by the claim check."""
-
-    def __init__(self, size: int, cap: int, where: str) -> None:
-        super().__init__(f"result is {size} bytes; {where} at most {cap} bytes", retryable=False)
-        self.size = size
-        self.cap = cap
 
 
 def _encode_inline(raw: bytes) -> dict[str, Any]:
@@ -203,8 +195,9 @@ class JobStore:
             request: dict[str, Any] = {
                 self.table: {"Keys": [{"pk": {"S": k}} for k in unique[start : start + 100]], "ConsistentRead": True}
             }
-            # UnprocessedKeys come back under throttling: retry them a bounded number of times.
-            for attempt in range(5):
+            # UnprocessedKeys come back under throttling: asked for again under their policy, within
+            # the invocation's AWS deadline.
+            for _ in UNPROCESSED.tries(deadline=ambient_deadline()):
                 answer = self._call("batch_get_item", RequestItems=request)
                 for item in answer.get("Responses", {}).get(self.table, []):
                     record = _to_record(item)
@@ -212,8 +205,7 @@ class JobStore:
                 request = answer.get("UnprocessedKeys") or {}
                 if not request:
                     break
-                time.sleep(min(0.05 * 2**attempt, 1.0))
-            else:
+            if request:
                 raise StoreError(f"DynamoDB batch_get_item on {self.table} left keys unprocessed")
         return found
 

@@ -150,7 +150,11 @@ class NodeFlowEngine:
                     f"{self._code_suffix(response)}): it is unknown, revoked or expired",
                     key="NF_API_KEY",
                 )
-            return "reauthenticate", lambda: self._credentials.invalidate(headers)
+
+            def reauthenticate() -> None:
+                self._credentials.invalidate(headers)
+
+            return "reauthenticate", reauthenticate
 
         response, _ = send_recovering(send, recover)
         if response.status_code < 300:

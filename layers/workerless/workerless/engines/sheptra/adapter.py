@@ -36,14 +36,13 @@ from workerless.engines.kit.answers import json_object, json_size
 from workerless.engines.kit.resend import Recovery, send_recovering
 from workerless.engines.kit.times import timestamp_or_none
 from workerless.engines.kit.tokens import TokenCache
-from workerless.engines.kit.translate import Translator
+from workerless.engines.kit.translate import Translator, error_for_response
 from workerless.engines.sheptra.auth import TokenEndpoint
 from workerless.engines.sheptra.config import ENGINE, PAYLOAD_CAP, RENEW_EARLY_SECONDS, SheptraConfig
 from workerless.engines.sheptra.discovery import Locator
 from workerless.errors import (
     ConfigurationError,
     EngineError,
-    LeaseLostError,
     PayloadTooLargeError,
     ResponseShapeError,
 )
@@ -105,9 +104,7 @@ class SheptraEngine:
         )
 
     def __repr__(self) -> str:
-        return (
-            f"SheptraEngine(mode={self.config.mode!r}, base_url={self._locator.base_url!r}, auth={self.config.auth})"
-        )
+        return f"SheptraEngine(mode={self.config.mode!r}, base_url={self._locator.base_url!r}, auth={self.config.auth})"
 
     def _secrets(self) -> Sequence[str]:
         # The tokens held and the client secret: redacted from every error an engine body fed.
@@ -414,8 +411,6 @@ def _refine(response: httpx.Response, problem: dict[str, Any], what: str, job_id
     """Sheptra's refinement of the shared mapping: a 409 says what it means for the worker."""
     if response.status_code != 409:
         return None
-    from workerless.engines.kit.translate import error_for_response
-
     error = error_for_response(ENGINE, response, job_id=job_id, what=what)
     error.args = (
         f"{error.args[0]}; the lease is gone — someone else finished this job, or it is back in the "
