@@ -67,8 +67,8 @@ class StageNextEngine:
 
     Example:
         >>> engine = from_values({"STAGENEXT_API_KEY": "..."}, httpx.Client(timeout=10))  # doctest: +SKIP
-        >>> jobs = engine.activate([Demand("billing-charge", 5)], lease_seconds=60)
-        >>> if engine.begin(jobs[0]):
+        >>> jobs = engine.activate([Demand("billing-charge", 5)], lease_seconds=60)  # doctest: +SKIP
+        >>> if engine.begin(jobs[0]):  # doctest: +SKIP
         ...     engine.report(jobs[0].ref, Outcome.complete({"ok": True}))
         ... else:
         ...     engine.skip(jobs[0].ref)
