@@ -246,20 +246,9 @@ class StageNextEngine:
         """Lease acquire. True: this delivery runs. False (acquired=false: lease_held, stale or
         finished execution; or the stage is gone): do not execute, :meth:`skip` it."""
         ref = job.ref
-        path = f"/stages/{ref.job_id}/lease/acquire"
-
-        def send(session: WorkerSession) -> httpx.Response:
-            return self._post(
-                path,
-                what="lease acquire",
-                job_id=ref.job_id,
-                json_body=lease_body(ref, session.worker_id),
-                headers={"X-Worker-Session": session.token},
-            )
-
         token = str(handle_value(ref, "ackToken"))
         try:
-            response, _ = self._session_call(send)
+            response = self._lease_call(ref, "acquire")
             if response.status_code == 404:
                 self._uncertain.forget(token)
                 log.info("stagenext lease acquire: stage not found; not executing", extra={"job_id": ref.job_id})
@@ -308,19 +297,8 @@ class StageNextEngine:
         """Lease renew (StageNext sets the lease length, 60 s per the seed; ``lease_seconds`` cannot
         change it). Returns our clock at the request plus the answer's ``leaseSeconds`` (else the
         known length); a definitive refusal raises LeaseLostError."""
-        path = f"/stages/{ref.job_id}/lease/renew"
-
-        def send(session: WorkerSession) -> httpx.Response:
-            return self._post(
-                path,
-                what="lease renew",
-                job_id=ref.job_id,
-                json_body=lease_body(ref, session.worker_id),
-                headers={"X-Worker-Session": session.token},
-            )
-
         asked_at = self._clock()
-        response, _ = self._session_call(send)
+        response = self._lease_call(ref, "renew")
         status = response.status_code
         if status in (404, 409, 410):
             reason = parse_problem(response).get("reason") or f"HTTP {status}"
@@ -342,6 +320,21 @@ class StageNextEngine:
                 status=status,
             )
         return asked_at + self._learn_lease(data)
+
+    def _lease_call(self, ref: JobRef, action: Literal["acquire", "renew"]) -> httpx.Response:
+        """POST /stages/{id}/lease/{action} for the execution, under our worker session."""
+
+        def send(session: WorkerSession) -> httpx.Response:
+            return self._post(
+                f"/stages/{ref.job_id}/lease/{action}",
+                what=f"lease {action}",
+                job_id=ref.job_id,
+                json_body=lease_body(ref, session.worker_id),
+                headers={"X-Worker-Session": session.token},
+            )
+
+        response, _ = self._session_call(send)
+        return response
 
     def _learn_lease(self, data: Mapping[str, Any]) -> float:
         """The lease length an acquire or renew answer states (``leaseSeconds``), remembered for the
