@@ -121,8 +121,8 @@ class RetryPolicy:
         fn: Callable[[], T],
         *,
         deadline: float,
-        sleep: Callable[[float], None] = time.sleep,
-        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] | None = None,
+        clock: Callable[[], float] | None = None,
         retryable: Callable[[Exception], bool] = retryable_engine_error,
         on_retry: Callable[[int, Exception], None] | None = None,
     ) -> T:
@@ -130,7 +130,11 @@ class RetryPolicy:
         never past ``deadline`` (a ``clock()`` value). Final errors propagate at once; the last
         retryable error propagates when attempts or time run out. ``retryable`` says which errors
         are worth another call (default: an engine error flagged retryable); ``on_retry(attempt,
-        error)`` is told before each wait (a log line)."""
+        error)`` is told before each wait (a log line). ``sleep`` and ``clock`` default to
+        ``time.sleep`` and ``time.monotonic``, looked up at the call (a benchmark's virtual time is
+        seen)."""
+        sleep = sleep or time.sleep
+        clock = clock or time.monotonic
         attempt = 1
         while True:
             try:
@@ -150,8 +154,8 @@ class RetryPolicy:
         self,
         *,
         deadline: float = math.inf,
-        sleep: Callable[[float], None] = time.sleep,
-        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> Iterator[int]:
         """The attempt numbers (from 1) of a loop whose outcome is not an exception (a partial
         answer, a refused compare-and-set, a claim still held): the loop body breaks or returns
@@ -162,6 +166,8 @@ class RetryPolicy:
             >>> list(RetryPolicy(attempts=3, base_delay=0).tries())
             [1, 2, 3]
         """
+        sleep = sleep or time.sleep
+        clock = clock or time.monotonic
         attempt = 1
         while True:
             yield attempt
