@@ -43,13 +43,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workerless import observability
+from workerless.aws.payloads import PayloadError
 from workerless.aws.sqs import FALLBACK_MESSAGE_BYTES
 from workerless.claimcheck import JOBS_PREFIX, message_threshold, object_key, too_large_reason
 from workerless.errors import (
     ConfigurationError,
     EngineError,
     FinalEngineError,
-    PayloadError,
     RetryableEngineError,
 )
 from workerless.model import ActivatedJob, Demand, Outcome
