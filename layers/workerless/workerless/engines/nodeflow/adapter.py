@@ -107,7 +107,7 @@ class NodeFlowEngine:
         self.worker_id = worker_id or f"workerless-{socket.gethostname()}-{os.getpid()}"
         self._clock = clock
         self._ns_url = f"{self.base_url}/v1/ns/{quote(namespace, safe='')}"
-        self._translate = Translator(ENGINE, refine=_refine)
+        self._translate = Translator(ENGINE, refine=_refine, secrets=lambda: self._credentials.secrets())
         self._credentials = Credentials(
             client,
             f"{self.base_url}/v1/auth/token",

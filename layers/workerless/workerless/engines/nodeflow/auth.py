@@ -51,6 +51,10 @@ class Credentials:
         """The configuration key a refused credential should be looked for under."""
         return "NF_API_KEY" if self._api_key is not None else "NF_KEY_ID"
 
+    def secrets(self) -> tuple[str, ...]:
+        """What must never appear in an error: the API key, the secret, the tokens held."""
+        return tuple(s for s in (self._api_key, self._key_secret, *self._tokens.held()) if s)
+
     def headers(self) -> dict[str, str]:
         if self._api_key is not None:
             return {"X-API-Key": self._api_key}

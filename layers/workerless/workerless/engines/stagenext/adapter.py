@@ -97,7 +97,7 @@ class StageNextEngine:
             base = f"{base}-{uuid.uuid4().hex[:8]}"
         self.instance_id = base
         self._lock = threading.RLock()
-        self._translate = Translator(ENGINE)
+        self._translate = Translator(ENGINE, secrets=self._secrets)
         self._sessions = Sessions(
             config,
             self._post,
@@ -120,6 +120,11 @@ class StageNextEngine:
         #: Ack tokens of deliveries whose lease acquire may have landed unanswered (5xx, a dropped
         #: connection, a garbled 200): their retry's lease_held is checked with a renew.
         self._uncertain = Remembered(REMEMBERED_DELIVERIES)
+
+    def _secrets(self) -> tuple[str, ...]:
+        # The API key and the session token held: never in an error an engine body fed.
+        session = self._sessions.session
+        return (self.config.api_key, *((session.token,) if session is not None else ()))
 
     # ------------------------------------------------------------------------------- HTTP basics
 
