@@ -631,7 +631,9 @@ def _add_daily_loop_commands(commands: Any) -> None:
 
 
 def _add_aws_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--region", default=None, help="AWS region (default: your profile's / AWS_REGION)")
+    parser.add_argument(
+        "--region", default=None, help="AWS region (default: AWS_REGION, AWS_DEFAULT_REGION, then your profile's)"
+    )
     parser.add_argument("--profile", default=None, help="AWS CLI profile")
     parser.add_argument("--endpoint-url", default=None, help="AWS endpoint (a moto server, LocalStack)")
 
