@@ -20,13 +20,13 @@ import httpx
 import pytest
 from moto import mock_aws
 from workerless.aws.dynamo import JobStore
-from workerless.devtools.scaffold import template_job_types
-from workerless.emulators import nodeflow
-from workerless.emulators.http import EmulatorServer
-from workerless.emulators.nodeflow import NodeFlowEmulator
-from workerless.local import LocalTopology
 from workerless.model import JobRef, Outcome
 from workerless.record import Decision, Status, decide, lease_of
+from workerless_devkit.devtools.scaffold import template_job_types
+from workerless_devkit.emulators import nodeflow
+from workerless_devkit.emulators.http import EmulatorServer
+from workerless_devkit.emulators.nodeflow import NodeFlowEmulator
+from workerless_devkit.local import LocalTopology
 
 from tests.functional.pipeline import (
     TEMPLATE,
