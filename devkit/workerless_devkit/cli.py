@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Literal
 
 from workerless.engines import ENGINE_NAMES
 from workerless.errors import ConfigurationError, WorkerlessError
@@ -104,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     local.add_argument("--until-idle", type=float, default=None, metavar="SECONDS", help="exit 0 once idle this long")
     local.add_argument("--max-seconds", type=float, default=None, help="safety cap on the whole run (exit 1 past it)")
+    _add_log_format(local)
     local.add_argument(
         "--status-every",
         type=float,
@@ -139,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--jobs", type=int, default=9, help="jobs to create, spread over the example types (default 9)")
     demo.add_argument("--template", default="template.yaml")
     demo.add_argument("--max-seconds", type=float, default=50.0, help="give up after this long (default 50)")
+    _add_log_format(demo)
     _add_schedule_option(demo, default=2.0)
     demo.add_argument("--tick-seconds", type=int, default=1, help="TickSeconds parameter for the demo (default 1)")
     demo.set_defaults(run=cmd_demo)
@@ -198,6 +200,7 @@ def cmd_local(args: argparse.Namespace) -> int:
         env_file,
         parameters=parse_overrides(args.parameter_overrides),
         schedule_seconds=args.schedule_seconds,
+        log_format=_log_format(args),
     )
     print(_describe(topology), file=sys.stderr)
     _check_engine_values(topology, env_file)
@@ -457,6 +460,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 env_file,
                 parameters=parameters,
                 schedule_seconds=args.schedule_seconds,
+                log_format=_log_format(args),
             )
             types = _demo_job_types(template)
             print(f"{args.engine} emulator on {server.url}; {args.jobs} job(s) of {', '.join(types)}")
@@ -647,6 +651,22 @@ def _add_daily_loop_commands(commands: Any) -> None:
     redrive.add_argument("--limit", type=int, default=100, help="at most this many messages (default 100)")
     redrive.add_argument("--max-seconds", type=float, default=60.0, help="stop after this long (default 60)")
     redrive.set_defaults(run=cmd_dlq_redrive)
+
+
+def _add_log_format(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--log-format",
+        choices=("auto", "readable", "json"),
+        default="auto",
+        help="the functions' log lines: one short line each (readable) or as CloudWatch gets them (json); "
+        "auto: readable on a terminal, json otherwise",
+    )
+
+
+def _log_format(args: argparse.Namespace) -> Literal["json", "readable"]:
+    if args.log_format == "auto":
+        return "readable" if sys.stdout.isatty() else "json"
+    return "readable" if args.log_format == "readable" else "json"
 
 
 def _add_aws_options(parser: argparse.ArgumentParser) -> None:
