@@ -42,6 +42,8 @@ from workerless.errors import ConfigurationError, WorkerlessError
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+#: `invoke`: the handler itself cannot run (it does not import, or is not a @job_handler).
+EXIT_HANDLER_BROKEN = 3
 
 ENGINES = ENGINE_NAMES
 DEMO_JOB_TYPES = ("charge-payment", "send-receipt", "generate-report")
@@ -573,7 +575,9 @@ def _add_daily_loop_commands(commands: Any) -> None:
         "invoke",
         help="run one handler locally on one made-up job and print what would be reported",
         description="Run functions/TYPE/app.py's handler on one made-up job, through the wrapper's outcome mapping, "
-        "without an engine or AWS. Prints the outcome as JSON; exits 0 when the job would complete, 1 otherwise.",
+        "without an engine or AWS. Prints the outcome as JSON; exits 0 when the job would complete, 1 when it would "
+        "fail or throw, 2 for a mistake on the command line, 3 when the handler cannot run (it does not import, or is "
+        "not a @job_handler).",
     )
     invoke.add_argument("job_type", metavar="TYPE")
     invoke.add_argument("--variables", default=None, metavar="JSON", help="the job's variables: a JSON object or @FILE")
@@ -744,29 +748,52 @@ def cmd_init(args: argparse.Namespace) -> int:
 def cmd_invoke(args: argparse.Namespace) -> int:
     import json
 
-    from workerless_devkit.devtools.invoke import invoke_handler, parse_variables
+    from workerless_devkit.devtools.invoke import HandlerLoadError, invoke_handler, parse_variables
 
     variables = parse_variables(args.variables)
-    # stdout is the report (JSON a script can read): the handler's log lines go to stderr meanwhile.
-    with _library_logs_to_stderr():
-        report = invoke_handler(args.job_type, variables, functions_dir=args.functions_dir, retries=args.retries)
+    # stdout is the report (JSON a script can read): the handler's log lines go to stderr meanwhile,
+    # one readable line each (a traceback as Python prints it), job.log lines once (in the report).
+    try:
+        with _library_logs_to_stderr():
+            report = invoke_handler(args.job_type, variables, functions_dir=args.functions_dir, retries=args.retries)
+    except HandlerLoadError as exc:
+        print(f"workerless: {exc}", file=sys.stderr)
+        if exc.detail:
+            print(exc.detail, file=sys.stderr)
+        return EXIT_HANDLER_BROKEN
     print(json.dumps(report, indent=2, default=str))
     return EXIT_OK if report["outcome"]["kind"] == "complete" else EXIT_FAILED
 
 
 @contextlib.contextmanager
 def _library_logs_to_stderr() -> Iterator[None]:
-    """Point the library's (Powertools) log handlers that write to stdout at stderr, for a while."""
+    """Point the library's (Powertools) log handler, which writes to stdout, at stderr for a while, in
+    the readable format, without the lines a handler sent with ``job.log`` (the report lists them)."""
     from workerless.observability import logger
 
-    handlers = [h for h in logger.handlers if isinstance(h, logging.StreamHandler) and h.stream is sys.stdout]
-    for handler in handlers:
-        handler.setStream(sys.stderr)
+    from workerless_devkit.local.logs import ReadableFormatter
+
+    handler = logger.registered_handler
+    if not isinstance(handler, logging.StreamHandler):  # pragma: no cover - Powertools' is one
+        yield
+        return
+    formatter = handler.formatter
+    not_job_log = _NotJobLog()
+    stream = handler.setStream(sys.stderr)
+    handler.setFormatter(ReadableFormatter())
+    handler.addFilter(not_job_log)
     try:
         yield
     finally:
-        for handler in handlers:
-            handler.setStream(sys.stdout)
+        if stream is not None:
+            handler.setStream(stream)
+        handler.setFormatter(formatter)
+        handler.removeFilter(not_job_log)
+
+
+class _NotJobLog(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.funcName == "log" and Path(record.pathname).name == "job.py")
 
 
 def _deployment(args: argparse.Namespace) -> Any:

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Literal
 
+from aws_lambda_powertools.logging import formatter as _powertools_formatter
 from workerless import observability
 
 from workerless_devkit.local import loop
@@ -54,13 +55,15 @@ class ReadableFormatter(logging.Formatter):
     """``HH:MM:SS.mmm <function> <job type> <job id>  <message>  key=value ...`` for a terminal."""
 
     def format(self, record: logging.LogRecord) -> str:
+        # The handler wrapper's correlation keys (job type and id) are Powertools' thread-safe keys, in
+        # a context variable of the thread that logs, not on the record (the JSON formatter reads them
+        # the same way).
+        fields = {**_powertools_formatter._get_context().get(), **record.__dict__}
         when = self.formatTime(record, "%H:%M:%S") + f".{int(record.msecs):03d}"
-        who = getattr(record, "function_id", None) or getattr(record, "function_name", None) or record.name
-        job = " ".join(str(v) for v in (getattr(record, "job_type", None), getattr(record, "job_id", None)) if v)
+        who = fields.get("function_id") or fields.get("function_name") or record.name
+        job = " ".join(str(v) for v in (fields.get("job_type"), fields.get("job_id")) if v)
         level = "" if record.levelno == logging.INFO else f"{record.levelname} "
-        details = "  ".join(
-            f"{key}={getattr(record, key)}" for key in _DETAILS if getattr(record, key, None) not in (None, "")
-        )
+        details = "  ".join(f"{key}={fields[key]}" for key in _DETAILS if fields.get(key) not in (None, ""))
         line = "  ".join(part for part in (f"{when} {who}", job, f"{level}{record.getMessage()}", details) if part)
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
