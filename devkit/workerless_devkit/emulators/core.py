@@ -245,6 +245,9 @@ class EngineEmulator:
     """
 
     name: ClassVar[str] = ""
+    #: ``create_job(job_type, variables=None, *, retries=3, **engine_keys) -> job id``: each
+    #: engine's keyword options differ (Sheptra's tenant, node-flow's domain, StageNext's application).
+    create_job: Callable[..., str]
 
     def __init__(self) -> None:
         self.clock = Clock()

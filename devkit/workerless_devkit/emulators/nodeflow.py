@@ -614,7 +614,7 @@ class NodeFlowEmulator(EngineEmulator):
                     self._event(task, "leased", worker_id=worker_id, lease_seconds=lease)
                     leased.append(task)
                 remaining = deadline - time.monotonic()
-                if leased or remaining <= 0:
+                if leased or remaining <= 0 or self._closed:
                     break
                 # Woken by a new task or a clock advance; the short cap also catches leases that
                 # lapse in real time while parked.
