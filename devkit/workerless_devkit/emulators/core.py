@@ -251,8 +251,6 @@ class EngineEmulator:
 
     def __init__(self) -> None:
         self.clock = Clock()
-        self._lock = self.clock.lock
-        self._changed = self.clock.changed
         self.registry: JobRegistry[Any] = JobRegistry(self.clock)
         #: Every change of a job's state, as it happens (workerless_devkit.emulators.watch).
         self.watch = self.registry.watch
@@ -262,6 +260,22 @@ class EngineEmulator:
         self._register_admin_routes()
 
     # ------------------------------------------------------------------ clock and serving
+
+    @property
+    def _lock(self) -> threading.RLock:
+        """The emulator's one lock (the clock's)."""
+        return self.clock.lock
+
+    @property
+    def _changed(self) -> threading.Condition:
+        """The emulator's one condition variable (the clock's): long polls wait on it."""
+        return self.clock.changed
+
+    @_changed.setter
+    def _changed(self, condition: threading.Condition) -> None:
+        # Replacing it (a test recording every wait) replaces it for the clock too: an advance
+        # still wakes the polls that wait on it.
+        self.clock.changed = condition
 
     def now(self) -> float:
         """The emulator's clock (epoch seconds): wall time plus every :meth:`advance`."""

@@ -150,6 +150,8 @@ class NodeFlowEmulator(EngineEmulator):
     """
 
     name = "nodeflow"
+    #: The condition long polls wait on: the core's one (``_changed``), under node-flow's name.
+    _cond = EngineEmulator._changed
 
     def __init__(
         self,
@@ -186,7 +188,6 @@ class NodeFlowEmulator(EngineEmulator):
         self.log_batch_cap = log_batch_cap
 
         super().__init__()
-        self._cond = self.clock.changed
         # The registry holds tasks; the watch hears of jobs (a retry chain, by its first task id).
         self._tasks: JobRegistry[_Task] = self.registry
         self.clock.on_advance(self._expire_locked)
