@@ -48,7 +48,9 @@ __all__ = [
     "JobSpec",
     "iso_millis",
     "parse_jobs",
+    "pick",
     "read_jobs",
+    "specs_of",
 ]
 
 #: Attempts a job gets when its spec names none (every emulator's ``create_job`` default).
