@@ -128,7 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
     emulate.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
     emulate.add_argument("--auth", choices=("on", "off"), default=None, help="require credentials (emulators that can)")
     emulate.add_argument(
-        "--jobs", default=None, metavar="FILE", help='JSON list of jobs: [{"type": ..., "variables": {}}]'
+        "--jobs",
+        default=None,
+        metavar="FILE",
+        help='jobs to queue, one format for every engine: [{"type": ..., "variables": {}, "retries": 3}]',
     )
     emulate.add_argument("--env-out", default=None, metavar="FILE", help="also write the env-file lines to FILE")
     emulate.set_defaults(run=cmd_emulate)
