@@ -116,8 +116,23 @@ def error_for_response(
 def error_for_transport(
     engine: str, exc: httpx.HTTPError, *, job_id: str | None = None, what: str = "request"
 ) -> EngineError:
-    """A timeout, refused or dropped connection: retryable, the engine may be back shortly."""
-    return EngineUnavailableError(f"{what} failed: {type(exc).__name__}", engine=engine, job_id=job_id)
+    """A timeout, refused or dropped connection: retryable, the engine may be back shortly. The
+    message names the URL tried (without its query), so a wrong host or port shows where it points.
+
+    Example:
+        >>> request = httpx.Request("POST", "http://127.0.0.1:9/oauth2/token?x=1")
+        >>> str(error_for_transport("sheptra", httpx.ConnectError("refused", request=request), what="token mint"))
+        'token mint failed: ConnectError (POST http://127.0.0.1:9/oauth2/token) engine=sheptra'
+    """
+    return EngineUnavailableError(f"{what} failed: {type(exc).__name__}{_tried(exc)}", engine=engine, job_id=job_id)
+
+
+def _tried(exc: httpx.HTTPError) -> str:
+    try:
+        request = exc.request
+    except RuntimeError:  # an error raised without its request
+        return ""
+    return f" ({request.method} {request.url.copy_with(query=None, fragment=None)})"
 
 
 @dataclass(frozen=True, slots=True)
