@@ -24,9 +24,10 @@ from workerless.devtools.scaffold import template_job_types
 from workerless.emulators import nodeflow
 from workerless.emulators.http import EmulatorServer
 from workerless.emulators.nodeflow import NodeFlowEmulator
+from workerless.lease import ACTIVATION_LEASE, BEGIN_LEASE
 from workerless.local import LocalTopology
 from workerless.model import JobRef, Outcome
-from workerless.record import Decision, Status, decide, lease_of
+from workerless.record import Decision, Status, decide
 
 from tests.functional.pipeline import (
     TEMPLATE,
@@ -362,10 +363,10 @@ def test_job_record_tells_a_later_lease_of_the_same_task_from_the_lost_one(monke
         handle = {"queueName": "generate-report", "leaseToken": token, "workflowId": "wf"}
         return JobRef("nodeflow", "task-1", "generate-report", handle=handle)
 
-    first, second = lease_of(ref("lt_first"), "activation"), lease_of(ref("lt_second"), "activation")
+    first, second = ACTIVATION_LEASE.fingerprint(ref("lt_first")), ACTIVATION_LEASE.fingerprint(ref("lt_second"))
     assert first and second and first != second
     assert "lt_first" not in first
-    assert lease_of(ref("lt_first"), "begin") == "", "engines leased at begin keep the old rules"
+    assert BEGIN_LEASE.fingerprint(ref("lt_first")) == "", "engines leased at begin keep the old rules"
     key = ref("lt_first").key
     assert key == "nodeflow#task-1" and ref("lt_second").key == key, "job.key stays the task id"
 

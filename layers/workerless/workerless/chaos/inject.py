@@ -31,6 +31,7 @@ from typing import Any
 
 from workerless.chaos.ledger import Ledger
 from workerless.chaos.plan import Fault, FaultPlan, Recorder, SimulatedCrash
+from workerless.lease import BeforeRun
 
 _suppress: contextvars.ContextVar[bool] = contextvars.ContextVar("workerless_chaos_suppress", default=False)
 
@@ -381,8 +382,9 @@ class ChaosEngine:
         return self.inner.release(job, reason)
 
     def skip(self, ref: Any) -> Any:
-        # StageNext's ack of a delivery refused at acquire (a lost one is a redelivery); elsewhere
-        # skip makes no request, so it is no opportunity for an engine fault.
-        if self.inner.lease_from == "begin":
+        # An engine whose deliveries acquire their lease (StageNext) acknowledges one refused at
+        # acquire (a lost one is a redelivery); elsewhere skip makes no request, so it is no
+        # opportunity for an engine fault.
+        if self.inner.lease.before_run is BeforeRun.ACQUIRE:
             self._maybe_fault("skip", [ref.job_id])
         return self.inner.skip(ref)

@@ -29,7 +29,6 @@ from typing import Any
 from workerless.chaos.inject import ChaosEngine, ChaosState
 from workerless.chaos.plan import Fault, SimulatedCrash
 from workerless.local.runtime import LocalTopology
-from workerless.record import lease_of
 
 log = logging.getLogger("workerless.chaos")
 
@@ -169,7 +168,7 @@ class ChaosTopology(LocalTopology):
             run_info = f"lease={hashlib.sha256(handle.encode()).hexdigest()[:8]} left_ms={left} at={time.time():.2f}"
             from workerless import runtime
 
-            lease = lease_of(job.activated.ref, runtime.get_engine().lease_from)
+            lease = runtime.get_engine().lease.fingerprint(job.activated.ref)
             state.ledger.completed(job.key, job.id, run_info, lease=lease)
             if isinstance(result, dict):
                 # Which attempt produced the result the engine keeps: the stale-write check.

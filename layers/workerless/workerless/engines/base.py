@@ -13,7 +13,7 @@ import ipaddress
 import json
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import httpx
 
@@ -27,6 +27,7 @@ from workerless.errors import (
     RateLimitedError,
     RejectedError,
 )
+from workerless.lease import LeaseModel
 from workerless.model import ActivatedJob, Demand, JobRef, Outcome
 
 
@@ -41,10 +42,14 @@ class Engine(Protocol):
     """
 
     name: ClassVar[str]
-    #: When the engine's lease starts: at activation (Sheptra, node-flow: the heartbeat must extend
-    #: jobs still waiting in SQS) or at :meth:`begin` (StageNext: lease acquire in the handler; the
-    #: heartbeat renews only jobs whose handler has begun).
-    lease_from: ClassVar[Literal["activation", "begin"]]
+
+    @property
+    def lease(self) -> LeaseModel:
+        """How this engine's lease works (:mod:`workerless.lease`): leased at activation (Sheptra,
+        node-flow: the heartbeat extends jobs still waiting in SQS) or at :meth:`begin` (StageNext:
+        lease acquire in the handler; the heartbeat renews only jobs whose handler has begun), and
+        the lease length where the engine sets it."""
+        ...
 
     def activate(self, demands: Sequence[Demand], lease_seconds: int) -> list[ActivatedJob]:
         """Take at most ``demand.capacity`` jobs for each demand, with a short poll (never wait).

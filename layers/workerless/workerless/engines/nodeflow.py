@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 from urllib.parse import quote, urlsplit
 
 import httpx
@@ -45,6 +45,7 @@ from workerless.errors import (
     PayloadTooLargeError,
     ResponseShapeError,
 )
+from workerless.lease import ACTIVATION_LEASE, LeaseModel
 from workerless.model import ActivatedJob, Demand, JobRef, Outcome
 
 __all__ = ["NodeFlowEngine", "from_values", "workflow_key"]
@@ -203,7 +204,8 @@ class NodeFlowEngine:
     """
 
     name: ClassVar[str] = ENGINE
-    lease_from: ClassVar[Literal["activation", "begin"]] = "activation"
+    #: Leased at activation (:mod:`workerless.lease`).
+    lease: ClassVar[LeaseModel] = ACTIVATION_LEASE
 
     def __init__(
         self,

@@ -49,6 +49,7 @@ from workerless.errors import (
     ResponseShapeError,
     RetryableEngineError,
 )
+from workerless.lease import ACTIVATION_LEASE, LeaseModel
 from workerless.model import ActivatedJob, Demand, JobRef, Outcome
 
 __all__ = [
@@ -312,7 +313,8 @@ class SheptraEngine:
 
     name: ClassVar[str] = ENGINE
     #: Sheptra's lease starts at activation: the heartbeat extends jobs still waiting in SQS.
-    lease_from: ClassVar[Literal["activation", "begin"]] = "activation"
+    #: Leased at activation (:mod:`workerless.lease`).
+    lease: ClassVar[LeaseModel] = ACTIVATION_LEASE
 
     activate_path: ClassVar[str] = "/v1/jobs/activate"
     extend_path: ClassVar[str] = "/v1/jobs/{id}/extend-lease"

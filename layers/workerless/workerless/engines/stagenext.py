@@ -1,6 +1,6 @@
 """StageNext adapter (seed 001): pull/ack gateway, worker sessions, stage leases and results.
 
-How the pipeline uses it (``lease_from = "begin"``):
+How the pipeline uses it (a begin lease: :data:`workerless.lease.BEGIN_LEASE`):
 
 - The poller calls :meth:`StageNextEngine.activate`: one ``POST /jobs/pull`` (waitSeconds 0, API key
   only) per job, per queue. A pulled delivery is *not* leased yet: it only has a gateway visibility
@@ -38,7 +38,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -61,6 +61,7 @@ from workerless.errors import (
     ResponseShapeError,
     RetryableEngineError,
 )
+from workerless.lease import BEGIN_LEASE, LeaseModel
 from workerless.model import ActivatedJob, Demand, JobRef, Outcome
 
 __all__ = [
@@ -237,7 +238,6 @@ class StageNextEngine:
     """
 
     name: ClassVar[str] = ENGINE
-    lease_from: ClassVar[Literal["activation", "begin"]] = "begin"
 
     def __init__(
         self,
@@ -275,6 +275,11 @@ class StageNextEngine:
         #: Ack tokens of deliveries whose lease acquire may have landed unanswered (5xx, a dropped
         #: connection, a garbled 200): their retry's lease_held is checked with a renew.
         self._uncertain: OrderedDict[str, int] = OrderedDict()
+
+    @property
+    def lease(self) -> LeaseModel:
+        """A begin lease (lease acquire in the handler) of the length StageNext last stated."""
+        return BEGIN_LEASE.granting(self.lease_seconds)
 
     # ------------------------------------------------------------------------------- HTTP basics
 
