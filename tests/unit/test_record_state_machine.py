@@ -18,7 +18,7 @@ every step it checks:
 - progress: a record whose claim expired can always be claimed by the next delivery;
 - a begin lease's claim is stamped only by its holder, and given back (a failed lease acquire) only
   by its holder, before its lease began;
-- a report the engine keeps refusing is noted owed on the stored record, for the heartbeat.
+- a report the engine keeps refusing is noted owed on the STORED record, for the heartbeat.
 """
 
 from __future__ import annotations
@@ -32,15 +32,16 @@ import boto3
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from moto import mock_aws
 from workerless.aws.dynamo import JobStore
-from workerless.delivery import CLAIM_MARGIN_SECONDS, Ack, Claimed, Delivery, Redeliver, ReportOwedError
+from workerless.delivery import CLAIM_MARGIN_SECONDS, Delivery
 from workerless.errors import EngineUnavailableError, LeaseLostError
 from workerless.job import Job
 from workerless.lease import ACTIVATION_LEASE, BEGIN_LEASE, BeforeRun, LeaseModel
 from workerless.model import ActivatedJob, JobRef, Outcome
 from workerless.record import Decision, Status
+from workerless.verdict import Ack, Claimed, Redeliver, ReportOwedError
 
 #: Seconds per test (real commands, topologies or many generated cases): `make test` runs it,
 #: `make test-fast` does not.
@@ -57,8 +58,8 @@ ORDER = {Status.CLAIMED: 0, Status.LOST: 1, Status.SKIPPED: 1, Status.STORED: 1,
 class _Context:
     """A Lambda context with plenty of (real) time left: the machine's clock is its own."""
 
-    def __init__(self) -> None:
-        self.aws_request_id = uuid.uuid4().hex[:8]
+    def __init__(self, request_id: str) -> None:
+        self.aws_request_id = request_id
 
     def get_remaining_time_in_millis(self) -> int:
         return int(REMAINING * 1000)
@@ -147,6 +148,7 @@ class DeliveryMachine(RuleBasedStateMachine):
         )
         self.key = self.job.key
         self.deliveries: list[Model] = []
+        self.requests: list[str] = []  # the message of each Lambda invocation so far
         self.stored: list[Outcome] = []  # results stored by their own delivery
         self.lost = False  # the engine took the lease back (heartbeat 409)
         self.runs_started_after_store = 0
@@ -162,13 +164,15 @@ class DeliveryMachine(RuleBasedStateMachine):
         return {"by": job.lambda_context.aws_request_id}
 
     def _delivery(self, d: Model) -> Delivery:
+        self.requests.append(d.message_id)
         return Delivery(
             self.job,
             self._function,
             engine=self.engine,
             store=self.store,
             message_id=d.message_id,
-            context=_Context(),
+            # Deterministic names, so that hypothesis replays a failing example exactly.
+            context=_Context(f"req{len(self.requests)}"),
             receipt=f"receipt-{d.message_id}",
             queue_url="https://sqs.example/jobs",
             clock=lambda: self.now,
@@ -183,18 +187,21 @@ class DeliveryMachine(RuleBasedStateMachine):
 
     def _settled(self, d: Model, verdict: Ack | Redeliver) -> None:
         if isinstance(verdict, Redeliver) and isinstance(verdict.error, ReportOwedError):
+            # Noted on a STORED record (a REPORTED one whose lease the engine granted again is left
+            # to SQS's redelivery: the heartbeat re-reports only what is STORED).
             record = self._record()
-            assert record is not None and record.report_owed, f"an owed report was not noted: {record}"
+            assert record is not None
+            assert record.report_owed or record.status is not Status.STORED, f"an owed report was not noted: {record}"
         d.phase = "done"
 
     # -- the world ------------------------------------------------------------------------------
+    @precondition(lambda self: len(self.deliveries) < 8)
     @rule(same_message=st.booleans())
     def redeliver(self, same_message: bool) -> None:
         """SQS delivers the message again (a duplicate, or after the visibility timeout), or the
         engine hands the job out again as a new message (a begin lease's gateway requeue)."""
-        if len(self.deliveries) < 8:
-            message_id = "m0" if same_message else f"m{len(self.deliveries)}"
-            self.deliveries.append(Model(message_id))
+        message_id = "m0" if same_message else f"m{len(self.deliveries)}"
+        self.deliveries.append(Model(message_id))
 
     @rule(seconds=st.sampled_from([1.0, 10.0, CLAIM + 1.0]))
     def time_passes(self, seconds: float) -> None:
@@ -204,42 +211,61 @@ class DeliveryMachine(RuleBasedStateMachine):
             if d.phase in ("claimed", "begun", "ran") and self.now >= d.claim_until:
                 d.phase = "dead"
 
+    @precondition(lambda self: self._any("claimed", "begun", "ran", "stored"))
     @rule(data=st.data())
     def crash(self, data: Any) -> None:
         live = [d for d in self.deliveries if d.phase in ("claimed", "begun", "ran", "stored")]
         if live:
             data.draw(st.sampled_from(live)).phase = "dead"
 
+    @precondition(lambda self: not self.engine.lost and self.lease_model.held(self._record()))
     @rule()
     def heartbeat_says_lease_lost(self) -> None:
+        """The heartbeat's extension is refused (409): the engine took the lease back. Only a lease
+        the heartbeat renews can be refused (a begin lease: once acquired)."""
         if self.store.mark(self.key, Status.LOST, reason="409 on extend", job_type="t"):
             self.lost = True
         else:
-            # Refused only when a result is stored or reported: those are never made LOST.
+            # Refused only when a result is stored or reported (those are never made LOST), or the
+            # attempt is over already (lost, or skipped: the engine refused a begin lease).
             record = self._record()
-            assert record is not None and record.status in (Status.STORED, Status.REPORTED, Status.LOST)
+            assert record is not None and record.status is not Status.CLAIMED, record
         self.engine.lost = True  # the engine took the lease back all the same
 
-    @rule(down=st.booleans())
-    def engine_reports(self, down: bool) -> None:
-        """The engine refuses reports with a retryable error (an outage), or accepts them again."""
-        self.engine.down = down
-
-    @rule(answer=st.sampled_from([True, False, None]))
-    def lease_acquire_answers(self, answer: bool | None) -> None:
-        """What the engine's next lease acquires answer: granted, refused, or unavailable."""
-        self.engine.acquire = answer
+    # Mostly a healthy engine: every refusal ends a job's chances of being stored in this run.
+    @rule(down=st.sampled_from([False, False, True]), acquire=st.sampled_from([True, True, False, None]))
+    def engine_changes(self, down: bool, acquire: bool | None) -> None:
+        """Whether the engine refuses reports with a retryable error (an outage), and what its next
+        lease acquires answer: granted, refused, or unavailable."""
+        self.engine.down, self.engine.acquire = down, acquire
 
     # -- one delivery's next step ---------------------------------------------------------------
-    def _pick(self, data: Any, phase: str) -> Model | None:
-        ready = [d for d in self.deliveries if d.phase == phase]
-        return data.draw(st.sampled_from(ready)) if ready else None
+    def _any(self, *phases: str) -> bool:
+        return any(d.phase in phases for d in self.deliveries)
 
+    def _advance(self, data: Any) -> None:
+        d = data.draw(st.sampled_from([d for d in self.deliveries if d.phase in STEPS]))
+        STEPS[d.phase](self, d)
+
+    # Three rules for one move: hypothesis picks among rules evenly, and a job needs four steps of
+    # one delivery (claim, begin, run, store) before anything is stored.
+    @precondition(lambda self: self._any(*STEPS))
     @rule(data=st.data())
-    def claim(self, data: Any) -> None:
-        d = self._pick(data, "new")
-        if d is None:
-            return
+    def advance(self, data: Any) -> None:
+        """One delivery (any that is not done or dead) takes its next step of the protocol."""
+        self._advance(data)
+
+    @precondition(lambda self: self._any(*STEPS))
+    @rule(data=st.data())
+    def advance_again(self, data: Any) -> None:
+        self._advance(data)
+
+    @precondition(lambda self: self._any(*STEPS))
+    @rule(data=st.data())
+    def advance_once_more(self, data: Any) -> None:
+        self._advance(data)
+
+    def _claim(self, d: Model) -> None:
         d.real = self._delivery(d)
         before = self._record()
         claim = d.real.claim()
@@ -256,11 +282,8 @@ class DeliveryMachine(RuleBasedStateMachine):
             return
         self._settled(d, verdict)
 
-    @rule(data=st.data())
-    def begin(self, data: Any) -> None:
-        d = self._pick(data, "claimed")
-        if d is None or d.real is None:
-            return
+    def _begin(self, d: Model) -> None:
+        assert d.real is not None
         before = self._record()
         acquires, answer = self.engine.acquires, self.engine.acquire
         verdict = d.real.begin()
@@ -290,20 +313,14 @@ class DeliveryMachine(RuleBasedStateMachine):
         else:
             self._settled(d, verdict)
 
-    @rule(data=st.data())
-    def run_handler(self, data: Any) -> None:
-        d = self._pick(data, "begun")
-        if d is None or d.real is None:
-            return
+    def _run_handler(self, d: Model) -> None:
+        assert d.real is not None
         d.outcome = d.real.run()
         assert d.outcome.kind == "complete", d.outcome
         d.phase = "ran"
 
-    @rule(data=st.data())
-    def store_result(self, data: Any) -> None:
-        d = self._pick(data, "ran")
-        if d is None or d.real is None or d.outcome is None:
-            return
+    def _store_result(self, d: Model) -> None:
+        assert d.real is not None and d.outcome is not None
         stored = d.real.store_outcome(d.outcome)
         if stored is None:
             # LOST (or another claim): the result is discarded and the delivery handed back.
@@ -314,12 +331,28 @@ class DeliveryMachine(RuleBasedStateMachine):
             self.stored.append(stored)
         d.phase, d.outcome = "stored", stored  # ours, or the one already stored: report that
 
-    @rule(data=st.data())
-    def report(self, data: Any) -> None:
-        d = self._pick(data, "stored")
-        if d is None or d.real is None or d.outcome is None:
-            return
+    def _report(self, d: Model) -> None:
+        assert d.real is not None and d.outcome is not None
         self._settled(d, d.real.settle(d.outcome))
+
+    @precondition(lambda self: self._any("new"))
+    @rule(data=st.data())
+    def deliver(self, data: Any) -> None:
+        """A delivery runs the whole protocol at once (:meth:`Delivery.deliver`, the wrapper's call),
+        with no other step in between."""
+        d = data.draw(st.sampled_from([d for d in self.deliveries if d.phase == "new"]))
+        d.real = self._delivery(d)
+        lost_before, had = self.lost, self._record()
+        verdict = d.real.deliver()
+        record = self._record()
+        ours = Outcome.complete({"by": d.real.context.aws_request_id})
+        if record is not None and record.outcome == ours and not (had is not None and had.outcome == ours):
+            assert not lost_before, "a result was stored after the heartbeat marked the attempt lost"
+            self.stored.append(ours)
+        if isinstance(verdict, Redeliver) and not isinstance(verdict.error, ReportOwedError):
+            d.phase = "new"  # another delivery holds the claim: this message comes back later
+            return
+        self._settled(d, verdict)
 
     # -- invariants -----------------------------------------------------------------------------
     @invariant()
@@ -346,12 +379,22 @@ class DeliveryMachine(RuleBasedStateMachine):
         self.last_status = status
 
 
+#: The step each phase of a delivery takes next.
+STEPS = {
+    "new": DeliveryMachine._claim,
+    "claimed": DeliveryMachine._begin,
+    "begun": DeliveryMachine._run_handler,
+    "ran": DeliveryMachine._store_result,
+    "stored": DeliveryMachine._report,
+}
+
+
 class BeginLeaseMachine(DeliveryMachine):
     lease_model = BEGIN_LEASE
 
 
 SETTINGS = settings(
-    max_examples=40, stateful_step_count=20, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=40, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 DeliveryMachine.TestCase.settings = SETTINGS
 BeginLeaseMachine.TestCase.settings = SETTINGS

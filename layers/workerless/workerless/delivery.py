@@ -1,6 +1,7 @@
 """One SQS delivery of one job, through the delivery protocol: claim → decide → begin → run → store →
-report. :meth:`Delivery.deliver` runs it and returns the :data:`Verdict`: :class:`Ack` (nothing more
-is owed for the SQS record: delete it) or :class:`Redeliver` (a batch item failure, with why)::
+report. :meth:`Delivery.deliver` runs it and returns the :data:`~workerless.verdict.Verdict`:
+:class:`~workerless.verdict.Ack` (nothing more is owed for the SQS record: delete it) or
+:class:`~workerless.verdict.Redeliver` (a batch item failure, with why)::
 
     claim in DynamoDB ──refused──► decide(): stored result? re-report it │ reported? ack │ lost? ack, don't run
         │                                    live claim elsewhere? leave it for redelivery
@@ -37,11 +38,10 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar, assert_never
 
 from workerless import observability
-from workerless.errors import MessageFormatError, PipelineError, RetryableEngineError, StoreError
+from workerless.errors import MessageFormatError, RetryableEngineError, StoreError
 from workerless.execution import HandlerFunction, run_job
 from workerless.job import Job
 from workerless.lease import BeforeRun, RefusedClaim
@@ -51,6 +51,7 @@ from workerless.record import Decision, JobRecord, Status, decide
 from workerless.report import report_stored
 from workerless.retry import CALLS
 from workerless.settle import acknowledge, acquire_or_leave, hand_back, leave_to_the_engine
+from workerless.verdict import Ack, Claimed, ClaimHeldError, Redeliver, Refused, ReportOwedError, Verdict
 
 T = TypeVar("T")
 
@@ -69,50 +70,6 @@ STORE_RETRY_MAX_SECONDS = 2.0
 #: Added to the claim beyond the Lambda's remaining time: a claim must not expire while the
 #: invocation that holds it can still be running.
 CLAIM_MARGIN_SECONDS = 30.0
-
-
-class ReportOwedError(PipelineError):
-    """The result is stored but the engine has not accepted it yet: the message stays in flight (a
-    batch item failure) while the heartbeat re-reports it; SQS's redelivery is the fallback."""
-
-
-class ClaimHeldError(PipelineError):
-    """Another delivery of the same job holds a live claim: leave this one for redelivery."""
-
-
-@dataclass(frozen=True, slots=True)
-class Ack:
-    """Nothing more is owed for this SQS record: delete it. ``reason`` says why, for tests and logs."""
-
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Redeliver:
-    """The SQS record must stay (a batch item failure): ``error`` says why."""
-
-    error: ClaimHeldError | ReportOwedError
-
-    @property
-    def reason(self) -> str:
-        return str(self.error)
-
-
-#: What a delivery ends in.
-Verdict = Ack | Redeliver
-
-
-@dataclass(frozen=True, slots=True)
-class Claimed:
-    """The claim is ours: this delivery may run the handler."""
-
-
-@dataclass(frozen=True, slots=True)
-class Refused:
-    """The claim was refused: ``found`` is the record that refused it, ``decision`` what it says."""
-
-    found: JobRecord | None
-    decision: Decision
 
 
 def remaining_seconds(context: Any, default: float = 900.0) -> float:

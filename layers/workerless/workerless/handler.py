@@ -18,11 +18,12 @@ from collections.abc import Callable
 from typing import Any, assert_never
 
 from workerless import observability
-from workerless.delivery import Ack, Delivery, Redeliver
+from workerless.delivery import Delivery
 from workerless.errors import MessageFormatError
 from workerless.execution import HandlerFunction
 from workerless.model import ActivatedJob
 from workerless.observability import logger
+from workerless.verdict import Ack, Redeliver
 
 __all__ = ["HandlerFunction", "JobProcessor", "LambdaHandler", "job_handler"]
 

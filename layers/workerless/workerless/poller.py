@@ -431,12 +431,10 @@ class Poller:
 
     def _fail_for_good(self, job: ActivatedJob, reason: str, report: PollReport, *, deadline: float) -> None:
         """Fail a job that can never be queued, with the reason (no retries: it would only come back
-        as large). Where the engine's lease is not held until acquired (a begin lease), the failure is
-        reported under the lease, acquired here: a result for an execution that is not running is
-        discarded, and the acknowledgement that follows it would drop the job for good. A delivery
-        whose acquire is refused is acknowledged without a result (the seeds allow that); one that
-        cannot be settled (acquire or report kept failing) is handed back as its lease model says,
-        never acknowledged."""
+        as large). A lease not held until acquired (a begin lease) is acquired here first: a result
+        for an execution that is not running is discarded, and the acknowledgement after it would
+        drop the job for good. Refused: acknowledged without a result (the seeds allow that); not
+        settled (acquire or report kept failing): handed back as the lease model says."""
         report.released += 1
         logger.error("failing a job that cannot be queued", extra={"job_id": job.ref.job_id, "reason": reason})
         model = self.engine.lease
@@ -470,8 +468,7 @@ class Poller:
         observability.record(job.ref.job_type, "failed", job_id=job.ref.job_id, reason=reason)
 
     def _requeue(self, job: ActivatedJob, reason: str, *, deadline: float) -> None:
-        """Hand a delivery back to the engine at once (``Engine.release``: a begin-leased engine
-        requeues it)."""
+        """Hand a delivery back to the engine at once (a begin-leased engine requeues it)."""
         logger.error("handing the delivery back", extra={"job_id": job.ref.job_id, "reason": reason})
         self._release(job, reason, deadline=deadline)
 
