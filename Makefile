@@ -12,10 +12,17 @@ SAM_STAMP := $(SAM_VENV)/.installed
 
 .PHONY: venv sam-venv demo test test-fast lint format bench chaos build validate clean
 
-$(STAMP): pyproject.toml
+# The layer's pins constrain this environment too: what the tests run is what the layer ships (a newer
+# release of a pinned dependency on the index changes nothing until requirements.txt says so).
+LAYER_PINS := layers/workerless/requirements.txt
+
+# Two distributions, both editable: the runtime (layers/workerless: workerless, what the layer ships)
+# and the devkit (devkit: workerless-devkit, the CLI, emulators, local mode, chaos, the pytest plugin),
+# and the root pyproject.toml's dev dependency group (pytest, ruff, mypy, cfn-lint, ...).
+$(STAMP): pyproject.toml layers/workerless/pyproject.toml devkit/pyproject.toml $(LAYER_PINS)
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[local,dev]'
+	$(VENV)/bin/pip install -q -c $(LAYER_PINS) -e ./layers/workerless -e ./devkit --group dev
 	touch $@
 
 $(SAM_STAMP):
@@ -76,7 +83,7 @@ build: sam-venv
 # docs/guarantees.md quotes them. `make test` runs a CI-sized pass (tests/functional/test_chaos_*.py).
 CHAOS_ARGS ?= --engine all --jobs 300 --seed 1
 chaos: venv
-	$(PY) -m workerless.chaos $(CHAOS_ARGS)
+	$(PY) -m workerless_devkit.chaos $(CHAOS_ARGS)
 
 # Known vulnerabilities in what the layer ships to Lambda (layers/workerless/requirements.txt and
 # what those pins pull in). pip-audit fetches the PyPI/OSV advisory database, so this needs the

@@ -209,7 +209,7 @@ def claim_check_per_job(
 def claim_check_table(template: Path) -> list[dict[str, Any]]:
     """The claim check's cost per million jobs at a few sizes, from the template's queue limit and
     lifecycle expiry (bench/RESULTS.md)."""
-    from workerless.local.template import load_template, parse_template_text
+    from workerless_devkit.local.template import load_template, parse_template_text
 
     loaded = load_template(template)
     data = parse_template_text(template.read_text(encoding="utf-8"), source=str(template))
@@ -232,7 +232,7 @@ def claim_check_table(template: Path) -> list[dict[str, Any]]:
 
 def template_shape(template: Path) -> dict[str, Any]:
     """Counts from template.yaml: SQS event sources, schedules, routes, default tick."""
-    from workerless.local.template import load_template, parse_template_text
+    from workerless_devkit.local.template import load_template, parse_template_text
 
     loaded = load_template(template)
     data = parse_template_text(template.read_text(encoding="utf-8"), source=str(template))

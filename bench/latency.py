@@ -36,11 +36,11 @@ def pickup_latency(
     seed: int = 6,
 ) -> dict[str, Any]:
     from workerless import observability
-    from workerless.emulators import sheptra
-    from workerless.local.runtime import LocalTopology
+    from workerless_devkit.emulators import sheptra
+    from workerless_devkit.local.runtime import LocalTopology
 
     logging.getLogger("workerless").setLevel(logging.ERROR)
-    logging.getLogger("workerless.local").setLevel(logging.ERROR)
+    logging.getLogger("workerless_devkit.local").setLevel(logging.ERROR)
     rng = random.Random(seed)
     template = ROOT / "template.yaml"
     tick = tick_seconds if tick_seconds is not None else _template_tick(template)
@@ -131,7 +131,7 @@ def _env_file(directory: Path, emulator: Any, server: Any) -> Path:
 
 
 def _template_tick(template: Path) -> int:
-    from workerless.local.template import parse_template_text
+    from workerless_devkit.local.template import parse_template_text
 
     params = parse_template_text(template.read_text(encoding="utf-8"), source=str(template)).get("Parameters") or {}
     return int((params.get("TickSeconds") or {}).get("Default", 0))
@@ -143,11 +143,11 @@ def dispatch_rate(*, jobs: int = 600, max_in_flight: int = 1000) -> dict[str, An
     room never binds, jobs a second from the first dispatch to the last (the ``dispatched`` lifecycle
     step). The handlers run meanwhile in the same process, as local mode runs them."""
     from workerless import observability
-    from workerless.emulators import sheptra
-    from workerless.local.runtime import LocalTopology
+    from workerless_devkit.emulators import sheptra
+    from workerless_devkit.local.runtime import LocalTopology
 
     logging.getLogger("workerless").setLevel(logging.ERROR)
-    logging.getLogger("workerless.local").setLevel(logging.ERROR)
+    logging.getLogger("workerless_devkit.local").setLevel(logging.ERROR)
     dispatched: list[float] = []
     lock = threading.Lock()
 

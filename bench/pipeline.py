@@ -1,7 +1,7 @@
 """An in-process, single-threaded run of the whole pipeline: poller → SQS → handler → engine, and
 the heartbeat — the library's real entry points (``workerless.entrypoints``, ``job_handler``) on
 in-memory fakes of botocore (:mod:`bench.fakes`) and of the engine's transport
-(:func:`workerless.emulators.http.mock_transport` in front of a real emulator's router).
+(:func:`workerless_devkit.emulators.http.mock_transport` in front of a real emulator's router).
 
 The driver plays Lambda's part: it invokes the poller, runs each route's SQS event source
 (receive up to BatchSize, invoke, delete what succeeded) and the heartbeat queue's, and times the
@@ -151,7 +151,7 @@ class TimedTransport(httpx.BaseTransport):
     """The emulator's in-process transport, with the CPU spent answering (the engine's, not ours) metered."""
 
     def __init__(self, router: Any, meter: Meter | None = None) -> None:
-        from workerless.emulators.http import mock_transport
+        from workerless_devkit.emulators.http import mock_transport
 
         self._inner = mock_transport(router)
         self._meter = meter
@@ -170,7 +170,7 @@ class TimedTransport(httpx.BaseTransport):
 def emulator_for(engine: str) -> Any:
     import importlib
 
-    module = importlib.import_module(f"workerless.emulators.{engine}")
+    module = importlib.import_module(f"workerless_devkit.emulators.{engine}")
     return module.create()
 
 

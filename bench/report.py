@@ -220,7 +220,7 @@ def write_results_md(r: dict[str, Any], path: Path) -> None:
         "batch response says succeeded). Below the library, botocore is replaced by in-memory fakes of the SQS and "
         "DynamoDB clients (`bench/fakes.py`, which evaluate the job store's condition and update expressions for real) "
         "and the engine's HTTP by `httpx.MockTransport` in front of the real emulator's router "
-        "(`workerless.emulators.http.mock_transport`): the emulator counts every engine request exactly as over "
+        "(`workerless_devkit.emulators.http.mock_transport`): the emulator counts every engine request exactly as over "
         "loopback. In sections 1 and 5 each poller invocation takes one batch (`WORKERLESS_POLL_BUDGET_SECONDS=0`: the "
         "poller's protocol work alone, no pauses); lease-long jobs run on a virtual clock (`time.time` advanced by the "
         "driver), so a 200 s job takes milliseconds."

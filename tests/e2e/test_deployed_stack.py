@@ -33,14 +33,14 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def deployment() -> Any:
     import boto3
-    from workerless.devtools.stack import resolve_stack
+    from workerless_devkit.devtools.stack import resolve_stack
 
     return resolve_stack(boto3.client("cloudformation"), STACK)
 
 
 def test_every_route_is_readable_and_nothing_is_dead_lettered(deployment: Any) -> None:
     import boto3
-    from workerless.devtools.status import collect_status
+    from workerless_devkit.devtools.status import collect_status
 
     clients = {
         "sqs": boto3.client("sqs"),

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 from workerless import observability
-from workerless.chaos.plan import Fault, FaultPlan
-from workerless.chaos.run import RunConfig, RunResult, run
+from workerless_devkit.chaos.plan import Fault, FaultPlan
+from workerless_devkit.chaos.run import RunConfig, RunResult, run
 
 #: Runs the topology for seconds to minutes: `make test` runs it, `make test-fast` does not.
 pytestmark = pytest.mark.slow

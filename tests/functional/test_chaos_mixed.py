@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from workerless.chaos.plan import FaultPlan
-from workerless.chaos.run import ENGINES, RunConfig, explain, run
+from workerless_devkit.chaos.plan import FaultPlan
+from workerless_devkit.chaos.run import ENGINES, RunConfig, explain, run
 
 #: Runs the topology for seconds to minutes: `make test` runs it, `make test-fast` does not.
 pytestmark = pytest.mark.slow

@@ -16,9 +16,9 @@ from typing import Any
 
 import httpx
 import pytest
-from workerless.devtools.scaffold import stem
-from workerless.emulators import nodeflow, sheptra, stagenext
-from workerless.local import LocalTopology
+from workerless_devkit.devtools.scaffold import stem
+from workerless_devkit.emulators import nodeflow, sheptra, stagenext
+from workerless_devkit.local import LocalTopology
 
 from tests.functional.handlers_large.app import blob, fingerprint
 from tests.functional.pipeline import Events, job_timings, template_variant, wait_counted, wait_final

@@ -8,8 +8,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from workerless import cli
 from workerless.settings import parse_env_text
+from workerless_devkit import cli
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-from workerless import cli
-from workerless.devtools.scaffold import stem, template_job_types
-from workerless.local.template import load_template
+from workerless_devkit import cli
+from workerless_devkit.devtools.scaffold import stem, template_job_types
+from workerless_devkit.local.template import load_template
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from workerless import cli
+from workerless_devkit import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 

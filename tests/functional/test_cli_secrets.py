@@ -11,10 +11,10 @@ from typing import Any
 import boto3
 import pytest
 from moto import mock_aws
-from workerless import cli
 from workerless.aws.secrets import parse_secret_text
-from workerless.emulators import nodeflow, sheptra, stagenext
 from workerless.settings import parse_env_text
+from workerless_devkit import cli
+from workerless_devkit.emulators import nodeflow, sheptra, stagenext
 
 
 @pytest.fixture

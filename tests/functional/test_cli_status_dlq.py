@@ -15,12 +15,12 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
-from workerless import cli
-from workerless.devtools import clients
-from workerless.devtools.scaffold import add_job_type, stem, template_job_types, with_job_types
-from workerless.local.extensions import expand_language_extensions
-from workerless.local.template import parse_template_text
 from workerless.model import ActivatedJob, JobRef
+from workerless_devkit import cli
+from workerless_devkit.devtools import clients
+from workerless_devkit.devtools.scaffold import add_job_type, stem, template_job_types, with_job_types
+from workerless_devkit.local.extensions import expand_language_extensions
+from workerless_devkit.local.template import parse_template_text
 
 STACK = "workerless-test"
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"

@@ -31,11 +31,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from workerless import cli, observability
-from workerless.devtools.scaffold import stem, template_job_types
-from workerless.emulators import sheptra
-from workerless.local.extensions import expand_language_extensions
-from workerless.local.template import parse_template_text
+from workerless import observability
+from workerless_devkit import cli
+from workerless_devkit.devtools.scaffold import stem, template_job_types
+from workerless_devkit.emulators import sheptra
+from workerless_devkit.local.extensions import expand_language_extensions
+from workerless_devkit.local.template import parse_template_text
 
 #: Seconds per test (real commands, topologies or many generated cases): `make test` runs it,
 #: `make test-fast` does not.
@@ -343,7 +344,7 @@ def test_every_command_on_the_page_works(
 def test_getting_started_lists_exactly_what_sam_deploy_guided_asks() -> None:
     """The prompt table is the template's parameters in template order with their defaults, between
     SAM CLI's own prompts (read from the installed SAM CLI's guided deploy)."""
-    from workerless.local.template import parse_template_text
+    from workerless_devkit.local.template import parse_template_text
 
     text = (ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8")
     prompts = re.findall(r"^\| `([^`]+)` \|", text, re.MULTILINE)

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from workerless.emulators.http import EmulatorServer, Request, Response, Router, json_response, mock_transport
+from workerless_devkit.emulators.http import EmulatorServer, Request, Response, Router, json_response, mock_transport
 
 Client = Callable[[], httpx.Client]
 

@@ -4,7 +4,7 @@ Written only against the :class:`~workerless.engines.base.Engine` Protocol and t
 shape (``create()``, ``serve()``, ``engine_values()``, ``create_job()``, ``job_state()``,
 ``advance()``, the ``/_admin/stats`` surface), so a new engine joins by adding its name to
 :data:`CONTRACT_ENGINES` — its adapter is ``workerless.engines.<name>`` and its emulator
-``workerless.emulators.<name>``.
+``workerless_devkit.emulators.<name>``.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from typing import Any
 
 import httpx
 import pytest
-from workerless.engines import build_engine
+from workerless.engines import ENGINE_NAMES, build_engine
 from workerless.engines.base import Engine, MemoryState
 from workerless.errors import LeaseLostError, PayloadTooLargeError
 from workerless.lease import BeforeRun, LeaseModel
 from workerless.model import ActivatedJob, Demand, Outcome
 
 #: Engines held to this contract. The node-flow and StageNext engineers extend this list.
-CONTRACT_ENGINES: list[str] = ["sheptra", "nodeflow", "stagenext"]
+CONTRACT_ENGINES: list[str] = list(ENGINE_NAMES)
 
 LEASE = 30
 #: Over every engine's documented cap on a completion (Sheptra 1 MiB of variables, StageNext a
@@ -71,7 +71,7 @@ def stopper() -> Iterator[list[threading.Thread]]:
 @pytest.fixture(params=CONTRACT_ENGINES)
 def served(request: pytest.FixtureRequest, stopper: list[threading.Thread]) -> Iterator[Served]:
     name: str = request.param
-    emu = importlib.import_module(f"workerless.emulators.{name}").create()
+    emu = importlib.import_module(f"workerless_devkit.emulators.{name}").create()
     server = emu.serve()
     served = Served(name, emu, server)
     try:

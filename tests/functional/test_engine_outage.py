@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from workerless.emulators import nodeflow, sheptra, stagenext
-from workerless.local import LocalTopology
+from workerless_devkit.emulators import nodeflow, sheptra, stagenext
+from workerless_devkit.local import LocalTopology
 
 from tests.functional.pipeline import TEMPLATE
 

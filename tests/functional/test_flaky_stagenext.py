@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
-from workerless.emulators import stagenext
+from workerless_devkit.emulators import stagenext
 
 from tests.functional.pipeline import topology, wait_final
 

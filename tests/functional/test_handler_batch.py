@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 from workerless import entrypoints, job_handler, observability, runtime
-from workerless.chaos.plan import SimulatedCrash
 from workerless.errors import EngineUnavailableError, StoreError
 from workerless.record import Status
 from workerless.testing import FakeEngine
+from workerless_devkit.chaos.plan import SimulatedCrash
 
 from tests.functional.aws import Aws, FakeContext
 

@@ -1,7 +1,7 @@
 """Each function's role grants exactly what its code calls: measured, not read from comments.
 
 One bounded pipeline scenario per engine runs template.yaml under local mode's IAM check
-(:mod:`workerless.local.iam`) with the engine values in an embedded Secrets Manager secret, as
+(:mod:`workerless_devkit.local.iam`) with the engine values in an embedded Secrets Manager secret, as
 deployed. Each scenario takes the failure paths that make the rarer calls, on purpose:
 
 - a charge that can never succeed (a terminal failure is reported);
@@ -38,23 +38,24 @@ from typing import Any
 
 import httpx
 import pytest
-from workerless import cli, observability
+from workerless import observability
 from workerless.aws.sqs import QueueError, Queues
-from workerless.devtools.scaffold import stem, template_job_types
-from workerless.engines import build_engine
-from workerless.local import LocalTopology
-from workerless.local.iam.enforce import Grant, Refusal
-from workerless.local.iam.policy import action_matches, resource_matches
-from workerless.local.iam.roles import FunctionRole
-from workerless.local.loop import current_scope
+from workerless.engines import ENGINE_NAMES, build_engine
 from workerless.model import Demand
 from workerless.settings import parse_env_text
+from workerless_devkit import cli
+from workerless_devkit.devtools.scaffold import stem, template_job_types
+from workerless_devkit.local import LocalTopology
+from workerless_devkit.local.iam.enforce import Grant, Refusal
+from workerless_devkit.local.iam.policy import action_matches, resource_matches
+from workerless_devkit.local.iam.roles import FunctionRole
+from workerless_devkit.local.loop import current_scope
 
 from tests.functional.pipeline import FINAL, TEMPLATE, job_timings
 
 pytestmark = pytest.mark.slow
 
-ENGINES = ("sheptra", "nodeflow", "stagenext")
+ENGINES = ENGINE_NAMES
 #: The template's job types, read from its route loop: the scenario runs the three examples' failure
 #: paths, and a job of every other type (a scaffolded one) with its report owed, so that each route's
 #: grants are used.

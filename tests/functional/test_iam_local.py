@@ -1,4 +1,4 @@
-"""Local mode holds each function to its role (workerless.local.iam), in a running topology.
+"""Local mode holds each function to its role (workerless_devkit.local.iam), in a running topology.
 
 A copy of template.yaml with one grant removed sees that call refused with the error boto3 raises
 on AWS; a role that cannot poll its event queue is refused at start, as CreateEventSourceMapping
@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 import pytest
 from botocore.exceptions import ClientError
-from workerless.devtools.scaffold import stem, template_job_types
-from workerless.emulators import sheptra, stagenext
-from workerless.local import LocalTopology, TemplateError
+from workerless_devkit.devtools.scaffold import stem, template_job_types
+from workerless_devkit.emulators import sheptra, stagenext
+from workerless_devkit.local import LocalTopology, TemplateError
 
 from tests.functional.pipeline import FINAL, ROOT, TEMPLATE, Events, job_timings, topology
 
@@ -169,7 +169,7 @@ def test_a_role_that_cannot_write_its_logs_is_warned_about_loudly(
     """GIVEN a role without its log-group statement WHEN the topology starts THEN a warning says its
     logs would be silently dropped on AWS (Lambda runs the function anyway)."""
     text = without_statement(TEMPLATE.read_text(encoding="utf-8"), "HeartbeatFunctionRole", "OwnLogGroup")
-    with caplog.at_level(logging.WARNING, logger="workerless.local"):
+    with caplog.at_level(logging.WARNING, logger="workerless_devkit.local"):
         topo = LocalTopology(template_copy(tmp_path, text), None, schedule_seconds=3600)
         with topo:
             pass
@@ -219,9 +219,9 @@ def test_workerless_local_reports_each_refused_call_once(capsys: pytest.CaptureF
     report THEN the refusal is listed once, naming the function, the action and the resource."""
     from types import SimpleNamespace
 
-    from workerless import cli
-    from workerless.local.iam.enforce import Refusal
-    from workerless.local.summary import Summary
+    from workerless_devkit import cli
+    from workerless_devkit.local.iam.enforce import Refusal
+    from workerless_devkit.local.summary import Summary
 
     refusal = Refusal("PollerFunction", "sqs", "sqs:SendMessage", "arn:aws:sqs:us-east-1:1:q", "p", explicit=False)
     fake = SimpleNamespace(

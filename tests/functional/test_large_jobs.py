@@ -16,7 +16,8 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 from workerless.aws.sqs import Queues
-from workerless.emulators import nodeflow, sheptra, stagenext
+from workerless.engines import ENGINE_NAMES
+from workerless_devkit.emulators import nodeflow, sheptra, stagenext
 
 from tests.functional.pipeline import topology, wait_final
 
@@ -129,7 +130,7 @@ def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
         server.stop()
 
 
-@pytest.mark.parametrize("engine", ["sheptra", "nodeflow", "stagenext"], indirect=True)
+@pytest.mark.parametrize("engine", ENGINE_NAMES, indirect=True)
 def test_a_300_kb_job_completes_through_the_local_topology(engine: tuple[Path, Any]) -> None:
     """GIVEN a send-receipt job with 300 KB of variables (the engines take it: Sheptra's cap is 1 MB)
     WHEN template.yaml's topology runs it

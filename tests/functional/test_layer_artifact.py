@@ -37,8 +37,8 @@ PROBE = Path(__file__).with_name("layer_probe.py")
 FUNCTIONS = sorted(p.parent.name for p in (ROOT / "functions").glob("*/app.py"))
 TIMEOUT = 600
 
-#: Local mode, emulators and developer tools: shipped in the package, never imported by a Lambda.
-DEVELOPMENT_ONLY = ("local", "chaos", "emulators", "testing", "devtools", "cli")
+#: What the development kit (workerless_devkit) depends on and the runtime must not.
+DEVKIT_ONLY = ("workerless_devkit", "moto", "cryptography", "jwt", "ruamel", "samtranslator")
 
 pytestmark = pytest.mark.slow
 
@@ -171,16 +171,28 @@ def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
 
 
 def _lambda_modules(root: Path) -> list[str]:
-    """Every module of the workerless package that Lambda code can import (all but the development tools)."""
+    """Every module of the workerless package in the layer: all of it is runtime (the devkit is not there)."""
     names = []
     for path in sorted((root / "workerless").rglob("*.py")):
         parts = list(path.relative_to(root).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
-        if len(parts) > 1 and parts[1] in DEVELOPMENT_ONLY:
-            continue
         names.append(".".join(parts))
     return names
+
+
+def _pins(requirements: Path) -> dict[str, str]:
+    pins = {}
+    for line in requirements.read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, version = line.split("==")
+            pins[_canonical(name)] = version
+    return pins
+
+
+def _canonical(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
 
 
 def _within(path: str, roots: list[str]) -> bool:
@@ -200,6 +212,32 @@ def test_every_module_of_the_shipped_layer_has_unchecked_hash_bytecode_for_pytho
 
 
 _GOOD_PYC = {"present": True, "magic_ok": True, "flags": 0b01, "hash_ok": True}
+
+
+def test_the_layer_holds_the_runtime_and_its_pinned_dependencies_only(layer: Layer) -> None:
+    # GIVEN the built layer's python/ directory
+    shipped = layer.shipped
+    # WHEN its distributions are read from their dist-info (name, version, the files each installed)
+    installed: dict[str, str] = {}
+    owned: set[str] = set()
+    for info in shipped.glob("*.dist-info"):
+        meta = dict(
+            line.split(": ", 1) for line in (info / "METADATA").read_text(encoding="utf-8").splitlines() if ": " in line
+        )
+        installed[_canonical(meta["Name"])] = meta["Version"]
+        for row in (info / "RECORD").read_text(encoding="utf-8").splitlines():
+            owned.add(row.split(",", 1)[0].split("/", 1)[0])
+    pins = _pins(LAYER_SOURCE / "requirements.txt")
+    # THEN every pin is there at its version, and whatever else pip installed is what the pins need
+    assert {name: installed.get(name) for name in pins} == pins
+    top_level = {p.name for p in shipped.iterdir()} - {"__pycache__"}  # the bytecode of top-level modules
+    assert top_level - owned == {"workerless"}, "files in the layer that no pinned distribution installed"
+    # ... the runtime is the whole workerless package, and nothing of the devkit is there
+    assert not [name for name in top_level if name.split(".")[0] in DEVKIT_ONLY or name.startswith(DEVKIT_ONLY)]
+    assert not [_canonical(name) for name in installed if name.startswith(("workerless", "moto", "pyjwt"))]
+    shipped_runtime = sorted(str(p.relative_to(shipped)) for p in (shipped / "workerless").rglob("*.py"))
+    source_runtime = sorted(str(p.relative_to(LAYER_SOURCE)) for p in (LAYER_SOURCE / "workerless").rglob("*.py"))
+    assert shipped_runtime == source_runtime
 
 
 @pytest.mark.parametrize("function", FUNCTIONS)

@@ -3,7 +3,7 @@
 Each refusal is the ``ClientError`` AWS answers with (code, message; per-entry ``Failed`` where AWS
 reports batch entries one by one), and the largest call AWS accepts still goes through. The rows
 marked "moto too" are refused by moto already: they stay here so that a moto upgrade cannot loosen
-local mode unnoticed. The others pass on moto alone and are what :mod:`workerless.local.limits` adds.
+local mode unnoticed. The others pass on moto alone and are what :mod:`workerless_devkit.local.limits` adds.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from workerless.devtools.scaffold import with_job_types
-from workerless.local.runtime import LocalTopology
-from workerless.local.template import TemplateError, parse_template_text, resolve_template
+from workerless_devkit.devtools.scaffold import with_job_types
+from workerless_devkit.local.runtime import LocalTopology
+from workerless_devkit.local.template import TemplateError, parse_template_text, resolve_template
 
 MIB = 1_048_576
 TABLE = "workerless-local-Table"  # {stack}-{LogicalId}, as local mode names it
@@ -354,8 +354,8 @@ def test_the_functions_environment_no_longer_grows_with_routes() -> None:
 
 
 def _resources_translated(count: int) -> int:
-    from workerless.local.extensions import expand_language_extensions
-    from workerless.local.iam.roles import translate
+    from workerless_devkit.local.extensions import expand_language_extensions
+    from workerless_devkit.local.iam.roles import translate
 
     parameters = {"EngineSecretArn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:engine-AbCdEf"}
     source = expand_language_extensions(parse_template_text(_with_routes(count)), parameters)

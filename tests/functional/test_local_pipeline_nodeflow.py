@@ -20,14 +20,14 @@ import httpx
 import pytest
 from moto import mock_aws
 from workerless.aws.dynamo import JobStore
-from workerless.devtools.scaffold import template_job_types
-from workerless.emulators import nodeflow
-from workerless.emulators.http import EmulatorServer
-from workerless.emulators.nodeflow import NodeFlowEmulator
 from workerless.lease import ACTIVATION_LEASE, BEGIN_LEASE
-from workerless.local import LocalTopology
 from workerless.model import JobRef, Outcome
 from workerless.record import Decision, Status, decide
+from workerless_devkit.devtools.scaffold import template_job_types
+from workerless_devkit.emulators import nodeflow
+from workerless_devkit.emulators.http import EmulatorServer
+from workerless_devkit.emulators.nodeflow import NodeFlowEmulator
+from workerless_devkit.local import LocalTopology
 
 from tests.functional.pipeline import (
     TEMPLATE,

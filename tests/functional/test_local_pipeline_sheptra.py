@@ -10,12 +10,12 @@ from typing import Any
 
 import httpx
 import pytest
-from workerless.devtools.scaffold import stem
-from workerless.emulators import sheptra
 from workerless.engines import build_engine
-from workerless.local import LocalTopology
 from workerless.model import Demand
 from workerless.settings import parse_env_text
+from workerless_devkit.devtools.scaffold import stem
+from workerless_devkit.emulators import sheptra
+from workerless_devkit.local import LocalTopology
 
 from tests.functional.pipeline import TEMPLATE, job_timings, topology, wait_counted, wait_final
 

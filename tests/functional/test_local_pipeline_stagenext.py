@@ -17,10 +17,10 @@ from typing import Any
 
 import httpx
 import pytest
-from workerless import cli
-from workerless.emulators import stagenext
 from workerless.engines import stagenext as stagenext_adapter
 from workerless.model import Demand
+from workerless_devkit import cli
+from workerless_devkit.emulators import stagenext
 
 from tests.functional.pipeline import ROOT, Events, more_polls, topology, wait_counted, wait_final
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from workerless.local.runtime import IdleTimeout, LocalTopology
-from workerless.local.template import TemplateError
+from workerless_devkit.local.runtime import IdleTimeout, LocalTopology
+from workerless_devkit.local.template import TemplateError
 
 TEMPLATE = """\
 AWSTemplateFormatVersion: "2010-09-09"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from workerless.local.runtime import LocalTopology
+from workerless_devkit.local.runtime import LocalTopology
 
 TEMPLATE = """\
 AWSTemplateFormatVersion: "2010-09-09"

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from workerless.chaos.plan import Fault, FaultPlan
-from workerless.chaos.run import ENGINES, RunConfig, run
-from workerless.emulators.http import Request, Response
 from workerless.observability import logger
+from workerless_devkit.chaos.plan import Fault, FaultPlan
+from workerless_devkit.chaos.run import ENGINES, RunConfig, run
+from workerless_devkit.emulators.http import Request, Response
 
 #: Runs the topology for seconds to minutes: `make test` runs it, `make test-fast` does not.
 pytestmark = pytest.mark.slow

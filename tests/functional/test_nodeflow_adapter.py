@@ -15,9 +15,6 @@ from typing import Any
 
 import httpx
 import pytest
-from workerless.emulators import nodeflow
-from workerless.emulators.http import EmulatorServer
-from workerless.emulators.nodeflow import NodeFlowEmulator
 from workerless.engines import build_engine
 from workerless.engines.nodeflow import NodeFlowEngine, workflow_key
 from workerless.errors import (
@@ -30,6 +27,9 @@ from workerless.errors import (
     ResponseShapeError,
 )
 from workerless.model import ActivatedJob, Demand, JobRef, Outcome
+from workerless_devkit.emulators import nodeflow
+from workerless_devkit.emulators.http import EmulatorServer
+from workerless_devkit.emulators.nodeflow import NodeFlowEmulator
 
 LEASE_ROUTE = "/v1/ns/{ns}/queues/{queue}/lease"
 TOKEN_ROUTE = "POST /v1/auth/token"

@@ -15,9 +15,9 @@ from typing import Any
 
 import httpx
 import pytest
-from workerless.emulators import nodeflow
-from workerless.emulators.http import EmulatorServer
-from workerless.emulators.nodeflow import NodeFlowEmulator, lease_scope_covers
+from workerless_devkit.emulators import nodeflow
+from workerless_devkit.emulators.http import EmulatorServer
+from workerless_devkit.emulators.nodeflow import NodeFlowEmulator, lease_scope_covers
 
 from tests.functional.waits import EVENT_SECONDS, eventually, record_waits
 

@@ -11,9 +11,6 @@ from typing import Any
 
 import httpx
 import pytest
-from workerless.emulators import sheptra as sheptra_emulator
-from workerless.emulators.http import EmulatorServer
-from workerless.emulators.sheptra import SheptraEmulator
 from workerless.engines.sheptra import PAYLOAD_CAP, SheptraEngine, from_values
 from workerless.errors import (
     AuthExpiredError,
@@ -29,6 +26,9 @@ from workerless.errors import (
 from workerless.lease import ACTIVATION_LEASE
 from workerless.model import Demand, Outcome
 from workerless.settings import parse_env_text
+from workerless_devkit.emulators import sheptra as sheptra_emulator
+from workerless_devkit.emulators.http import EmulatorServer
+from workerless_devkit.emulators.sheptra import SheptraEmulator
 
 ACTIVATE = "POST /cells/{cell}/v1/jobs/activate"
 ACTIVATE_PATTERN = "/cells/{cell}/v1/jobs/activate"

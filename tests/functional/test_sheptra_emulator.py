@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import jwt
 import pytest
-from workerless.emulators import sheptra
-from workerless.emulators.sheptra import MAX_VARIABLES_BYTES, SheptraEmulator, variables_size
 from workerless.settings import parse_env_text
+from workerless_devkit.emulators import sheptra
+from workerless_devkit.emulators.sheptra import MAX_VARIABLES_BYTES, SheptraEmulator, variables_size
 
 from tests.functional.waits import EVENT_SECONDS, eventually, record_waits
 

@@ -17,12 +17,12 @@ from typing import Any
 import httpx
 import pytest
 from workerless import entrypoints, runtime, testing
-from workerless.emulators import stagenext as emulator_module
-from workerless.emulators.http import EmulatorServer
-from workerless.emulators.stagenext import StageNextEmulator
 from workerless.engines.stagenext import StageNextEngine, from_values
 from workerless.model import ActivatedJob, Demand, Outcome
 from workerless.record import Status
+from workerless_devkit.emulators import stagenext as emulator_module
+from workerless_devkit.emulators.http import EmulatorServer
+from workerless_devkit.emulators.stagenext import StageNextEmulator
 
 from tests.functional.aws import Aws, FakeContext
 

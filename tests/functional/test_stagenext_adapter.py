@@ -9,9 +9,6 @@ from typing import Any
 
 import httpx
 import pytest
-from workerless.emulators import stagenext as emulator_module
-from workerless.emulators.http import EmulatorServer
-from workerless.emulators.stagenext import StageNextEmulator
 from workerless.engines import build_engine
 from workerless.engines.base import Engine, MemoryState
 from workerless.engines.stagenext import RESULT_BODY_CAP, RESULT_STRING_CAP, StageNextEngine, from_values
@@ -24,6 +21,9 @@ from workerless.errors import (
 )
 from workerless.lease import BEGIN_LEASE
 from workerless.model import ActivatedJob, Demand, Outcome
+from workerless_devkit.emulators import stagenext as emulator_module
+from workerless_devkit.emulators.http import EmulatorServer
+from workerless_devkit.emulators.stagenext import StageNextEmulator
 
 MakeEngine = Callable[..., StageNextEngine]
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import httpx
 import pytest
-from workerless.emulators import stagenext
-from workerless.emulators.http import EmulatorServer
-from workerless.emulators.stagenext import RESULT_BODY_CAP, RESULT_STRING_CAP, StageNextEmulator
+from workerless_devkit.emulators import stagenext
+from workerless_devkit.emulators.http import EmulatorServer
+from workerless_devkit.emulators.stagenext import RESULT_BODY_CAP, RESULT_STRING_CAP, StageNextEmulator
 
 from tests.functional.waits import EVENT_SECONDS, eventually
 

@@ -13,13 +13,13 @@ from typing import Any
 
 import httpx
 import pytest
-from workerless.emulators import stagenext as emulator_module
-from workerless.emulators.http import EmulatorServer
-from workerless.emulators.stagenext import StageNextEmulator
 from workerless.engines.stagenext import StageNextEngine, from_values
 from workerless.errors import GarbledResponseError, ResponseShapeError
 from workerless.model import ActivatedJob, Demand, Outcome
 from workerless.retry import CALLS
+from workerless_devkit.emulators import stagenext as emulator_module
+from workerless_devkit.emulators.http import EmulatorServer
+from workerless_devkit.emulators.stagenext import StageNextEmulator
 
 HTML = "<html><body><h1>502 Bad Gateway</h1></body></html>"
 

@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from workerless.devtools.scaffold import stem, template_job_types
-from workerless.local.extensions import expand_language_extensions
-from workerless.local.template import parse_template_text
+from workerless.engines import ENGINE_NAMES
 from workerless.model import ActivatedJob
 from workerless.ticket import Ticket
+from workerless_devkit.devtools.scaffold import stem, template_job_types
+from workerless_devkit.local.extensions import expand_language_extensions
+from workerless_devkit.local.template import parse_template_text
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"
@@ -729,7 +730,7 @@ def test_parameters_match_the_contract(cfn: dict[str, Any]) -> None:
         "AlarmTopicArn": "",
     }
     assert {name: params[name]["Default"] for name in defaults} == defaults
-    assert params["EngineName"]["AllowedValues"] == ["sheptra", "nodeflow", "stagenext"]
+    assert params["EngineName"]["AllowedValues"] == list(ENGINE_NAMES)
     assert "Default" not in params["EngineSecretArn"]
     assert re.fullmatch(
         params["EngineSecretArn"]["AllowedPattern"],

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from workerless.devtools.scaffold import _yaml, with_job_types
-from workerless.devtools.stack import routes_in_text
-from workerless.local.iam.roles import render_roles
-from workerless.local.template import STACK_NAME, LocalTemplate, load_template, resolve_template
+from workerless_devkit.devtools.scaffold import _yaml, with_job_types
+from workerless_devkit.devtools.stack import routes_in_text
+from workerless_devkit.local.iam.roles import render_roles
+from workerless_devkit.local.template import STACK_NAME, LocalTemplate, load_template, resolve_template
 
 from tests.functional.test_template import (  # noqa: F401 - pytest fixture used by name
     ROOT,

@@ -1,5 +1,5 @@
-"""workerless.testing.pytest_plugin: the fixtures a handler author enables in their conftest.py,
-used here as they would use them (emulators on 127.0.0.1, local mode on moto, metrics captured)."""
+"""workerless_devkit.pytest_plugin: the fixtures installing the devkit registers (pytest11), used
+here as a handler author would use them (emulators on 127.0.0.1, local mode on moto, metrics captured)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,7 @@ import pytest
 from workerless.testing import FakeEngine, assert_completed, run_handler
 
 if TYPE_CHECKING:  # imported by pytest as a plugin, not by the test (assertion rewriting)
-    from workerless.testing.pytest_plugin import Emulator
-
-# What a handler author writes in their conftest.py.
-pytest_plugins = ["workerless.testing.pytest_plugin"]
+    from workerless_devkit.pytest_plugin import Emulator
 
 ROOT = Path(__file__).resolve().parents[2]
 FINAL = {"completed", "failed", "thrown"}

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 from workerless.batch import SqsRecord, process_batch
-from workerless.chaos.plan import SimulatedCrash
 from workerless.errors import MessageFormatError
+from workerless_devkit.chaos.plan import SimulatedCrash
 
 
 def sqs_record(message_id: str, body: str = "{}", receive_count: str | None = "1") -> dict[str, Any]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from workerless.chaos.inject import ChaosState
-from workerless.chaos.ledger import Ledger
-from workerless.chaos.plan import Fault, FaultPlan, Recorder
-from workerless.chaos.run import RunResult, explain
+from workerless_devkit.chaos.inject import ChaosState
+from workerless_devkit.chaos.ledger import Ledger
+from workerless_devkit.chaos.plan import Fault, FaultPlan, Recorder
+from workerless_devkit.chaos.run import RunResult, explain
 
 
 def test_sure_fires_the_first_chances_of_each_armed_kind_then_rolls() -> None:

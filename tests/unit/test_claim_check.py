@@ -11,8 +11,8 @@ from workerless.claimcheck import (
     message_threshold,
 )
 from workerless.errors import MessageFormatError
-from workerless.local.limits import DYNAMODB_MAX_ITEM_BYTES, item_size
 from workerless.model import ActivatedJob, JobRef
+from workerless_devkit.local.limits import DYNAMODB_MAX_ITEM_BYTES, item_size
 
 from bench import cost
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from workerless.emulators import sheptra, stagenext
-from workerless.emulators.watch import LeasedPeak, StateWatch
+from workerless_devkit.emulators import sheptra, stagenext
+from workerless_devkit.emulators.watch import LeasedPeak, StateWatch
 
 
 def test_listeners_hear_each_change_once_and_stop_hearing_when_unsubscribed() -> None:

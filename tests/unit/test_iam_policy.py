@@ -1,4 +1,4 @@
-"""Local mode's IAM evaluation (workerless.local.iam): the evaluator, what each call needs, and the
+"""Local mode's IAM evaluation (workerless_devkit.local.iam): the evaluator, what each call needs, and the
 roles rendered from a template by the SAM translator."""
 
 from __future__ import annotations
@@ -7,16 +7,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from workerless.local.iam.calls import UNMODELLED, Need, needs, sqs_queue_arn
-from workerless.local.iam.policy import (
+from workerless_devkit.local.iam.calls import UNMODELLED, Need, needs, sqs_queue_arn
+from workerless_devkit.local.iam.policy import (
     PolicyError,
     action_matches,
     evaluate,
     parse_statements,
     resource_matches,
 )
-from workerless.local.iam.roles import render_roles
-from workerless.local.template import TemplateError, load_template
+from workerless_devkit.local.iam.roles import render_roles
+from workerless_devkit.local.template import TemplateError, load_template
 
 QUEUE = "arn:aws:sqs:us-east-1:123456789012:jobs"
 TABLE = "arn:aws:dynamodb:us-east-1:123456789012:table/records"
@@ -356,7 +356,7 @@ def test_a_scaffolded_job_types_role_grants_what_the_shipped_handlers_roles_gran
     THEN the new handler's role has the same statements as charge-payment's, on its own queue and log
     group: the scaffold's copy of the role cannot drift from the template's (the drift test measures
     the template's)."""
-    from workerless.devtools.scaffold import add_job_type
+    from workerless_devkit.devtools.scaffold import add_job_type
 
     root = Path(__file__).resolve().parents[2]
     text, _ = add_job_type((root / "template.yaml").read_text(encoding="utf-8"), "zz-probe")

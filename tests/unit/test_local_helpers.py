@@ -7,10 +7,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from workerless.local import summary
-from workerless.local.context import LocalLambdaContext
-from workerless.local.runtime import _batch_item_failures, _record
-from workerless.local.template import FunctionSpec, QueueSpec
+from workerless_devkit.local import summary
+from workerless_devkit.local.context import LocalLambdaContext
+from workerless_devkit.local.runtime import _batch_item_failures, _record
+from workerless_devkit.local.template import FunctionSpec, QueueSpec
 
 
 def test_summary_counts_per_type_and_prints_a_table() -> None:

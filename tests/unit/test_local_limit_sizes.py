@@ -1,11 +1,11 @@
-"""Sizes as AWS measures them against its limits (workerless/local/limits.py), by the documented rules."""
+"""Sizes as AWS measures them against its limits (workerless_devkit/local/limits.py), by the documented rules."""
 
 from __future__ import annotations
 
 import base64
 
 import pytest
-from workerless.local.limits import item_size, message_size
+from workerless_devkit.local.limits import item_size, message_size
 
 
 def test_an_sqs_message_counts_utf8_bytes_of_the_body_and_every_attribute_part() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from workerless.local import limits
+from workerless_devkit.local import limits
 
 
 def test_a_held_long_poll_looks_again_for_a_message_whose_delay_ran_out() -> None:

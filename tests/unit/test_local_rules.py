@@ -1,7 +1,7 @@
 """Local mode runs a template only if AWS would accept it, at the timings it declares.
 
 Each rule here is one CloudFormation, Lambda, SQS or EventBridge applies when the stack is
-deployed (see workerless/local/rules.py); a topology that breaks one is refused when it is built,
+deployed (see workerless_devkit/local/rules.py); a topology that breaks one is refused when it is built,
 before anything starts. With no options, local mode runs the template's own timings.
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from workerless import cli
-from workerless.local.runtime import LocalTopology, schedule_interval
-from workerless.local.template import ScheduleEventSpec, TemplateError, load_template
+from workerless_devkit import cli
+from workerless_devkit.local.runtime import LocalTopology, schedule_interval
+from workerless_devkit.local.template import ScheduleEventSpec, TemplateError, load_template
 
 from tests.functional.pipeline import TEMPLATE, job_timings
 

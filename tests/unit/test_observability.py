@@ -12,8 +12,8 @@ import pytest
 from workerless import observability
 from workerless.errors import LeaseLostError, RateLimitedError
 from workerless.lease import ACTIVATION_LEASE
-from workerless.local import loop
 from workerless.testing import make_activated_job
+from workerless_devkit.local import loop
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 

@@ -12,7 +12,6 @@ import json
 from typing import Any
 
 import pytest
-from workerless.chaos.plan import SimulatedCrash
 from workerless.engines.base import MemoryState
 from workerless.intent import IntentLog, decode_batch, stale_after
 from workerless.model import Demand
@@ -21,6 +20,7 @@ from workerless.poller_lock import LOCK_KEY, PollerLock
 from workerless.settings import Settings
 from workerless.testing import FakeEngine
 from workerless.ticket import Ticket
+from workerless_devkit.chaos.plan import SimulatedCrash
 
 from tests.unit.counting import CountingState
 

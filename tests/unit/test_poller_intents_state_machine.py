@@ -25,7 +25,6 @@ from typing import Any
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule
-from workerless.chaos.plan import SimulatedCrash
 from workerless.engines.base import MemoryState
 from workerless.errors import LeaseLostError
 from workerless.intent import IntentLog
@@ -34,6 +33,7 @@ from workerless.poller_lock import LOCK_KEY, PollerLock
 from workerless.settings import Settings
 from workerless.testing import FakeEngine
 from workerless.ticket import Ticket
+from workerless_devkit.chaos.plan import SimulatedCrash
 
 LOCK_SECONDS = 30.0
 #: Leases far longer than any run of the model (30 steps of at most 31 s, and the drain): no lease

@@ -16,10 +16,10 @@ from workerless import heartbeat, routes
 from workerless.aws.parameters import MAX_PAGES, ParameterStoreError, read_path
 from workerless.aws.sqs import queue_url_of_arn
 from workerless.errors import ConfigurationError
-from workerless.local.iam.calls import needs
-from workerless.local.template import TemplateError, check_parameter_name, resolve_template
 from workerless.record import JobRecord, Status
 from workerless.settings import Settings, clear_settings
+from workerless_devkit.local.iam.calls import needs
+from workerless_devkit.local.template import TemplateError, check_parameter_name, resolve_template
 
 PATH = "/workerless/orders/routes"
 QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/orders-chargepaymentQueue-X1"

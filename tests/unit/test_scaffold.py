@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from workerless.devtools.scaffold import ScaffoldError, add_job_type, scaffold_handler, stem, template_job_types
-from workerless.local.template import load_template
+from workerless_devkit.devtools.scaffold import ScaffoldError, add_job_type, scaffold_handler, stem, template_job_types
+from workerless_devkit.local.template import load_template
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"

@@ -7,7 +7,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from workerless.local.template import (
+from workerless_devkit.local.template import (
     LocalTemplate,
     TemplateError,
     parse_template_text,

@@ -223,7 +223,8 @@ def record(job_type: str, event: str, **fields: Any) -> None:
 class _Config:
     """Process-wide switches (see :func:`configure`)."""
 
-    metrics: bool | None = None  # None: on, except inside a local-mode invocation
+    metrics: bool | None = None  # None: on, except while `quiet` says so (a local-mode invocation)
+    quiet: Callable[[], bool] | None = None  # see suppress_metrics_while
     sink: Callable[[str], None] | None = None  # None: stdout (where Lambda's log capture reads EMF)
     xray: bool = False
 
@@ -255,18 +256,28 @@ def configure_from_settings(settings: Settings) -> None:
     _Config.xray = settings.xray_tracing
 
 
-def _in_local_invocation() -> bool:
-    # Local mode marks each invocation with a context variable (workerless.local.loop). In Lambda
-    # that module is never imported, and this costs a dict lookup.
-    loop = sys.modules.get("workerless.local.loop")
-    return loop is not None and loop.current_scope() is not None
+def suppress_metrics_while(predicate: Callable[[], bool] | None) -> None:
+    """Write no metrics while ``predicate()`` is true, unless :func:`configure` forces them on or off.
+
+    Local mode (the devkit) registers "a local invocation is running", so its runs publish nothing a
+    deployment would be billed for; in Lambda nothing registers one. ``None`` removes it.
+
+    Example:
+        >>> suppress_metrics_while(lambda: True)
+        >>> metrics_enabled()
+        False
+        >>> suppress_metrics_while(None)
+        >>> metrics_enabled()
+        True
+    """
+    _Config.quiet = predicate
 
 
 def metrics_enabled() -> bool:
     """Whether an invocation started now writes metrics (see :func:`configure`)."""
     if _Config.metrics is not None:
         return _Config.metrics
-    return not _in_local_invocation()
+    return _Config.quiet is None or not _Config.quiet()
 
 
 # ------------------------------------------------------------------------------------------------

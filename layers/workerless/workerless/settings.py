@@ -22,17 +22,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from workerless.engines import ENGINE_NAMES
+from workerless.engines import ENGINES as ENGINE_REGISTRY
 from workerless.errors import ConfigurationError
 
+#: The engine names as a type (pydantic validates against it); the same names as the registry's
+#: (workerless.engines.ENGINES, a unit test keeps the two equal).
 EngineName = Literal["sheptra", "nodeflow", "stagenext"]
-ENGINES: tuple[str, ...] = ("sheptra", "nodeflow", "stagenext")
+ENGINES: tuple[str, ...] = ENGINE_NAMES
 
 #: Which keys reveal which engine, when WORKERLESS_ENGINE is absent.
-ENGINE_KEY_PREFIXES: dict[str, tuple[str, ...]] = {
-    "sheptra": ("SHEPTRA_",),
-    "nodeflow": ("NF_",),
-    "stagenext": ("STAGENEXT_",),
-}
+ENGINE_KEY_PREFIXES: dict[str, tuple[str, ...]] = {name: spec.key_prefixes for name, spec in ENGINE_REGISTRY.items()}
 
 
 class Route(BaseModel):

@@ -1,7 +1,9 @@
 """Engine adapters, one module per engine, all behind :class:`~workerless.engines.base.Engine`.
 
-Each module exposes ``from_values(values, client, *, worker_id=None, state=None) -> Engine`` that validates the
-engine's connection values (naming any missing or malformed key) and returns a ready adapter.
+:data:`ENGINES` is the one list of the engines workerless supports: settings, the devkit's CLI,
+emulators, chaos harness and pytest fixtures all read it. Each module exposes
+``from_values(values, client, *, worker_id=None, state=None) -> Engine`` that validates the engine's
+connection values (naming any missing or malformed key) and returns a ready adapter.
 Modules are imported lazily so a function only pays for the engine it talks to.
 """
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from workerless.errors import ConfigurationError
@@ -18,11 +21,29 @@ if TYPE_CHECKING:
 
     from workerless.engines.base import Engine, SharedState
 
-MODULES = {
-    "sheptra": "workerless.engines.sheptra",
-    "nodeflow": "workerless.engines.nodeflow",
-    "stagenext": "workerless.engines.stagenext",
+
+@dataclass(frozen=True, slots=True)
+class EngineSpec:
+    """One supported engine: its name (``WORKERLESS_ENGINE``), its adapter module, and the prefixes
+    of its connection keys (how an env file without ``WORKERLESS_ENGINE`` reveals its engine)."""
+
+    name: str
+    module: str
+    key_prefixes: tuple[str, ...]
+
+
+#: Every supported engine, by name. The devkit's emulator for engine ``name`` is
+#: ``workerless_devkit.emulators.<name>``.
+ENGINES: Mapping[str, EngineSpec] = {
+    spec.name: spec
+    for spec in (
+        EngineSpec("sheptra", "workerless.engines.sheptra", ("SHEPTRA_",)),
+        EngineSpec("nodeflow", "workerless.engines.nodeflow", ("NF_",)),
+        EngineSpec("stagenext", "workerless.engines.stagenext", ("STAGENEXT_",)),
+    )
 }
+#: The engine names, in the order the CLI and the docs list them.
+ENGINE_NAMES: tuple[str, ...] = tuple(ENGINES)
 
 
 def build_engine(
@@ -39,12 +60,12 @@ def build_engine(
         >>> engine = build_engine("sheptra", {"SHEPTRA_API_URL": "http://127.0.0.1:8080"}, client)  # doctest: +SKIP
     """
     try:
-        module_name = MODULES[name]
+        spec = ENGINES[name]
     except KeyError:
         raise ConfigurationError(
-            f"unknown engine {name!r}; one of {', '.join(MODULES)}", key="WORKERLESS_ENGINE"
+            f"unknown engine {name!r}; one of {', '.join(ENGINE_NAMES)}", key="WORKERLESS_ENGINE"
         ) from None
-    module = importlib.import_module(module_name)
+    module = importlib.import_module(spec.module)
     engine: Engine = module.from_values(values, client, worker_id=worker_id, state=state)
     return engine
 

@@ -12,8 +12,8 @@ For handler authors (see docs/handler-api.md, "Testing a handler")::
 :func:`run_handler` runs the decorated function through the same outcome mapping as the Lambda
 wrapper (a dict completes, ``TerminalError`` fails with no retries, ``ThrowError`` throws, any other
 exception fails with retries - 1), without SQS, DynamoDB or an engine. The emulators, a
-:class:`FakeEngine` and local mode are pytest fixtures in :mod:`workerless.testing.pytest_plugin`
-(``pytest_plugins = ["workerless.testing.pytest_plugin"]`` in your conftest.py).
+:class:`FakeEngine` and local mode are pytest fixtures in the devkit (``workerless-devkit``, the
+development tooling that never ships in the layer), registered when it is installed.
 
 :class:`FakeEngine` is an in-memory :class:`~workerless.engines.base.Engine`: queue jobs with
 :meth:`FakeEngine.add_job`, and read back every report, extension and release it received.

@@ -1,0 +1,16 @@
+"""workerless-devkit: the development tooling beside the workerless runtime.
+
+Nothing here ships in the Lambda layer (layers/workerless builds the runtime, ``workerless``, only):
+
+- :mod:`workerless_devkit.cli`: the ``workerless`` command (demo, local, emulate, invoke, new-handler,
+  init, status, dlq, secrets);
+- :mod:`workerless_devkit.emulators`: the Sheptra, node-flow and StageNext emulators, served on
+  127.0.0.1;
+- :mod:`workerless_devkit.local`: local mode, the template's functions on moto's SQS, DynamoDB, S3
+  and Parameter Store, held to AWS's rules (IAM, quotas, timings);
+- :mod:`workerless_devkit.chaos`: the fault-injection harness;
+- :mod:`workerless_devkit.devtools`: the developer commands' logic;
+- :mod:`workerless_devkit.pytest_plugin`: the fixtures, registered when the devkit is installed.
+"""
+
+__version__ = "0.1.0"

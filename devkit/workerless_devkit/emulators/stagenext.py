@@ -1,0 +1,913 @@
+"""A faithful emulator of the StageNext Worker API (seed 001), served on loopback.
+
+What it reproduces, rule by rule (schemas the seed does not give are recorded under "## StageNext"
+in docs/assumptions.md, prefixed "Emulator:"):
+
+- Applications own an API key and handler-queue patterns; pulling a queue outside the patterns is 403.
+- ``POST /workers/bootstrap`` registers a worker per application/instanceId and returns a session
+  token valid for ``session_ttl`` (WORKER_SESSION_TTL, 24 h). Heartbeats do not extend it. A
+  rebootstrap of the same application/instanceId reuses the worker record (same workerId) and
+  replaces its token: the old token answers 401 from then on.
+- ``POST /jobs/pull`` (API key only) delivers one message of a handler queue with a process-local
+  ack token. The gateway runs as ``replicas`` API processes behind a cookie-affinity balancer
+  (``gw_replica``): a token is held only by the replica that pulled it, each replica has its own
+  GATEWAY_MAX_INFLIGHT (429 when full), and a sweep requeues deliveries older than
+  GATEWAY_VISIBILITY_TIMEOUT. Lease renewal does not extend that timeout.
+- ``POST /jobs/ack`` (no auth header): 404 when the replica does not hold the token; a second ack
+  of the same token is 404 (not idempotent).
+- Every dispatch of a stage creates an *execution* (executionId, attempt). Lease acquire turns the
+  dispatched execution Running (a ``lease_seconds`` lease, the seed's 60 s by default; tests shorten
+  it), owned by the worker record; it is not reentrant. A Running execution whose lease lapses is
+  recovered: it expires and, while retries remain, a new execution is dispatched. Renewal succeeds
+  only for the current Running execution's owner.
+- ``POST /stages/{id}/result`` answers 202 on acceptance; a consumer then applies it with
+  execution-ID/attempt fencing, discarding stale and duplicate results (recorded in ``results``).
+
+``job_state``: ``leased`` while the current execution is Running or has a pulled, unacknowledged
+delivery; ``attempts`` counts executions handed to a worker (redeliveries of one execution are one
+attempt; ``deliveries`` counts every pull).
+
+Time is the emulator's own clock: :meth:`StageNextEmulator.advance` moves it forward so tests can
+lapse leases, sessions and visibility timeouts without sleeping.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fnmatch
+import json
+import secrets
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workerless_devkit.emulators.http import (
+    EmulatorServer,
+    HTTPProblem,
+    Request,
+    Response,
+    Router,
+    json_response,
+    problem,
+)
+from workerless_devkit.emulators.watch import StateWatch
+
+__all__ = ["RESULT_BODY_CAP", "RESULT_STRING_CAP", "StageNextEmulator", "create"]
+
+DEFAULT_API_KEY = "sn-local-api-key"
+DEFAULT_APPLICATION = "local-app"
+LEASE_SECONDS = 60
+DEFAULT_VISIBILITY_SECONDS = 60
+RESULT_STRING_CAP = 262_144
+RESULT_BODY_CAP = 327_680
+AFFINITY_COOKIE = "gw_replica"
+PULL_POLL_INTERVAL = 0.25
+MAX_WAIT_SECONDS = 20
+
+
+def _iso(epoch: float) -> str:
+    return dt.datetime.fromtimestamp(epoch, tz=dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+@dataclass
+class Application:
+    id: str
+    api_key: str
+    handler_patterns: tuple[str, ...]
+
+    def allows(self, queue: str) -> bool:
+        return any(fnmatch.fnmatchcase(queue, pattern) for pattern in self.handler_patterns)
+
+
+@dataclass
+class Worker:
+    worker_id: str
+    application: str
+    instance_id: str
+    token: str
+    issued_at: float
+    expires_at: float
+    bootstraps: int = 1
+    stopped: bool = False
+    heartbeats: int = 0
+    last_heartbeat: float | None = None
+    counters: dict[str, Any] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def public(self) -> dict[str, Any]:
+        """The worker without its token (admin API, tests)."""
+        return {
+            "workerId": self.worker_id,
+            "application": self.application,
+            "instanceId": self.instance_id,
+            "issuedAt": self.issued_at,
+            "expiresAt": self.expires_at,
+            "bootstraps": self.bootstraps,
+            "stopped": self.stopped,
+            "heartbeats": self.heartbeats,
+            "lastHeartbeat": self.last_heartbeat,
+            "counters": dict(self.counters),
+            "events": list(self.events),
+        }
+
+
+@dataclass
+class Execution:
+    execution_id: str
+    attempt: int
+    #: dispatched → running → succeeded | failed; running → expired (lease lapsed, recovered).
+    state: str = "dispatched"
+    owner: str | None = None
+    lease_expires_at: float | None = None
+    acquired_at: float | None = None
+    renewals: int = 0
+    #: handed to a worker at least once (pulled); what ``attempts`` counts.
+    delivered: bool = False
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "executionId": self.execution_id,
+            "attempt": self.attempt,
+            "state": self.state,
+            "owner": self.owner,
+            "leaseExpiresAt": self.lease_expires_at,
+            "acquiredAt": self.acquired_at,
+            "renewals": self.renewals,
+            "delivered": self.delivered,
+        }
+
+
+@dataclass
+class Message:
+    stage_id: str
+    execution_id: str
+    attempt: int
+    visible_at: float
+    delivery_count: int = 0
+
+
+@dataclass
+class Delivery:
+    token: str
+    replica: int
+    message: Message
+    pulled_at: float
+
+
+@dataclass
+class Stage:
+    id: str
+    application: str
+    queue: str
+    input: dict[str, Any]
+    retries: int
+    extra: dict[str, Any]
+    #: pending (has a live execution) | completed | failed
+    state: str = "pending"
+    executions: list[Execution] = field(default_factory=list)
+    output: Any = None
+    error_message: str | None = None
+    results: list[dict[str, Any]] = field(default_factory=list)
+    acks: list[dict[str, Any]] = field(default_factory=list)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    deliveries: int = 0
+
+    @property
+    def current(self) -> Execution | None:
+        return self.executions[-1] if self.executions else None
+
+    def execution(self, execution_id: str) -> Execution | None:
+        return next((e for e in self.executions if e.execution_id == execution_id), None)
+
+
+class StageNextEmulator:
+    """The emulator's state and its HTTP surface (``router``). Thread-safe.
+
+    Example:
+        >>> emu = create(handler_patterns=("billing-*",))
+        >>> server = emu.serve()                                   # doctest: +SKIP
+        >>> stage_id = emu.create_job("billing-charge", {"amount": 3})
+        >>> emu.job_state(stage_id)["state"]
+        'ready'
+    """
+
+    name = "stagenext"
+
+    def __init__(self, **options: Any) -> None:
+        self._lock = threading.RLock()
+        #: Every change of a stage's state, as it happens (workerless_devkit.emulators.watch).
+        self.watch = StateWatch()
+        self.router = Router(clock=self.now)
+        self._register_routes()
+        self.reset(**options)
+
+    def reset(
+        self,
+        *,
+        api_key: str = DEFAULT_API_KEY,
+        application: str = DEFAULT_APPLICATION,
+        handler_patterns: tuple[str, ...] | list[str] = ("*",),
+        instance_id: str | None = None,
+        session_ttl: float = 24 * 3600,
+        visibility_timeout: float = DEFAULT_VISIBILITY_SECONDS,
+        max_inflight: int = 128,
+        replicas: int = 2,
+        events_max_batch: int = 100,
+        lease_seconds: int = LEASE_SECONDS,
+    ) -> None:
+        """Forget every stage, worker and delivery and apply ``options`` (one server can serve many
+        tests). Faults and request stats live in the router: clear them over the admin API."""
+        if replicas < 1:
+            raise ValueError("replicas must be at least 1")
+        with self._lock:
+            self.api_key = api_key
+            self.application = application
+            self.instance_id = instance_id
+            self.session_ttl = float(session_ttl)
+            self.visibility_timeout = float(visibility_timeout)
+            self.max_inflight = int(max_inflight)
+            self.replicas = int(replicas)
+            self.events_max_batch = int(events_max_batch)
+            self.lease_seconds = int(lease_seconds)
+            self._offset = 0.0
+            self._apps: dict[str, Application] = {}
+            self._workers: dict[str, Worker] = {}
+            self._stages: dict[str, Stage] = {}
+            self._queues: dict[str, list[Message]] = {}
+            self._held: list[dict[str, Delivery]] = [{} for _ in range(self.replicas)]
+            #: every ack token ever issued → stage id, so an ack that answers 404 is still recorded.
+            self._issued: dict[str, str] = {}
+            self._round_robin = 0
+            self.add_application(application, api_key, tuple(handler_patterns))
+
+    # ----------------------------------------------------------------- clock and admin helpers
+
+    def now(self) -> float:
+        """The emulator's clock (epoch seconds): wall time plus every :meth:`advance`."""
+        return time.time() + self._offset
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock forward, then run the sweeps (visibility requeue, lease recovery)."""
+        with self._lock:
+            self._offset += float(seconds)
+            self._tick()
+
+    def add_application(self, app_id: str, api_key: str, handler_patterns: tuple[str, ...] = ("*",)) -> None:
+        with self._lock:
+            self._apps[app_id] = Application(app_id, api_key, tuple(handler_patterns))
+
+    def serve(self, port: int = 0) -> EmulatorServer:
+        """Serve on 127.0.0.1 in a background thread (``port=0``: any free port)."""
+        return EmulatorServer(self.router, port=port).start()
+
+    def engine_values(self, base_url: str) -> dict[str, str]:
+        """The connection values a worker needs to reach this emulator (with its lease length and
+        visibility timeout when they are not the seed's 60 s, so the adapter's timings match)."""
+        values = {"STAGENEXT_API_URL": base_url, "STAGENEXT_API_KEY": self.api_key}
+        if self.instance_id:
+            values["STAGENEXT_INSTANCE_ID"] = self.instance_id
+        if self.lease_seconds != LEASE_SECONDS:
+            values["STAGENEXT_LEASE_SECONDS"] = str(self.lease_seconds)
+        if self.visibility_timeout != DEFAULT_VISIBILITY_SECONDS:
+            values["STAGENEXT_VISIBILITY_SECONDS"] = f"{self.visibility_timeout:g}"
+        return values
+
+    def create_job(
+        self,
+        job_type: str,
+        variables: dict[str, Any] | None = None,
+        *,
+        retries: int = 3,
+        application: str | None = None,
+        **extra: Any,
+    ) -> str:
+        """Create a stage on handler queue ``job_type`` and dispatch its first execution."""
+        with self._lock:
+            app = application or self.application
+            if app not in self._apps:
+                raise KeyError(f"unknown application {app!r}")
+            stage = Stage(
+                id=f"stg_{uuid.uuid4().hex[:16]}",
+                application=app,
+                queue=job_type,
+                input=dict(variables or {}),
+                retries=int(retries),
+                extra=dict(extra),
+            )
+            self._stages[stage.id] = stage
+            self._event(stage, "created", queue=job_type)
+            self._dispatch(stage, delay=0.0)
+            return stage.id
+
+    def load_jobs(self, path: str | Path) -> list[str]:
+        """Create the stages listed in a JSON file: ``[{"type", "variables", "retries"}]`` (or
+        ``{"jobs": [...]}``). Returns their ids."""
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        items = data.get("jobs", []) if isinstance(data, dict) else data
+        ids = []
+        for item in items:
+            ids.append(
+                self.create_job(
+                    str(item["type"]), dict(item.get("variables") or {}), retries=int(item.get("retries", 3))
+                )
+            )
+        return ids
+
+    def job_state(self, job_id: str) -> dict[str, Any]:
+        """One stage as tests see it. ``state``: ready | leased (a Running execution) | completed | failed."""
+        with self._lock:
+            self._tick()
+            stage = self._stages.get(job_id)
+            if stage is None:
+                raise KeyError(job_id)
+            return self._state_of(stage)
+
+    def jobs(self) -> list[dict[str, Any]]:
+        with self._lock:
+            self._tick()
+            return [self._state_of(stage) for stage in self._stages.values()]
+
+    def workers(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [w.public() for w in self._workers.values()]
+
+    def inflight(self) -> list[int]:
+        """Pending (unacknowledged) deliveries per replica."""
+        with self._lock:
+            self._tick()
+            return [len(held) for held in self._held]
+
+    def _public_state(self, stage: Stage) -> str:
+        current = stage.current
+        if stage.state in ("completed", "failed"):
+            return stage.state
+        if current is not None and (current.state == "running" or self._outstanding(current)):
+            # Handed to a worker: a Running execution, or a pulled, unacknowledged delivery of it.
+            return "leased"
+        return "ready"
+
+    def _state_of(self, stage: Stage) -> dict[str, Any]:
+        return {
+            "id": stage.id,
+            "type": stage.queue,
+            "application": stage.application,
+            "state": self._public_state(stage),
+            "retries": stage.retries,
+            "input": dict(stage.input),
+            "output": stage.output,
+            "error_message": stage.error_message,
+            "attempts": sum(1 for e in stage.executions if e.delivered),
+            "deliveries": stage.deliveries,
+            "executions": [e.public() for e in stage.executions],
+            "results": [dict(r) for r in stage.results],
+            "acks": [dict(a) for a in stage.acks],
+            "history": [dict(h) for h in stage.history],
+        }
+
+    def _outstanding(self, execution: Execution) -> bool:
+        return any(d.message.execution_id == execution.execution_id for held in self._held for d in held.values())
+
+    # ------------------------------------------------------------------------ state machinery
+
+    def _event(self, stage: Stage, kind: str, **data: Any) -> None:
+        stage.history.append({"event": kind, "at": self.now(), **data})
+        # Every change of a stage (deliveries held included) is followed by its event: the watch
+        # hears of it here.
+        self.watch.note(stage.queue, stage.id, self._public_state(stage))
+
+    def _dispatch(self, stage: Stage, *, delay: float) -> None:
+        """Create a new execution of ``stage`` and publish its message (after ``delay``)."""
+        execution = Execution(execution_id=f"exe_{uuid.uuid4().hex[:16]}", attempt=len(stage.executions) + 1)
+        stage.executions.append(execution)
+        message = Message(stage.id, execution.execution_id, execution.attempt, visible_at=self.now() + delay)
+        self._queues.setdefault(stage.queue, []).append(message)
+        self._event(stage, "dispatched", executionId=execution.execution_id, attempt=execution.attempt)
+
+    def _tick(self) -> None:
+        """Run the sweeps due at the current clock. Called under the lock."""
+        now = self.now()
+        # Gateway visibility sweep: an unacknowledged delivery goes back to the broker. The token is
+        # forgotten, so a late ack of it answers 404. Lease renewals never extend this.
+        for held in self._held:
+            for token, delivery in list(held.items()):
+                if delivery.pulled_at + self.visibility_timeout <= now:
+                    del held[token]
+                    delivery.message.visible_at = now
+                    queue = self._queues.setdefault(self._stages[delivery.message.stage_id].queue, [])
+                    queue.append(delivery.message)
+                    self._event(
+                        self._stages[delivery.message.stage_id],
+                        "visibility_requeue",
+                        executionId=delivery.message.execution_id,
+                        replica=delivery.replica,
+                    )
+        # Server-side recovery: a Running execution whose lease lapsed is expired; a new execution
+        # is dispatched while retries remain (a lapse counts as a failed attempt).
+        for stage in self._stages.values():
+            current = stage.current
+            if (
+                stage.state == "pending"
+                and current is not None
+                and current.state == "running"
+                and current.lease_expires_at is not None
+                and current.lease_expires_at <= now
+            ):
+                current.state = "expired"
+                self._event(stage, "lease_expired", executionId=current.execution_id, attempt=current.attempt)
+                if stage.retries > 0:
+                    stage.retries -= 1
+                    self._dispatch(stage, delay=0.0)
+                else:
+                    stage.state = "failed"
+                    stage.error_message = "execution lease expired with no retries left"
+                    self._event(stage, "failed", reason="lease_expired")
+
+    def _apply_result(self, stage: Stage, entry: dict[str, Any]) -> None:
+        """The asynchronous result consumer (run right after acceptance): execution-ID/attempt fencing."""
+        execution = stage.execution(str(entry["executionId"]))
+        reason: str | None = None
+        if execution is None:
+            reason = "unknown_execution"
+        elif entry.get("attempt") is not None and entry["attempt"] != execution.attempt:
+            reason = "attempt_mismatch"
+        elif execution.state in ("succeeded", "failed"):
+            reason = "duplicate"
+        elif execution is not stage.current or execution.state == "expired" or stage.state != "pending":
+            reason = "stale_execution"
+        elif execution.state != "running":
+            reason = "not_running"
+        if reason is not None or execution is None:
+            entry.update(applied=False, discarded=True, reason=reason)
+            self._event(stage, "result_discarded", executionId=entry["executionId"], reason=reason)
+            return
+        entry.update(applied=True, discarded=False, reason=None)
+        if entry["status"] == "succeeded":
+            execution.state = "succeeded"
+            stage.state = "completed"
+            text = entry.get("result") or ""
+            try:
+                stage.output = json.loads(text) if text else None
+            except ValueError:
+                stage.output = text
+            self._event(stage, "completed", executionId=execution.execution_id)
+            return
+        execution.state = "failed"
+        stage.error_message = entry.get("errorMessage") or "failed"
+        if entry.get("retryable", True) and stage.retries > 0:
+            stage.retries -= 1
+            self._event(stage, "execution_failed", executionId=execution.execution_id, retries=stage.retries)
+            self._dispatch(stage, delay=float(entry.get("backoffSeconds") or 0))
+        else:
+            stage.state = "failed"
+            self._event(stage, "failed", executionId=execution.execution_id)
+
+    # ---------------------------------------------------------------------------- HTTP surface
+
+    def _register_routes(self) -> None:
+        r = self.router
+        r.route("POST", "/workers/bootstrap")(self._bootstrap)
+        r.route("POST", "/workers/heartbeat")(self._heartbeat)
+        r.route("POST", "/workers/events")(self._events)
+        r.route("POST", "/workers/shutdown")(self._shutdown)
+        r.route("POST", "/jobs/pull")(self._pull)
+        r.route("POST", "/jobs/ack")(self._ack)
+        r.route("POST", "/stages/{stageId}/lease/acquire")(self._acquire)
+        r.route("POST", "/stages/{stageId}/lease/renew")(self._renew)
+        r.route("POST", "/stages/{stageId}/result")(self._result)
+        r.route("POST", "/_admin/jobs")(self._admin_create)
+        r.route("GET", "/_admin/jobs")(self._admin_jobs)
+        r.route("GET", "/_admin/jobs/{stageId}")(self._admin_job)
+        r.route("POST", "/_admin/clock")(self._admin_clock)
+        r.route("GET", "/_admin/workers")(self._admin_workers)
+        r.route("POST", "/_admin/applications")(self._admin_application)
+
+    # -- auth
+
+    def _app_for_key(self, req: Request) -> Application:
+        key = req.header("X-API-Key")
+        if not key:
+            raise HTTPProblem(401, "Unauthorized", "X-API-Key header is required")
+        app = next((a for a in self._apps.values() if secrets.compare_digest(a.api_key, key)), None)
+        if app is None:
+            raise HTTPProblem(401, "Unauthorized", "API key is not valid")
+        return app
+
+    def _worker_for_session(self, req: Request, *, check_expiry: bool = True) -> Worker:
+        token = req.header("X-Worker-Session")
+        if not token:
+            raise HTTPProblem(401, "Unauthorized", "X-Worker-Session header is required")
+        worker = next((w for w in self._workers.values() if secrets.compare_digest(w.token, token)), None)
+        if worker is None:
+            raise HTTPProblem(401, "Unauthorized", "worker session is not valid (unknown or replaced)")
+        if check_expiry and worker.expires_at <= self.now():
+            raise HTTPProblem(401, "Unauthorized", "worker session expired")
+        return worker
+
+    def _check_worker_id(self, body: dict[str, Any], worker: Worker) -> None:
+        worker_id = body.get("workerId")
+        if worker_id is None:
+            raise HTTPProblem(400, "Bad Request", "workerId is required")
+        if worker_id != worker.worker_id:
+            raise HTTPProblem(403, "Forbidden", "workerId does not match the worker session")
+
+    def _stage_for(self, req: Request, application: str) -> Stage:
+        stage = self._stages.get(req.params["stageId"])
+        if stage is None or stage.application != application:
+            raise HTTPProblem(404, "Not Found", f"stage {req.params['stageId']} not found")
+        return stage
+
+    # -- workers
+
+    def _bootstrap(self, req: Request) -> Response:
+        body = req.json_object()
+        with self._lock:
+            app = self._app_for_key(req)
+            instance_id = body.get("instanceId")
+            if instance_id is not None and (not isinstance(instance_id, str) or not instance_id):
+                raise HTTPProblem(400, "Bad Request", "instanceId must be a non-empty string")
+            now = self.now()
+            token = "wss_" + secrets.token_urlsafe(24)
+            worker = next(
+                (w for w in self._workers.values() if w.application == app.id and w.instance_id == instance_id),
+                None,
+            )
+            if worker is not None:
+                # Rebootstrap: same worker record (leases it owns stay its own), new token.
+                worker.token = token
+                worker.issued_at = now
+                worker.expires_at = now + self.session_ttl
+                worker.bootstraps += 1
+                worker.stopped = False
+            else:
+                worker = Worker(
+                    worker_id=f"wrk_{uuid.uuid4().hex[:16]}",
+                    application=app.id,
+                    instance_id=instance_id or f"inst_{uuid.uuid4().hex[:8]}",
+                    token=token,
+                    issued_at=now,
+                    expires_at=now + self.session_ttl,
+                )
+                self._workers[worker.worker_id] = worker
+            return json_response(
+                {
+                    "workerId": worker.worker_id,
+                    "instanceId": worker.instance_id,
+                    "applicationId": app.id,
+                    "sessionToken": token,
+                    "expiresAt": _iso(worker.expires_at),
+                    "expiresInSeconds": int(self.session_ttl),
+                    "leaseSeconds": self.lease_seconds,
+                    "eventsMaxBatch": self.events_max_batch,
+                    "messageBroker": {"connectionString": "amqp://emulator.invalid:5672/"},
+                },
+                201,
+            )
+
+    def _heartbeat(self, req: Request) -> Response:
+        body = req.json_object()
+        with self._lock:
+            worker = self._worker_for_session(req)
+            self._check_worker_id(body, worker)
+            counters = body.get("counters") or {}
+            if not isinstance(counters, dict):
+                raise HTTPProblem(400, "Bad Request", "counters must be an object")
+            worker.heartbeats += 1
+            worker.last_heartbeat = self.now()
+            worker.counters = dict(counters)
+            return json_response({"workerId": worker.worker_id, "sessionExpiresAt": _iso(worker.expires_at)})
+
+    def _events(self, req: Request) -> Response:
+        body = req.json_object()
+        with self._lock:
+            worker = self._worker_for_session(req)
+            self._check_worker_id(body, worker)
+            events = body.get("events")
+            if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
+                raise HTTPProblem(400, "Bad Request", "events must be a list of objects")
+            if len(events) > self.events_max_batch:
+                raise HTTPProblem(
+                    400, "Bad Request", f"at most {self.events_max_batch} events per call (WORKER_EVENTS_MAX_BATCH)"
+                )
+            worker.events.extend(events)
+            return json_response({"accepted": len(events)}, 202)
+
+    def _shutdown(self, req: Request) -> Response:
+        body = req.json_object()
+        with self._lock:
+            # Matches workerId and the stored token; does not check expiry, does not revoke.
+            worker = self._worker_for_session(req, check_expiry=False)
+            self._check_worker_id(body, worker)
+            worker.stopped = True
+            worker.events.append({"type": "worker.shutdown", "reason": body.get("reason"), "at": _iso(self.now())})
+            return json_response({"workerId": worker.worker_id, "status": "stopped"})
+
+    # -- gateway
+
+    def _replica_for(self, req: Request) -> tuple[int, bool]:
+        """The replica a request lands on: the affinity cookie's, else round-robin. Returns
+        (replica, whether the cookie pinned it)."""
+        cookie = req.header("Cookie") or ""
+        for part in cookie.split(";"):
+            name, _, value = part.strip().partition("=")
+            if name == AFFINITY_COOKIE and value.startswith("r") and value[1:].isdigit():
+                index = int(value[1:])
+                if 0 <= index < self.replicas:
+                    return index, True
+        index = self._round_robin % self.replicas
+        self._round_robin += 1
+        return index, False
+
+    def _pull(self, req: Request) -> Response:
+        body = req.json_object()
+        queue = body.get("queue")
+        if not isinstance(queue, str) or not queue:
+            raise HTTPProblem(400, "Bad Request", "queue is required")
+        wait = body.get("waitSeconds", 0)
+        if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait <= MAX_WAIT_SECONDS:
+            raise HTTPProblem(400, "Bad Request", f"waitSeconds must be a number 0..{MAX_WAIT_SECONDS}")
+        with self._lock:
+            app = self._app_for_key(req)
+            if not app.allows(queue):
+                raise HTTPProblem(403, "Forbidden", f"queue {queue!r} is outside this application's handler pattern")
+            replica, _ = self._replica_for(req)
+        cookie = {"Set-Cookie": f"{AFFINITY_COOKIE}=r{replica}; Path=/; HttpOnly"}
+        deadline = time.monotonic() + float(wait)
+        for _ in range(int(MAX_WAIT_SECONDS / PULL_POLL_INTERVAL) + 2):
+            with self._lock:
+                self._tick()
+                if len(self._held[replica]) >= self.max_inflight:
+                    return problem(
+                        429,
+                        "Too Many Requests",
+                        f"GATEWAY_MAX_INFLIGHT ({self.max_inflight}) pending deliveries on this API process",
+                        headers={"Retry-After": "1", **cookie},
+                    )
+                delivered = self._deliver(app, queue, replica)
+                if delivered is not None:
+                    return json_response(delivered, 200, cookie)
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(min(PULL_POLL_INTERVAL, max(0.0, deadline - time.monotonic())))
+        return Response(204, b"", dict(cookie))
+
+    def _deliver(self, app: Application, queue: str, replica: int) -> dict[str, Any] | None:
+        now = self.now()
+        messages = self._queues.get(queue, [])
+        for message in messages:
+            stage = self._stages[message.stage_id]
+            if message.visible_at > now or stage.application != app.id:
+                continue
+            messages.remove(message)
+            message.delivery_count += 1
+            stage.deliveries += 1
+            execution = stage.execution(message.execution_id)
+            if execution is not None:
+                execution.delivered = True
+            token = "ack_" + secrets.token_urlsafe(24)
+            self._held[replica][token] = Delivery(token, replica, message, now)
+            self._issued[token] = stage.id
+            self._event(
+                stage, "delivered", executionId=message.execution_id, replica=replica, delivery=message.delivery_count
+            )
+            return {
+                "ackToken": token,
+                "stageId": stage.id,
+                "executionId": message.execution_id,
+                "attempt": message.attempt,
+                "queue": stage.queue,
+                "applicationId": app.id,
+                "input": dict(stage.input),
+                "retries": stage.retries,
+                "deliveryCount": message.delivery_count,
+                "deliveredAt": _iso(now),
+                **stage.extra,
+            }
+        return None
+
+    def _ack(self, req: Request) -> Response:
+        body = req.json_object()
+        token = body.get("token")
+        if not isinstance(token, str) or not token:
+            raise HTTPProblem(400, "Bad Request", "token is required")
+        requeue = body.get("requeue", False)
+        if not isinstance(requeue, bool):
+            raise HTTPProblem(400, "Bad Request", "requeue must be a boolean")
+        with self._lock:
+            self._tick()
+            replica, pinned = self._replica_for(req)
+            delivery = self._held[replica].pop(token, None)
+            stage_id = self._issued.get(token)
+            stage = self._stages.get(stage_id) if stage_id else None
+            if delivery is None:
+                if stage is not None:
+                    stage.acks.append(
+                        {"requeue": requeue, "status": 404, "replica": replica, "pinned": pinned, "at": self.now()}
+                    )
+                raise HTTPProblem(404, "Not Found", "this API process does not hold the acknowledgement token")
+            assert stage is not None
+            stage.acks.append(
+                {
+                    "requeue": requeue,
+                    "status": 200,
+                    "replica": replica,
+                    "pinned": pinned,
+                    "executionId": delivery.message.execution_id,
+                    "at": self.now(),
+                }
+            )
+            if requeue:
+                # Back to the broker as it was: no new execution, the lease (if any) untouched.
+                delivery.message.visible_at = self.now()
+                self._queues.setdefault(stage.queue, []).append(delivery.message)
+                self._event(stage, "requeued", executionId=delivery.message.execution_id)
+            else:
+                self._event(stage, "acked", executionId=delivery.message.execution_id)
+            return json_response({"acknowledged": True, "requeued": requeue})
+
+    # -- stages
+
+    @staticmethod
+    def _execution_id(body: dict[str, Any]) -> str:
+        execution_id = body.get("executionId")
+        if not isinstance(execution_id, str) or not execution_id:
+            raise HTTPProblem(400, "Bad Request", "executionId is required")
+        return execution_id
+
+    def _acquire(self, req: Request) -> Response:
+        body = req.json_object()
+        execution_id = self._execution_id(body)
+        with self._lock:
+            self._tick()
+            worker = self._worker_for_session(req)
+            stage = self._stage_for(req, worker.application)
+            execution = stage.execution(execution_id)
+            reason: str | None = None
+            if execution is None:
+                reason = "unknown_execution"
+            elif stage.state != "pending" or execution.state in ("succeeded", "failed"):
+                reason = "execution_finished"
+            elif execution is not stage.current or execution.state == "expired":
+                reason = "stale_execution"
+            elif execution.state == "running":
+                # Not reentrant: lease_held even for the worker that acquired it.
+                reason = "lease_held"
+            if reason is not None or execution is None:
+                self._event(stage, "acquire_refused", executionId=execution_id, reason=reason)
+                return json_response({"acquired": False, "reason": reason, "stageId": stage.id})
+            now = self.now()
+            execution.state = "running"
+            execution.owner = worker.worker_id
+            execution.acquired_at = now
+            execution.lease_expires_at = now + self.lease_seconds
+            self._event(stage, "lease_acquired", executionId=execution_id, workerId=worker.worker_id)
+            return json_response(
+                {
+                    "acquired": True,
+                    "stageId": stage.id,
+                    "executionId": execution.execution_id,
+                    "attempt": execution.attempt,
+                    "leaseSeconds": self.lease_seconds,
+                    "leaseExpiresAt": _iso(execution.lease_expires_at),
+                }
+            )
+
+    def _renew(self, req: Request) -> Response:
+        body = req.json_object()
+        execution_id = self._execution_id(body)
+        with self._lock:
+            self._tick()
+            worker = self._worker_for_session(req)
+            stage = self._stage_for(req, worker.application)
+            execution = stage.execution(execution_id)
+            reason: str | None = None
+            if execution is None:
+                reason = "unknown_execution"
+            elif execution.state == "expired":
+                reason = "lease_expired"
+            elif execution is not stage.current or stage.state != "pending":
+                reason = "not_current_execution"
+            elif execution.state != "running":
+                reason = "not_running"
+            elif execution.owner != worker.worker_id:
+                reason = "not_lease_owner"
+            if reason is not None or execution is None:
+                self._event(stage, "renew_refused", executionId=execution_id, reason=reason)
+                raise HTTPProblem(
+                    409,
+                    "Lease renewal refused",
+                    f"execution {execution_id}: {reason}",
+                    extra={"reason": reason, "stageId": stage.id},
+                    problem_type="https://stagenext.dev/problems/lease-refused",
+                )
+            execution.lease_expires_at = self.now() + self.lease_seconds
+            execution.renewals += 1
+            self._event(stage, "lease_renewed", executionId=execution_id)
+            return json_response(
+                {
+                    "renewed": True,
+                    "stageId": stage.id,
+                    "executionId": execution_id,
+                    "leaseSeconds": self.lease_seconds,
+                    "leaseExpiresAt": _iso(execution.lease_expires_at),
+                }
+            )
+
+    def _result(self, req: Request) -> Response:
+        if len(req.body) > RESULT_BODY_CAP:
+            raise HTTPProblem(413, "Content Too Large", f"request body over {RESULT_BODY_CAP} bytes")
+        body = req.json_object()
+        with self._lock:
+            self._tick()
+            app = self._app_for_key(req)
+            worker = self._worker_for_session(req)
+            if worker.application != app.id:
+                raise HTTPProblem(403, "Forbidden", "worker session belongs to another application")
+            execution_id = self._execution_id(body)
+            status = body.get("status")
+            if status not in ("succeeded", "failed"):
+                raise HTTPProblem(400, "Bad Request", "status must be 'succeeded' or 'failed'")
+            result = body.get("result", "")
+            if not isinstance(result, str):
+                raise HTTPProblem(400, "Bad Request", "result must be a string")
+            if len(result.encode()) > RESULT_STRING_CAP:
+                raise HTTPProblem(413, "Content Too Large", f"result string over {RESULT_STRING_CAP} bytes")
+            attempt = body.get("attempt")
+            if attempt is not None and (isinstance(attempt, bool) or not isinstance(attempt, int)):
+                raise HTTPProblem(400, "Bad Request", "attempt must be an integer")
+            stage = self._stage_for(req, app.id)
+            entry: dict[str, Any] = {
+                "executionId": execution_id,
+                "attempt": attempt,
+                "status": status,
+                "result": result,
+                "errorMessage": body.get("errorMessage"),
+                "errorCode": body.get("errorCode"),
+                "retryable": bool(body.get("retryable", True)),
+                "backoffSeconds": body.get("backoffSeconds") or 0,
+                "workerId": worker.worker_id,
+                "at": self.now(),
+                "accepted": True,
+                "applied": False,
+                "discarded": False,
+                "reason": None,
+            }
+            stage.results.append(entry)
+            self._event(stage, "result_accepted", executionId=execution_id)
+            self._apply_result(stage, entry)
+            return json_response({"accepted": True, "stageId": stage.id, "executionId": execution_id}, 202)
+
+    # -- admin
+
+    def _admin_create(self, req: Request) -> Response:
+        body = req.json_object()
+        job_type = body.get("type")
+        if not isinstance(job_type, str) or not job_type:
+            raise HTTPProblem(400, "Bad Request", "type is required")
+        try:
+            stage_id = self.create_job(
+                job_type,
+                dict(body.get("variables") or {}),
+                retries=int(body.get("retries", 3)),
+                application=body.get("application"),
+            )
+        except KeyError as exc:
+            raise HTTPProblem(400, "Bad Request", str(exc)) from None
+        return json_response({"id": stage_id}, 201)
+
+    def _admin_jobs(self, req: Request) -> Response:
+        return json_response({"jobs": self.jobs()})
+
+    def _admin_job(self, req: Request) -> Response:
+        try:
+            return json_response(self.job_state(req.params["stageId"]))
+        except KeyError:
+            raise HTTPProblem(404, "Not Found", f"stage {req.params['stageId']} not found") from None
+
+    def _admin_clock(self, req: Request) -> Response:
+        body = req.json_object()
+        seconds = body.get("advance", 0)
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+            raise HTTPProblem(400, "Bad Request", "advance must be a non-negative number of seconds")
+        self.advance(float(seconds))
+        return json_response({"now": self.now()})
+
+    def _admin_workers(self, req: Request) -> Response:
+        return json_response({"workers": self.workers()})
+
+    def _admin_application(self, req: Request) -> Response:
+        body = req.json_object()
+        app_id, key, patterns = body.get("id"), body.get("apiKey"), body.get("handlerPatterns", ["*"])
+        if not isinstance(app_id, str) or not isinstance(key, str) or not isinstance(patterns, list):
+            raise HTTPProblem(400, "Bad Request", "id, apiKey (strings) and handlerPatterns (list) are required")
+        self.add_application(app_id, key, tuple(str(p) for p in patterns))
+        return json_response({"id": app_id}, 201)
+
+
+def create(**options: Any) -> StageNextEmulator:
+    """Build a StageNext emulator (options: api_key, application, handler_patterns, instance_id,
+    session_ttl, visibility_timeout (GATEWAY_VISIBILITY_TIMEOUT, 60 s), max_inflight, replicas,
+    events_max_batch, lease_seconds (the execution lease, 60 s))."""
+    return StageNextEmulator(**options)

@@ -1,0 +1,228 @@
+"""Which (action, resource) authorisations AWS makes for one API call, from its parameters.
+
+AWS authorises an API call as one or more IAM actions on resource ARNs, not always the call's own
+name on one resource. What is modelled (the services the pipeline calls, precisely):
+
+- **SQS**: the queue of ``QueueUrl`` (or ``QueueName``); ``SendMessageBatch``,
+  ``DeleteMessageBatch`` and ``ChangeMessageVisibilityBatch`` are authorised as ``sqs:SendMessage``,
+  ``sqs:DeleteMessage`` and ``sqs:ChangeMessageVisibility`` (there are no ``...Batch`` actions);
+- **DynamoDB**: the table of ``TableName`` (a name or an ARN); ``Query``/``Scan`` with ``IndexName``
+  the index ARN; ``BatchGetItem``/``BatchWriteItem`` once per table of ``RequestItems``;
+  ``TransactGetItems`` as ``dynamodb:GetItem`` and ``TransactWriteItems`` as ``PutItem`` /
+  ``UpdateItem`` / ``DeleteItem`` / ``ConditionCheckItem``, per contained action and table;
+- **S3** (the claim check's objects): ``GetObject`` / ``PutObject`` / ``DeleteObject`` and their
+  kin on the object ``arn:aws:s3:::<Bucket>/<Key>``; bucket calls (``ListObjectsV2``,
+  ``CreateBucket`` ...) on ``arn:aws:s3:::<Bucket>``, ``ListObjects*`` as ``s3:ListBucket``;
+- **Secrets Manager**: the secret of ``SecretId``, by name or ARN, evaluated against the secret's
+  full ARN (with its 6-character suffix) where it exists;
+- **SSM Parameter Store**: ``GetParametersByPath`` on the ARN of the *path* asked for (Parameter
+  Store authorises it against the path, not the parameters it returns: "How Parameter Store
+  authorizes parameter retrieval"), ``GetParameter`` / ``PutParameter`` / ``DeleteParameter`` and
+  their kin on the parameter of ``Name``, ``GetParameters`` / ``DeleteParameters`` once per name;
+- **STS** ``GetCallerIdentity`` needs no permission.
+
+Any other call is checked by its action alone (``service:Operation`` against every statement's
+actions, resources not compared) and flagged as such: see docs/assumptions.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+from workerless_devkit.local.template import ACCOUNT_ID, REGION, parameter_arn
+
+#: Resource of a call whose resource local mode does not model: every statement's resources match.
+UNMODELLED = ""
+
+_SQS_BATCH = {
+    "SendMessageBatch": "SendMessage",
+    "DeleteMessageBatch": "DeleteMessage",
+    "ChangeMessageVisibilityBatch": "ChangeMessageVisibility",
+}
+_TRANSACT_WRITE = {
+    "Put": "PutItem",
+    "Update": "UpdateItem",
+    "Delete": "DeleteItem",
+    "ConditionCheck": "ConditionCheckItem",
+}
+_NO_PERMISSION = {("sts", "GetCallerIdentity")}
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    """One authorisation AWS makes for a call: ``action`` on ``resource``."""
+
+    action: str
+    resource: str
+    #: The resource as AWS names it in an AccessDenied message (Secrets Manager: the SecretId given).
+    shown: str = ""
+
+    @property
+    def modelled(self) -> bool:
+        return self.resource != UNMODELLED
+
+
+def needs(
+    prefix: str,
+    operation: str,
+    params: Mapping[str, Any],
+    *,
+    secret_arn: Callable[[str], str | None] | None = None,
+) -> list[Need]:
+    """The authorisations of ``operation`` of the service whose IAM prefix is ``prefix``.
+
+    ``secret_arn`` maps a SecretId (name or ARN) to the secret's full ARN, or None if unknown.
+    """
+    if (prefix, operation) in _NO_PERMISSION:
+        return []
+    if prefix == "sqs":
+        return [_sqs(operation, params)]
+    if prefix == "dynamodb":
+        return _dynamodb(operation, params)
+    if prefix == "secretsmanager":
+        return [_secret(operation, params, secret_arn)]
+    if prefix == "s3":
+        return [_s3(operation, params)]
+    if prefix == "ssm" and operation in _SSM_BY_NAME | _SSM_BY_NAMES | {"GetParametersByPath"}:
+        return _ssm(operation, params)
+    return [Need(f"{prefix}:{operation}", UNMODELLED, "*")]
+
+
+# -- SQS --------------------------------------------------------------------------------------------
+
+
+def sqs_queue_arn(queue_url: str) -> str:
+    """The ARN of the queue at ``queue_url`` (``https://sqs.<region>.amazonaws.com/<account>/<name>``)."""
+    parsed = urlparse(queue_url)
+    parts = [p for p in parsed.path.split("/") if p]
+    name = parts[-1] if parts else queue_url.rstrip("/").rsplit("/", 1)[-1]
+    account = parts[-2] if len(parts) >= 2 and parts[-2].isdigit() else ACCOUNT_ID
+    host = (parsed.hostname or "").split(".")
+    region = host[1] if len(host) > 2 and host[0] == "sqs" else REGION
+    return f"arn:aws:sqs:{region}:{account}:{name}"
+
+
+def _sqs(operation: str, params: Mapping[str, Any]) -> Need:
+    action = f"sqs:{_SQS_BATCH.get(operation, operation)}"
+    url = params.get("QueueUrl")
+    if isinstance(url, str) and url:
+        arn = sqs_queue_arn(url)
+    elif isinstance(params.get("QueueName"), str):
+        account = params.get("QueueOwnerAWSAccountId") or ACCOUNT_ID
+        arn = f"arn:aws:sqs:{REGION}:{account}:{params['QueueName']}"
+    else:
+        arn = "*"  # ListQueues and the like: no resource-level permission
+    return Need(action, arn, arn)
+
+
+# -- DynamoDB ---------------------------------------------------------------------------------------
+
+
+def dynamodb_table_arn(table: str) -> str:
+    return table if table.startswith("arn:") else f"arn:aws:dynamodb:{REGION}:{ACCOUNT_ID}:table/{table}"
+
+
+def _table_need(action: str, table: Any, index: Any = None) -> Need:
+    if not isinstance(table, str) or not table:
+        return Need(action, "*", "*")
+    arn = dynamodb_table_arn(table)
+    if isinstance(index, str) and index:
+        arn = f"{arn}/index/{index}"
+    return Need(action, arn, arn)
+
+
+def _dynamodb(operation: str, params: Mapping[str, Any]) -> list[Need]:
+    if operation in ("BatchGetItem", "BatchWriteItem"):
+        tables = params.get("RequestItems") or {}
+        return [_table_need(f"dynamodb:{operation}", table) for table in tables]
+    if operation == "TransactGetItems":
+        return [
+            _table_need("dynamodb:GetItem", (item.get("Get") or {}).get("TableName"))
+            for item in params.get("TransactItems") or []
+            if isinstance(item, Mapping)
+        ]
+    if operation == "TransactWriteItems":
+        out: list[Need] = []
+        for item in params.get("TransactItems") or []:
+            if not isinstance(item, Mapping):
+                continue
+            for kind, action in _TRANSACT_WRITE.items():
+                if kind in item:
+                    out.append(_table_need(f"dynamodb:{action}", (item[kind] or {}).get("TableName")))
+        return out
+    index = params.get("IndexName") if operation in ("Query", "Scan") else None
+    return [_table_need(f"dynamodb:{operation}", params.get("TableName"), index)]
+
+
+# -- S3 ---------------------------------------------------------------------------------------------
+
+#: Object operations whose IAM action differs from the operation's name.
+_S3_ACTIONS = {
+    "HeadObject": "GetObject",
+    "ListObjects": "ListBucket",
+    "ListObjectsV2": "ListBucket",
+    "HeadBucket": "ListBucket",
+    "DeleteObjects": "DeleteObject",
+    "CopyObject": "PutObject",
+    "CreateMultipartUpload": "PutObject",
+    "UploadPart": "PutObject",
+    "CompleteMultipartUpload": "PutObject",
+}
+
+
+def _s3(operation: str, params: Mapping[str, Any]) -> Need:
+    action = f"s3:{_S3_ACTIONS.get(operation, operation)}"
+    bucket = params.get("Bucket")
+    if not isinstance(bucket, str) or not bucket:
+        return Need(action, "*", "*")  # ListBuckets: no resource-level permission
+    key = params.get("Key")
+    arn = f"arn:aws:s3:::{bucket}/{key}" if isinstance(key, str) and key else f"arn:aws:s3:::{bucket}"
+    return Need(action, arn, arn)
+
+
+# -- SSM Parameter Store ---------------------------------------------------------------------------
+
+#: Parameter Store operations on the one parameter of ``Name`` / on each of ``Names``.
+_SSM_BY_NAME = frozenset(
+    {"GetParameter", "PutParameter", "DeleteParameter", "GetParameterHistory", "LabelParameterVersion"}
+)
+_SSM_BY_NAMES = frozenset({"GetParameters", "DeleteParameters"})
+
+
+def _ssm(operation: str, params: Mapping[str, Any]) -> list[Need]:
+    action = f"ssm:{operation}"
+    if operation == "GetParametersByPath":
+        path = params.get("Path")
+        names = [path] if isinstance(path, str) and path else []
+    elif operation in _SSM_BY_NAMES:
+        names = [n for n in params.get("Names") or [] if isinstance(n, str) and n]
+    else:
+        name = params.get("Name")
+        names = [name] if isinstance(name, str) and name else []
+    if not names:
+        return [Need(action, "*", "*")]
+    # A trailing slash of a path is not part of what IAM compares (the ARN names the path).
+    return [Need(action, parameter_arn(n.rstrip("/") or n), parameter_arn(n.rstrip("/") or n)) for n in names]
+
+
+# -- Secrets Manager --------------------------------------------------------------------------------
+
+
+def _secret(operation: str, params: Mapping[str, Any], secret_arn: Callable[[str], str | None] | None) -> Need:
+    action = f"secretsmanager:{operation}"
+    secret_id = params.get("SecretId")
+    if not isinstance(secret_id, str) or not secret_id:
+        return Need(action, "*", "*")
+    full = secret_arn(secret_id) if secret_arn is not None else None
+    if full is None:
+        # Not a secret local mode knows: an ARN is evaluated as given; a bare name as the ARN a secret
+        # of that name would have, its random suffix unknown (only patterns ending in * match it).
+        full = (
+            secret_id
+            if secret_id.startswith("arn:")
+            else f"arn:aws:secretsmanager:{REGION}:{ACCOUNT_ID}:secret:{secret_id}"
+        )
+    return Need(action, full, secret_id)
