@@ -33,22 +33,18 @@ from typing import Any
 
 from workerless import observability
 from workerless.errors import (
+    ClaimStillLiveError,
     EngineError,
     FinalEngineError,
     LeaseLostError,
     MessageFormatError,
     PayloadTooLargeError,
-    PipelineError,
     StoreError,
 )
 from workerless.model import ActivatedJob, Outcome
 from workerless.observability import logger
 from workerless.record import DONE, JobRecord, Status
 from workerless.retry import CALLS
-
-
-class ClaimStillLiveError(PipelineError):
-    """The dead-lettered job's handler still holds a live claim: try again later."""
 
 
 def process_dead_letter(

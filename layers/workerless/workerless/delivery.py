@@ -49,7 +49,7 @@ from workerless.model import ActivatedJob, Outcome
 from workerless.observability import logger
 from workerless.record import Decision, JobRecord, Status, decide
 from workerless.report import report_stored
-from workerless.retry import CALLS
+from workerless.retry import CALLS, STORE_WRITES, retryable_store_error
 from workerless.settle import acknowledge, acquire_or_leave, hand_back, leave_to_the_engine
 from workerless.verdict import Ack, Claimed, ClaimHeldError, Redeliver, Refused, ReportOwedError, Verdict
 
@@ -63,10 +63,6 @@ REPORT_MARGIN_SECONDS = 5.0
 #: time enough to return; a longer margin refuses the one write that matters most, the store of a
 #: run that finished late (a DynamoDB write takes milliseconds), and its job is then run again.
 AWS_MARGIN_SECONDS = 0.25
-#: The pause between tries at a job-record write (times the attempt number, at most the maximum):
-#: a failed store is tried again until the AWS deadline, not a fixed number of times.
-STORE_RETRY_SECONDS = 0.2
-STORE_RETRY_MAX_SECONDS = 2.0
 #: Added to the claim beyond the Lambda's remaining time: a claim must not expire while the
 #: invocation that holds it can still be running.
 CLAIM_MARGIN_SECONDS = 30.0
@@ -81,26 +77,15 @@ def remaining_seconds(context: Any, default: float = 900.0) -> float:
 
 
 def retrying_store(call: Callable[[], T], what: str, *, deadline: float) -> T:
-    """``call`` a job-record write, tried again on a retryable StoreError (on top of botocore's own
-    retries) until ``deadline`` (a ``time.monotonic()`` value: the invocation's AWS deadline),
-    pausing ``STORE_RETRY_SECONDS`` times the attempt (at most ``STORE_RETRY_MAX_SECONDS``) between
-    tries. An outcome too large to store, a refusal that will not change (access denied, a malformed
+    """``call`` a job-record write under :data:`workerless.retry.STORE_WRITES` (on top of botocore's
+    own retries) until ``deadline`` (a ``time.monotonic()`` value: the invocation's AWS deadline).
+    An outcome too large to store, a refusal that will not change (access denied, a malformed
     request) and the last StoreError when time runs out propagate."""
-    from workerless.aws.dynamo import OutcomeTooLargeError
 
-    attempt = 0
-    while True:
-        attempt += 1
-        try:
-            return call()
-        except OutcomeTooLargeError:
-            raise
-        except StoreError as exc:
-            pause = min(STORE_RETRY_MAX_SECONDS, STORE_RETRY_SECONDS * attempt)
-            if not exc.retryable or time.monotonic() + pause >= deadline:
-                raise
-            logger.warning(f"{what} failed; trying again", extra={"error": str(exc), "attempt": attempt})
-            time.sleep(pause)
+    def note(attempt: int, error: Exception) -> None:
+        logger.warning(f"{what} failed; trying again", extra={"error": str(error), "attempt": attempt})
+
+    return STORE_WRITES.call(call, deadline=deadline, retryable=retryable_store_error, on_retry=note)
 
 
 def _other_message(found: JobRecord | None, message_id: str) -> bool:
@@ -464,7 +449,7 @@ class Delivery:
         return marked
 
     def _store_once(self, outcome: Outcome) -> Outcome | None:
-        from workerless.aws.dynamo import OutcomeTooLargeError
+        from workerless.errors import OutcomeTooLargeError
 
         job, store, owner = self.job, self.store, self.owner
         job_type = job.ref.job_type

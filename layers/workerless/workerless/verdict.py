@@ -7,17 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workerless.errors import PipelineError
+from workerless.errors import ClaimHeldError, ReportOwedError
 from workerless.record import Decision, JobRecord
 
-
-class ReportOwedError(PipelineError):
-    """The result is stored but the engine has not accepted it yet: the message stays in flight (a
-    batch item failure) while the heartbeat re-reports it; SQS's redelivery is the fallback."""
-
-
-class ClaimHeldError(PipelineError):
-    """Another delivery of the same job holds a live claim: leave this one for redelivery."""
+__all__ = ["Ack", "ClaimHeldError", "Claimed", "Redeliver", "Refused", "ReportOwedError", "Verdict"]
 
 
 @dataclass(frozen=True, slots=True)
