@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from moto.core.exceptions import JsonRESTError
 from workerless import entrypoints, job_handler, runtime, testing
+from workerless.delivery import AWS_MARGIN_SECONDS
 from workerless.errors import StoreError
-from workerless.handler import AWS_MARGIN_SECONDS
 from workerless.record import Status
 from workerless.testing import FakeEngine
 

@@ -20,8 +20,9 @@ import httpx
 import pytest
 from moto import mock_aws
 from workerless.aws.dynamo import JobStore
+from workerless.lease import ACTIVATION_LEASE, BEGIN_LEASE
 from workerless.model import JobRef, Outcome
-from workerless.record import Decision, Status, decide, lease_of
+from workerless.record import Decision, Status, decide
 from workerless_devkit.devtools.scaffold import template_job_types
 from workerless_devkit.emulators.nodeflow import NodeFlowEmulator
 from workerless_devkit.local import LocalTopology
@@ -350,10 +351,10 @@ def test_job_record_tells_a_later_lease_of_the_same_task_from_the_lost_one(monke
         handle = {"queueName": "generate-report", "leaseToken": token, "workflowId": "wf"}
         return JobRef("nodeflow", "task-1", "generate-report", handle=handle)
 
-    first, second = lease_of(ref("lt_first"), "activation"), lease_of(ref("lt_second"), "activation")
+    first, second = ACTIVATION_LEASE.fingerprint(ref("lt_first")), ACTIVATION_LEASE.fingerprint(ref("lt_second"))
     assert first and second and first != second
     assert "lt_first" not in first
-    assert lease_of(ref("lt_first"), "begin") == "", "engines leased at begin keep the old rules"
+    assert BEGIN_LEASE.fingerprint(ref("lt_first")) == "", "engines leased at begin keep the old rules"
     key = ref("lt_first").key
     assert key == "nodeflow#task-1" and ref("lt_second").key == key, "job.key stays the task id"
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from workerless import entrypoints, runtime, testing
+from workerless.lease import BEGIN_LEASE
 from workerless.model import ActivatedJob
 from workerless.record import Status
 from workerless.testing import FakeEngine
@@ -269,7 +270,7 @@ class _BeginLeased(FakeEngine):
     """A begin-leased engine (StageNext's shape) whose lease acquire takes long enough that the
     delivery's claim expires and another delivery claims the record meanwhile."""
 
-    lease_from = "begin"
+    lease = BEGIN_LEASE
 
     def __init__(self) -> None:
         super().__init__()

@@ -22,6 +22,7 @@ from workerless.errors import (
     RejectedError,
     ResponseShapeError,
 )
+from workerless.lease import ACTIVATION_LEASE
 from workerless.model import Demand, Outcome
 from workerless.settings import parse_env_text
 from workerless_devkit.emulators.http import EmulatorServer
@@ -672,7 +673,7 @@ def test_close_and_no_op_hooks(rig: Rig) -> None:
     engine.after_cycle({"polls": 1})
     engine.close()
     assert len(rig.sent) == before
-    assert engine.lease_from == "activation"
+    assert engine.lease is ACTIVATION_LEASE
     assert engine.name == "sheptra"
 
 

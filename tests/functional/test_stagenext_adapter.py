@@ -19,6 +19,7 @@ from workerless.errors import (
     PayloadTooLargeError,
     RateLimitedError,
 )
+from workerless.lease import BEGIN_LEASE
 from workerless.model import ActivatedJob, Demand, Outcome
 from workerless_devkit.emulators.http import EmulatorServer
 from workerless_devkit.emulators.stagenext import StageNextEmulator
@@ -83,7 +84,7 @@ def test_build_engine_returns_a_stagenext_engine(
         engine = build_engine("stagenext", emu.engine_values(served[1].url), client)
         assert isinstance(engine, Engine)
         assert engine.name == "stagenext"
-        assert engine.lease_from == "begin"
+        assert engine.lease == BEGIN_LEASE.granting(engine.lease_seconds)
 
 
 def test_activate_pulls_up_to_capacity_and_stops_at_204(emu: StageNextEmulator, make_engine: MakeEngine) -> None:

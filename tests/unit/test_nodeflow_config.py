@@ -10,6 +10,7 @@ from workerless.engines import build_engine
 from workerless.engines.base import Engine
 from workerless.engines.nodeflow import NodeFlowEngine, from_values, parse_timestamp, workflow_key
 from workerless.errors import ConfigurationError
+from workerless.lease import ACTIVATION_LEASE
 from workerless.model import ActivatedJob, Demand, JobRef
 
 KEY = "nf_abcdefghijklmnop"
@@ -34,7 +35,7 @@ def test_api_key_config(client: httpx.Client) -> None:
     assert engine.namespace == "default"
     assert engine.domain is None
     assert engine.name == "nodeflow"
-    assert engine.lease_from == "activation"
+    assert engine.lease is ACTIVATION_LEASE
     assert isinstance(engine, Engine)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from workerless import observability
 from workerless.errors import LeaseLostError, RateLimitedError
+from workerless.lease import ACTIVATION_LEASE
 from workerless.testing import make_activated_job
 from workerless_devkit.local import loop
 
@@ -144,7 +145,7 @@ def test_poll_report_of_a_busy_invocation_and_of_an_idle_one(emitted: list[dict[
 
 def test_engine_errors_are_counted_by_status_and_re_raised(emitted: list[dict[str, Any]]) -> None:
     class Adapter:
-        lease_from = "activation"
+        lease = ACTIVATION_LEASE
 
         def extend(self, ref: Any, seconds: int) -> float:
             raise LeaseLostError("lost", engine="fake", status=409)
@@ -157,7 +158,7 @@ def test_engine_errors_are_counted_by_status_and_re_raised(emitted: list[dict[st
 
     engine = observability.observe_engine(Adapter())
     assert observability.observe_engine(engine) is engine
-    assert engine.lease_from == "activation"
+    assert engine.lease is ACTIVATION_LEASE  # not a call: passed through as it is
     with observability.invocation_metrics():
         with pytest.raises(LeaseLostError):
             engine.extend(None, 5)

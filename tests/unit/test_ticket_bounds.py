@@ -19,6 +19,7 @@ import pytest
 from workerless.aws.sqs import QueueError
 from workerless.engines.base import MemoryState
 from workerless.intent import IntentLog, encode_batch
+from workerless.lease import ACTIVATION_LEASE
 from workerless.model import ActivatedJob, Demand, JobRef
 from workerless.poller import Poller, PollReport
 from workerless.poller_lock import LOCK_KEY, PollerLock
@@ -46,7 +47,7 @@ class BigEngine:
     """Hands out ``count`` node-flow-shaped jobs on the first activation, none after."""
 
     name = "nodeflow"
-    lease_from = "activation"
+    lease = ACTIVATION_LEASE
 
     def __init__(self, count: int) -> None:
         self.count = count

@@ -29,6 +29,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from workerless.lease import BeforeRun
+
 from workerless_devkit.chaos.ledger import Ledger
 from workerless_devkit.chaos.plan import Fault, FaultPlan, Recorder, SimulatedCrash
 
@@ -381,8 +383,9 @@ class ChaosEngine:
         return self.inner.release(job, reason)
 
     def skip(self, ref: Any) -> Any:
-        # StageNext's ack of a delivery refused at acquire (a lost one is a redelivery); elsewhere
-        # skip makes no request, so it is no opportunity for an engine fault.
-        if self.inner.lease_from == "begin":
+        # An engine whose deliveries acquire their lease (StageNext) acknowledges one refused at
+        # acquire (a lost one is a redelivery); elsewhere skip makes no request, so it is no
+        # opportunity for an engine fault.
+        if self.inner.lease.before_run is BeforeRun.ACQUIRE:
             self._maybe_fault("skip", [ref.job_id])
         return self.inner.skip(ref)

@@ -215,7 +215,7 @@ def chaos_timings(config: RunConfig) -> dict[str, str]:
 @contextmanager
 def _scaled_time(config: RunConfig) -> Iterator[None]:
     """Test-sized timings for the library (restored afterwards)."""
-    from workerless import handler
+    from workerless import delivery
 
     env = {
         "WORKERLESS_HTTP_TIMEOUT_SECONDS": "1",
@@ -225,13 +225,13 @@ def _scaled_time(config: RunConfig) -> Iterator[None]:
         "WORKERLESS_POLLER_LOCK_SECONDS": "3",
     }
     saved_env = {k: os.environ.get(k) for k in env}
-    saved = (handler.CLAIM_MARGIN_SECONDS, handler.REPORT_MARGIN_SECONDS)
+    saved = (delivery.CLAIM_MARGIN_SECONDS, delivery.REPORT_MARGIN_SECONDS)
     os.environ.update(env)
-    handler.CLAIM_MARGIN_SECONDS, handler.REPORT_MARGIN_SECONDS = 1.0, 1.0
+    delivery.CLAIM_MARGIN_SECONDS, delivery.REPORT_MARGIN_SECONDS = 1.0, 1.0
     try:
         yield
     finally:
-        handler.CLAIM_MARGIN_SECONDS, handler.REPORT_MARGIN_SECONDS = saved
+        delivery.CLAIM_MARGIN_SECONDS, delivery.REPORT_MARGIN_SECONDS = saved
         for key, value in saved_env.items():
             if value is None:
                 os.environ.pop(key, None)

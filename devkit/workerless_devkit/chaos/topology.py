@@ -26,8 +26,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from workerless.record import lease_of
-
 from workerless_devkit.chaos.inject import ChaosEngine, ChaosState
 from workerless_devkit.chaos.plan import Fault, SimulatedCrash
 from workerless_devkit.local.runtime import LocalTopology
@@ -170,7 +168,7 @@ class ChaosTopology(LocalTopology):
             run_info = f"lease={hashlib.sha256(handle.encode()).hexdigest()[:8]} left_ms={left} at={time.time():.2f}"
             from workerless import runtime
 
-            lease = lease_of(job.activated.ref, runtime.get_engine().lease_from)
+            lease = runtime.get_engine().lease.fingerprint(job.activated.ref)
             state.ledger.completed(job.key, job.id, run_info, lease=lease)
             if isinstance(result, dict):
                 # Which attempt produced the result the engine keeps: the stale-write check.

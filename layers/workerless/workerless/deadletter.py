@@ -17,11 +17,12 @@ Every dead letter is settled once, one way or the other::
 A refusal for good is final because the same request would meet the same refusal: retried, it would
 cost an engine call every 360 s for 14 days (about 3,300) and settle nothing.
 
-StageNext reports only under the execution's lease: a result for an execution that is not Running
-is discarded, and its delivery would never come back. A job whose handler acquired the lease (the
-record says so) is reported under it; otherwise the lease is acquired here first, and a refusal
-means the engine has moved on (the execution finished, is stale, or another delivery holds it):
-nothing of ours is left to report.
+A begin-leased engine applies a report only under the execution's lease: a result for an
+execution that is not running is discarded, and its delivery would never come back. A job whose
+lease is held (:meth:`~workerless.lease.LeaseModel.held`: the handler acquired it, the record says so)
+is reported under it; otherwise the lease is acquired here first, and a refusal means the engine has
+moved on (the execution finished, is stale, or another delivery holds it): nothing of ours is left
+to report.
 """
 
 from __future__ import annotations
@@ -108,11 +109,10 @@ def process_dead_letter(
 def _settle(
     job: ActivatedJob, record: JobRecord | None, outcome: Outcome, note: str, *, engine: Any, deadline: float
 ) -> str:
-    """Report ``outcome`` (under the lease where the engine's lease starts at begin); the note to
+    """Report ``outcome`` (under the lease, acquired first where it is not held yet); the note to
     keep in the record. Retryable errors propagate (the DLQ tries again later)."""
     ref = job.ref
-    needs_lease = engine.lease_from == "begin" and not _lease_acquired(record)
-    if needs_lease and not CALLS.call(lambda: engine.begin(job), deadline=deadline):
+    if not engine.lease.held(record) and not CALLS.call(lambda: engine.begin(job), deadline=deadline):
         # Refused: the execution finished, is stale, or another delivery holds it. The seed lets a
         # refused delivery be acknowledged without a result (its token has most likely expired: a
         # 404, which is fine).
@@ -133,14 +133,6 @@ def _settle(
         CALLS.call(lambda: engine.report(ref, replacement), deadline=deadline)
         return f"{note}: result over the engine's cap of {exc.cap} bytes, job failed instead"
     return note
-
-
-def _lease_acquired(record: JobRecord | None) -> bool:
-    """Whether a handler acquired the engine's lease (StageNext): a result is stored (it ran under
-    the lease), or the claim was stamped with the acquire."""
-    if record is None:
-        return False
-    return record.status is Status.STORED or (record.status is Status.CLAIMED and record.begun_at is not None)
 
 
 def _rejected(job: ActivatedJob, exc: Exception, *, store: Any) -> None:

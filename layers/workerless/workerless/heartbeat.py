@@ -7,8 +7,8 @@ remaining lease::
     read the batch's job records (one BatchGetItem)
       reported / lost / skipped ─────────────► drop: nothing left to keep alive
       held past WORKERLESS_MAX_HOLD_SECONDS ──► drop: let the lease lapse, the engine re-hands it
-      StageNext, lease not acquired yet ─────► keep watching, nothing to renew yet
-                                                (a stored, unreported result still renews: see below)
+      lease not held yet (a begin lease, ────► keep watching, nothing to renew yet
+      acquire not landed yet)                   (a stored, unreported result still renews: see below)
       report owed (the handler gave up on it) ► re-report the stored outcome; landed → mark REPORTED,
                                                 delete the job message the handler left in flight
       otherwise ─► extend the lease (re-anchored to now + lease by the engine)
@@ -62,7 +62,7 @@ from workerless.errors import (
     StoreError,
 )
 from workerless.observability import logger
-from workerless.record import JobRecord, Status, lease_of
+from workerless.record import JobRecord, Status
 from workerless.report import report_stored
 from workerless.retry import CALLS
 from workerless.settings import Settings
@@ -94,9 +94,9 @@ def calls_deadline(deadline: float, *, http_timeout: float, now: float) -> float
 
 
 def lease_length(settings: Settings, engine: Any) -> float:
-    """The lease a heartbeat extension grants: what we ask for, or the engine's own where it sets
-    the length (StageNext)."""
-    return float(min(settings.lease_seconds, getattr(engine, "lease_seconds", settings.lease_seconds)))
+    """The lease a heartbeat extension grants: what we ask for, or the engine's own where its lease
+    model says it sets the length."""
+    return float(engine.lease.length(float(settings.lease_seconds)))
 
 
 @dataclass
@@ -174,13 +174,14 @@ def _visit(
     visit = _Round()
     now = time.time()
     lease_seconds = lease_length(settings, engine)
+    model = engine.lease
     # An early round (a backoff): extend only what a normal round would, leases a third gone.
     early = ticket.retry > 0
     for entry in ticket.entries:
         ref = entry.ref
         record = records.get(ref.key)
-        lease = lease_of(ref, engine.lease_from)
-        # A record another lease left done (node-flow: the lost lease before this one, same task
+        lease = model.fingerprint(ref)
+        # A record another lease left done (the lost lease before this one, of the same job
         # id) says nothing about this lease: keep it alive until its delivery claims the record.
         if record is not None and not record.in_pipeline and not record.other_lease(lease):
             continue
@@ -190,14 +191,14 @@ def _visit(
                 extra={"job_id": ref.job_id, "job_type": ref.job_type, "max_hold_seconds": settings.max_hold_seconds},
             )
             continue
-        # StageNext renews once the handler's lease acquire has landed (the claim's begun_at), and
-        # also while the result is STORED but not yet accepted: its re-report is applied only to a
-        # still-Running execution; a lapsed one is discarded as stale and the stage runs again. A
-        # claim not yet begun (acquire in flight, or failed and awaiting redelivery) has no lease:
-        # renewing it is refused, and marking that LOST would make the redelivery acknowledge an
-        # execution nobody ran. Look again a third of a lease from now: an acquire landing after
-        # this read has the whole lease ahead of it.
-        if engine.lease_from == "begin" and not _begun(record):
+        # A begin lease is renewed once the handler's lease acquire has landed (the claim's
+        # begun_at), and also while the result is STORED but not yet accepted: its re-report is
+        # applied only to a still-running execution; a lapsed one is discarded as stale and the
+        # stage runs again. A claim not yet begun (acquire in flight, or failed and awaiting
+        # redelivery) has no lease: renewing it is refused, and marking that LOST would make the
+        # redelivery acknowledge an execution nobody ran. Look again a third of a lease from now: an
+        # acquire landing after this read has the whole lease ahead of it.
+        if not model.held(record):
             visit.keep.append(TicketEntry(ref, max(entry.lease_expires_at, now + lease_seconds)))
             continue
         if visit.engine_down:
@@ -322,7 +323,7 @@ def _extend(
                 Status.LOST,
                 reason="engine refused the lease extension",
                 job_type=ref.job_type,
-                lease=lease_of(ref, engine.lease_from),
+                lease=engine.lease.fingerprint(ref),
             )
         except StoreError as exc:
             # Try again soon: the handler must learn that its lease is gone.
@@ -390,11 +391,3 @@ def _send_part(queues: Any, queue_url: str, part: Ticket, delay: int) -> None:
     except PipelineError as exc:
         logger.warning("heartbeat ticket send failed; trying once more", extra={"error": str(exc)})
         queues.send(queue_url, part.to_json(), delay_seconds=delay)
-
-
-def _begun(record: JobRecord | None) -> bool:
-    """Whether a begin-leased job's lease is live to renew: acquired by the claim holder, or its
-    result stored and not yet accepted."""
-    if record is None:
-        return False
-    return record.status is Status.STORED or (record.status is Status.CLAIMED and record.begun_at is not None)

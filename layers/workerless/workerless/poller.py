@@ -40,7 +40,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, assert_never
 
 from workerless import observability
 from workerless.aws.payloads import PayloadError
@@ -52,6 +52,7 @@ from workerless.errors import (
     FinalEngineError,
     RetryableEngineError,
 )
+from workerless.lease import HandBack
 from workerless.model import ActivatedJob, Demand, Outcome
 from workerless.observability import logger
 from workerless.poller_lock import Dispatches
@@ -430,14 +431,14 @@ class Poller:
 
     def _fail_for_good(self, job: ActivatedJob, reason: str, report: PollReport, *, deadline: float) -> None:
         """Fail a job that can never be queued, with the reason (no retries: it would only come back
-        as large). Where the engine's lease starts at begin (StageNext), the failure is reported under
-        the lease, acquired here: a result for an execution that is not Running is discarded, and the
-        acknowledgement that follows it would drop the stage for good. A delivery whose acquire is
-        refused is acknowledged without a result (the seed allows that); one that cannot be settled
-        (acquire or report kept failing) is handed back to the broker, never acknowledged."""
+        as large). A lease not held until acquired (a begin lease) is acquired here first: a result
+        for an execution that is not running is discarded, and the acknowledgement after it would
+        drop the job for good. Refused: acknowledged without a result (the seeds allow that); not
+        settled (acquire or report kept failing): handed back as the lease model says."""
         report.released += 1
         logger.error("failing a job that cannot be queued", extra={"job_id": job.ref.job_id, "reason": reason})
-        if self.engine.lease_from == "begin":
+        model = self.engine.lease
+        if not model.held(None):
             try:
                 begun = CALLS.call(lambda: self.engine.begin(job), deadline=deadline)
             except EngineError as exc:
@@ -456,21 +457,24 @@ class Poller:
                 deadline=deadline,
             )
         except (FinalEngineError, RetryableEngineError) as exc:
-            if self.engine.lease_from == "begin":
-                self._requeue(job, f"could not report its failure: {exc}", deadline=deadline)
-                return
-            logger.error("could not fail the job; it returns when its lease lapses", extra={"error": str(exc)})
+            match model.hand_back:
+                case HandBack.RELEASE:
+                    self._requeue(job, f"could not report its failure: {exc}", deadline=deadline)
+                case HandBack.ACKNOWLEDGE:
+                    logger.error("could not fail the job; it returns when its lease lapses", extra={"error": str(exc)})
+                case never:
+                    assert_never(never)
             return
         observability.record(job.ref.job_type, "failed", job_id=job.ref.job_id, reason=reason)
 
     def _requeue(self, job: ActivatedJob, reason: str, *, deadline: float) -> None:
-        """Hand a begin-leased delivery back to the broker (StageNext ack requeue:true)."""
+        """Hand a delivery back to the engine at once (a begin-leased engine requeues it)."""
         logger.error("handing the delivery back", extra={"job_id": job.ref.job_id, "reason": reason})
         self._release(job, reason, deadline=deadline)
 
     def _release(self, job: ActivatedJob, reason: str, *, deadline: float) -> None:
         """``Engine.release`` under the retry policy; giving up is logged: the job then returns when
-        its lease lapses (StageNext: when the gateway's visibility timeout requeues the delivery)."""
+        its lease lapses (a begin lease: when the engine's visibility timeout requeues the delivery)."""
         try:
             CALLS.call(lambda: self.engine.release(job, reason), deadline=deadline)
         except EngineError as exc:

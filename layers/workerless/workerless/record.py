@@ -28,20 +28,19 @@ few seconds, marks it REPORTED and deletes the message, so the job need not wait
 visibility timeout. Every item has a
 TTL (``expires_at``) well past the longest a job can be in flight.
 
-Where the engine's lease starts at activation, the record also keeps which lease wrote it
-(:func:`lease_of`): a later lease of the same job id (node-flow, after a lapse) claims a LOST
-record again and re-reports a result whose report the lost lease had refused.
+Where the engine's lease starts at activation, the record also keeps which lease wrote it (its
+fingerprint: :meth:`workerless.lease.LeaseModel.fingerprint`): a later lease of the same job id
+(node-flow, after a lapse) claims a LOST record again and re-reports a result whose report the lost
+lease had refused.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from workerless.claimcheck import PayloadRef
-from workerless.model import JobRef, Outcome
+from workerless.model import Outcome
 
 
 class Status(StrEnum):
@@ -65,8 +64,8 @@ class JobRecord:
     outcome: Outcome | None = None
     lost_reason: str | None = None
     deliveries: int = 0
-    #: The :func:`lease_of` fingerprint of the lease the record was last written under ("" or None:
-    #: not known, as for engines whose lease starts at begin).
+    #: The fingerprint (:meth:`workerless.lease.LeaseModel.fingerprint`) of the lease the record was
+    #: last written under ("" or None: not known, as for engines whose lease starts at begin).
     lease: str | None = None
     #: When the claim holder's engine lease began (StageNext lease acquire), None before that.
     begun_at: float | None = None
@@ -107,24 +106,6 @@ class JobRecord:
         return bool(lease) and bool(self.lease) and self.lease != lease
 
 
-def lease_of(ref: JobRef, lease_from: str) -> str:
-    """A fingerprint of the lease a delivery was handed out under, for engines whose lease starts
-    at activation: a hash of ``ref.handle`` (never the handle itself: it holds the lease token).
-
-    Why: node-flow keeps the task id when a lease lapses and the task is leased again, so the new
-    lease has the same job record as the lost one. Without telling the two leases apart, the new
-    lease's delivery would find the record LOST and skip the job, its lease would lapse unheld, the
-    poller would lease it again, and so on for ever. With it, a LOST record of another lease is
-    claimed again, and a result stored under a lease that was refused is re-reported under the new
-    one. Every SQS delivery of one message shares the fingerprint. "" when there is nothing to
-    tell leases apart by (an empty handle, or an engine whose lease starts at begin).
-    """
-    if lease_from != "activation" or not ref.handle:
-        return ""
-    canonical = json.dumps(dict(ref.handle), sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
-
-
 class Decision(StrEnum):
     """What a delivery should do, given the record it found when its claim was refused."""
 
@@ -138,8 +119,9 @@ class Decision(StrEnum):
 def decide(found: JobRecord | None, now: float, lease: str = "") -> Decision:
     """The move for a delivery whose conditional claim failed because ``found`` exists.
 
-    ``lease`` is the delivery's :func:`lease_of` fingerprint: a REPORTED record written under
-    another lease (its report was refused: that lease had lapsed) is re-reported under this one.
+    ``lease`` is the delivery's lease fingerprint (:meth:`workerless.lease.LeaseModel.fingerprint`):
+    a REPORTED record written under another lease (its report was refused: that lease had lapsed)
+    is re-reported under this one.
 
     Example:
         >>> decide(JobRecord("k", Status.STORED, outcome=Outcome.complete({})), now=0.0)

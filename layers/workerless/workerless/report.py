@@ -20,7 +20,6 @@ from workerless import observability
 from workerless.errors import LeaseLostError, PayloadTooLargeError, RetryableEngineError
 from workerless.model import JobRef, Outcome
 from workerless.observability import logger
-from workerless.record import lease_of
 from workerless.retry import CALLS
 
 #: The lifecycle event of an accepted outcome, by kind.
@@ -34,9 +33,10 @@ def report_stored(
     owed for it (accepted, or refused with "someone else has it"), False when the engine refused it
     with a retryable error past the retry policy (the caller decides who tries again, and when).
     A StoreError (recording the report) and any other final engine error propagate. ``lease``: the
-    delivery's :func:`~workerless.record.lease_of`, when the caller has it already."""
+    delivery's lease fingerprint (:meth:`~workerless.lease.LeaseModel.fingerprint`), when the caller
+    has it already."""
     if lease is None:
-        lease = lease_of(ref, engine.lease_from)
+        lease = engine.lease.fingerprint(ref)
     try:
         CALLS.call(lambda: engine.report(ref, outcome), deadline=deadline)
     except LeaseLostError:

@@ -174,7 +174,7 @@ class JobStore:
         """Try to claim ``key`` for this delivery. Returns (claimed, the record found if not).
 
         Succeeds when no record exists, or when the existing claim has expired (its container died),
-        or when the record is LOST under another lease than ``lease`` (:func:`~workerless.record.lease_of`:
+        or when the record is LOST under another lease than ``lease`` (:meth:`~workerless.lease.LeaseModel.fingerprint`:
         the engine leased the same job id again after the lost lease lapsed).
         """
         now = self._clock()

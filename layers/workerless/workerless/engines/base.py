@@ -11,7 +11,7 @@ Lambda's, so a hung engine call can never outlive the invocation that made it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 # The shared translation and checks live in the engine kit; re-exported here, where the adapters
 # and tests have always found them.
@@ -24,6 +24,7 @@ from workerless.engines.kit import (
     parse_problem,
     parse_retry_after,
 )
+from workerless.lease import LeaseModel
 from workerless.model import ActivatedJob, Demand, JobRef, Outcome
 
 __all__ = [
@@ -51,10 +52,14 @@ class Engine(Protocol):
     """
 
     name: ClassVar[str]
-    #: When the engine's lease starts: at activation (Sheptra, node-flow: the heartbeat must extend
-    #: jobs still waiting in SQS) or at :meth:`begin` (StageNext: lease acquire in the handler; the
-    #: heartbeat renews only jobs whose handler has begun).
-    lease_from: ClassVar[Literal["activation", "begin"]]
+
+    @property
+    def lease(self) -> LeaseModel:
+        """How this engine's lease works (:mod:`workerless.lease`): leased at activation (Sheptra,
+        node-flow: the heartbeat extends jobs still waiting in SQS) or at :meth:`begin` (StageNext:
+        lease acquire in the handler; the heartbeat renews only jobs whose handler has begun), and
+        the lease length where the engine sets it."""
+        ...
 
     def activate(self, demands: Sequence[Demand], lease_seconds: int) -> list[ActivatedJob]:
         """Take at most ``demand.capacity`` jobs for each demand, with a short poll (never wait).

@@ -33,9 +33,10 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from workerless.errors import LeaseLostError
+from workerless.lease import ACTIVATION_LEASE, LeaseModel
 from workerless.model import ActivatedJob, Demand, JobRef, Outcome
 from workerless.testing.kit import (
     StubLambdaContext,
@@ -77,7 +78,8 @@ class FakeEngine:
     """An in-memory engine with Sheptra-like semantics (one id across retries, attempt = retries)."""
 
     name: ClassVar[str] = "fake"
-    lease_from: ClassVar[Literal["activation", "begin"]] = "activation"
+    #: Leased at activation (:mod:`workerless.lease`).
+    lease: ClassVar[LeaseModel] = ACTIVATION_LEASE
 
     clock: Any = time.time
     jobs: dict[str, FakeJob] = field(default_factory=dict)

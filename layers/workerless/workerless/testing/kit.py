@@ -1,11 +1,11 @@
 """The handler-testing kit: build a job, run a handler, assert on the outcome.
 
 :func:`run_handler` does not re-implement the wrapper: it calls the same
-``JobProcessor._run`` the Lambda wrapper calls (which builds the :class:`~workerless.job.Job`,
-runs the function inside its span and maps what it returned or raised to an
-:class:`~workerless.model.Outcome`), with stand-ins for the job table (for ``job.lease_lost()``)
-and the engine (collecting ``job.log`` lines). Claiming, storing and reporting are the pipeline's
-business and are tested by the pipeline's own tests.
+:func:`workerless.execution.run_job` the Lambda wrapper's delivery calls (which runs the function
+inside its span and maps what it returned or raised to an :class:`~workerless.model.Outcome`), on a
+:class:`~workerless.job.Job` whose ``job.lease_lost()`` answers what the test says and whose
+``job.log`` lines go to a list. Claiming, storing and reporting are the pipeline's business and are
+tested by the pipeline's own tests.
 
 Example:
     >>> from workerless import Job, TerminalError, job_handler
@@ -159,28 +159,6 @@ def _always_due() -> Callable[[], float]:
     return lambda: float(next(ticks))
 
 
-class _StubStore:
-    """The job table as ``JobProcessor._run`` reads it: only the LOST verdict for lease_lost()."""
-
-    def __init__(self, lost: Callable[[], bool]) -> None:
-        self._lost = lost
-
-    def get(self, key: str) -> Any:
-        from workerless.record import JobRecord, Status
-
-        return JobRecord(key, Status.LOST if self._lost() else Status.CLAIMED)
-
-
-class _LogCollector:
-    """The engine as ``JobProcessor._run`` uses it: the task-log sink for ``job.log`` lines."""
-
-    def __init__(self, lines: list[dict[str, Any]] | None) -> None:
-        self.lines = lines if lines is not None else []
-
-    def send_logs(self, ref: JobRef, lines: Any) -> None:
-        self.lines.extend(dict(line) for line in lines)
-
-
 def run_handler(
     handler: Callable[..., Any],
     job: Job | ActivatedJob | Mapping[str, Any] | None = None,
@@ -213,14 +191,18 @@ def run_handler(
     Raises:
         ValueError: the job's type is not the decorated handler's (the wrapper refuses it too).
     """
+    from workerless.execution import run_job
     from workerless.handler import JobProcessor
+    from workerless.observability import logger
 
     processor: JobProcessor | None = getattr(handler, "processor", None)
+    fn: Callable[[Job], Any] = handler
     if processor is not None:
         if job_type is not None and job_type != processor.job_type:
             raise ValueError(f"handler is for job type {processor.job_type!r}, not {job_type!r}")
-        if backoff_seconds is not None:
-            processor = JobProcessor(processor.job_type, processor.fn, backoff_seconds=backoff_seconds)
+        fn = processor.fn
+        if backoff_seconds is None:
+            backoff_seconds = processor.backoff_seconds
     wanted_type = processor.job_type if processor is not None else job_type
 
     lost: Callable[[], bool] = lambda: False  # noqa: E731 - a default answer
@@ -239,14 +221,15 @@ def run_handler(
         raise ValueError(f"job of type {activated.ref.job_type!r} given to the {wanted_type!r} handler")
     if lease_lost is not None:
         lost = lease_lost if callable(lease_lost) else (lambda: bool(lease_lost))
-    if processor is None:
-        processor = JobProcessor(wanted_type, handler, backoff_seconds=backoff_seconds)
-    return processor._run(
+    lines = logs if logs is not None else []
+    run = Job(
         activated,
-        context=context if context is not None else StubLambdaContext(),
-        engine=_LogCollector(logs),
-        store=_StubStore(lost),
+        lambda_context=context if context is not None else StubLambdaContext(),
+        lease_check=lost,
+        log_sink=lambda batch: lines.extend(dict(line) for line in batch),
+        logger=logger,
     )
+    return run_job(fn, run, backoff_seconds=backoff_seconds)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 from urllib.parse import quote
 
 import httpx
@@ -41,6 +41,7 @@ from workerless.errors import (
     PayloadTooLargeError,
     ResponseShapeError,
 )
+from workerless.lease import ACTIVATION_LEASE, LeaseModel
 from workerless.model import ActivatedJob, Demand, JobRef, Outcome
 
 __all__ = ["NodeFlowEngine", "from_values", "parse_timestamp", "workflow_key"]
@@ -85,7 +86,8 @@ class NodeFlowEngine:
     """
 
     name: ClassVar[str] = ENGINE
-    lease_from: ClassVar[Literal["activation", "begin"]] = "activation"
+    #: Leased at activation (:mod:`workerless.lease`).
+    lease: ClassVar[LeaseModel] = ACTIVATION_LEASE
 
     def __init__(
         self,

@@ -26,7 +26,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 from urllib.parse import quote
 
 import httpx
@@ -46,6 +46,7 @@ from workerless.errors import (
     PayloadTooLargeError,
     ResponseShapeError,
 )
+from workerless.lease import ACTIVATION_LEASE, LeaseModel
 from workerless.model import ActivatedJob, Demand, JobRef, Outcome
 
 __all__ = ["SheptraEngine", "from_values"]
@@ -70,7 +71,7 @@ class SheptraEngine:
 
     name: ClassVar[str] = ENGINE
     #: Sheptra's lease starts at activation: the heartbeat extends jobs still waiting in SQS.
-    lease_from: ClassVar[Literal["activation", "begin"]] = "activation"
+    lease: ClassVar[LeaseModel] = ACTIVATION_LEASE
 
     activate_path: ClassVar[str] = "/v1/jobs/activate"
     extend_path: ClassVar[str] = "/v1/jobs/{id}/extend-lease"

@@ -1,6 +1,6 @@
 """StageNext adapter (seed 001): pull/ack gateway, worker sessions, stage leases and results.
 
-How the pipeline uses it (``lease_from = "begin"``):
+How the pipeline uses it (a begin lease: :data:`workerless.lease.BEGIN_LEASE`):
 
 - The poller calls :meth:`StageNextEngine.activate`: one ``POST /jobs/pull`` (waitSeconds 0, API key
   only) per job, per queue. A pulled delivery is *not* leased yet: it only has a gateway visibility
@@ -55,6 +55,7 @@ from workerless.errors import (
     LeaseLostError,
     RetryableEngineError,
 )
+from workerless.lease import BEGIN_LEASE, LeaseModel
 from workerless.model import ActivatedJob, Demand, JobRef, Outcome
 
 __all__ = ["StageNextEngine", "from_values"]
@@ -75,7 +76,6 @@ class StageNextEngine:
     """
 
     name: ClassVar[str] = ENGINE
-    lease_from: ClassVar[Literal["activation", "begin"]] = "begin"
 
     def __init__(
         self,
@@ -120,6 +120,11 @@ class StageNextEngine:
         #: Ack tokens of deliveries whose lease acquire may have landed unanswered (5xx, a dropped
         #: connection, a garbled 200): their retry's lease_held is checked with a renew.
         self._uncertain = Remembered(REMEMBERED_DELIVERIES)
+
+    @property
+    def lease(self) -> LeaseModel:
+        """A begin lease (lease acquire in the handler) of the length StageNext last stated."""
+        return BEGIN_LEASE.granting(self.lease_seconds)
 
     def _secrets(self) -> tuple[str, ...]:
         # The API key and the session token held: never in an error an engine body fed.

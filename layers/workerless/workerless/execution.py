@@ -1,0 +1,104 @@
+"""Running a handler function on a job and mapping what it returned or raised to an
+:class:`~workerless.model.Outcome`: one function, used by the Lambda wrapper (through
+:class:`~workerless.delivery.Delivery`) and by :func:`workerless.testing.run_handler`, so a handler's
+tests see the outcomes its deployment reports.
+
+- a dict completes the job with those variables; None completes it with none;
+- anything else returned (or variables that are not JSON) fails it, with ``retries - 1``;
+- :class:`~workerless.errors.TerminalError` fails it with no retries left;
+- :class:`~workerless.errors.ThrowError` throws the business error;
+- any other exception fails it with ``retries - 1`` and the backoff.
+
+Example:
+    >>> from workerless.testing import make_activated_job
+    >>> job = Job(make_activated_job("charge", {"amount": 5}))
+    >>> run_job(lambda job: {"paid": job.variables["amount"]}, job).variables
+    {'paid': 5}
+    >>> run_job(lambda job: 1 / 0, job, backoff_seconds=3).message
+    'ZeroDivisionError: division by zero'
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from workerless import observability
+from workerless.errors import TerminalError, ThrowError
+from workerless.job import Job
+from workerless.model import Outcome
+from workerless.observability import logger
+
+#: What a handler module defines: ``fn(job) -> dict`` (or None).
+HandlerFunction = Callable[[Job], Any]
+
+
+def run_job(fn: HandlerFunction, job: Job, *, backoff_seconds: int | None = None) -> Outcome:
+    """Run ``fn`` once on ``job`` inside the job's span and return its :class:`Outcome`; the job's
+    log lines are flushed to its sink before this returns, raised or not.
+
+    ``backoff_seconds``: the backoff of a failure (None: WORKERLESS_FAIL_BACKOFF_SECONDS, read only
+    when the run fails). Exceptions are the function's business: every ``Exception`` becomes an
+    outcome (a ``BaseException`` propagates: the process is going down).
+    """
+    activated = job.activated
+    retries_after_failure = None if activated.retries is None else max(0, activated.retries - 1)
+    try:
+        # A span whose parent is the engine's traceparent; pickup latency and run time metrics.
+        with observability.job_span(activated):
+            result = fn(job)
+    except TerminalError as exc:
+        # As for any other exception: the stack goes to the function's log here and, where the
+        # engine keeps task logs (node-flow), to the task's log before the failure is reported,
+        # so the lines explaining the failure are there when someone opens the failed task.
+        stack = traceback.format_exc()
+        logger.exception("handler raised TerminalError", extra={"error": f"{type(exc).__name__}: {exc}"})
+        outcome = Outcome.fail(str(exc) or "terminal error", retries=0, terminal=True, stack=stack)
+    except ThrowError as exc:
+        outcome = Outcome.throw(exc.error_code, exc.error_message, exc.variables)
+    except Exception as exc:  # noqa: BLE001 - any other exception fails the job, with the stack
+        stack = traceback.format_exc()
+        # The function's log gets it here; engines that keep task logs get it with the report
+        # (the adapter writes outcome.stack before reporting, re-reports included).
+        logger.exception("handler raised", extra={"error": f"{type(exc).__name__}: {exc}"})
+        outcome = Outcome.fail(
+            f"{type(exc).__name__}: {exc}",
+            retries=retries_after_failure,
+            backoff_seconds=_backoff(backoff_seconds),
+            stack=stack,
+        )
+    else:
+        outcome = _completion(result, retries_after_failure, backoff_seconds)
+    finally:
+        job.flush_logs()
+    return outcome
+
+
+def _completion(result: Any, retries_after_failure: int | None, backoff_seconds: int | None) -> Outcome:
+    if result is None:
+        return Outcome.complete({})
+    if not isinstance(result, dict):
+        return Outcome.fail(
+            f"handler returned {type(result).__name__}, not a JSON object (dict) of variables",
+            retries=retries_after_failure,
+            backoff_seconds=_backoff(backoff_seconds),
+        )
+    try:
+        json.dumps(result, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return Outcome.fail(
+            f"handler returned variables that are not JSON-serialisable: {exc}",
+            retries=retries_after_failure,
+            backoff_seconds=_backoff(backoff_seconds),
+        )
+    return Outcome.complete(result)
+
+
+def _backoff(backoff_seconds: int | None) -> int:
+    if backoff_seconds is not None:
+        return backoff_seconds
+    from workerless.settings import get_settings
+
+    return get_settings().fail_backoff_seconds
