@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from workerless import observability
 from workerless.errors import (
@@ -45,6 +45,10 @@ from workerless.observability import logger
 from workerless.record import DONE, JobRecord, Status
 from workerless.retry import CALLS
 
+if TYPE_CHECKING:
+    from workerless.engines.base import Engine
+    from workerless.ports import JobStore
+
 
 class ClaimStillLiveError(PipelineError):
     """The dead-lettered job's handler still holds a live claim: try again later."""
@@ -55,8 +59,8 @@ def process_dead_letter(
     *,
     message_id: str,
     receive_count: int,
-    engine: Any,
-    store: Any,
+    engine: Engine,
+    store: JobStore,
     fail_backoff_seconds: int,
     deadline: float,
 ) -> None:
@@ -110,7 +114,7 @@ def process_dead_letter(
 
 
 def _settle(
-    job: ActivatedJob, record: JobRecord | None, outcome: Outcome, note: str, *, engine: Any, deadline: float
+    job: ActivatedJob, record: JobRecord | None, outcome: Outcome, note: str, *, engine: Engine, deadline: float
 ) -> str:
     """Report ``outcome`` (under the lease where the engine's lease starts at begin); the note to
     keep in the record. Retryable errors propagate (the DLQ tries again later)."""
@@ -147,7 +151,7 @@ def _lease_acquired(record: JobRecord | None) -> bool:
     return record.status is Status.STORED or (record.status is Status.CLAIMED and record.begun_at is not None)
 
 
-def _rejected(job: ActivatedJob, exc: Exception, *, store: Any) -> None:
+def _rejected(job: ActivatedJob, exc: Exception, *, store: JobStore) -> None:
     """A refusal for good: an ERROR line with the reason, the DeadLettersRejected metric, the record
     marked settled; the message is deleted (the caller returns)."""
     ref = job.ref

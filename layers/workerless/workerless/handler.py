@@ -35,8 +35,8 @@ import json
 import os
 import time
 import traceback
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from workerless import observability
 from workerless.errors import (
@@ -49,13 +49,32 @@ from workerless.errors import (
     ThrowError,
 )
 from workerless.job import Job
-from workerless.model import ActivatedJob, Outcome
+from workerless.model import ActivatedJob, JobRef, Outcome
 from workerless.observability import logger
 from workerless.record import Decision, JobRecord, Status, decide, lease_of
 from workerless.report import report_stored
 from workerless.retry import CALLS
 
+if TYPE_CHECKING:
+    from workerless.engines.base import Engine
+    from workerless.ports import JobStore, PayloadStore
+    from workerless.wiring import Wiring
+
 T = TypeVar("T")
+
+
+class _LogSink(Protocol):
+    """What a run needs of the engine: where ``job.log`` lines go."""
+
+    def send_logs(self, ref: JobRef, lines: Sequence[Mapping[str, Any]]) -> None: ...
+
+
+class _RecordReader(Protocol):
+    """What a run needs of the job store: the record its lease check reads."""
+
+    def get(self, key: str) -> JobRecord | None: ...
+
+
 #: The URL of the queue the record being handled came from (its eventSourceARN), stored with the
 #: receipt handle when a report is left owed: the heartbeat deletes the message there without
 #: knowing the routes. A context variable: local mode runs a function's batches on several threads.
@@ -136,10 +155,13 @@ class JobProcessor:
         self.backoff_seconds = backoff_seconds
 
     # -- the Lambda entry point ---------------------------------------------------------------------
-    def handle_batch(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+    def handle_batch(self, event: dict[str, Any], context: Any, wiring: Wiring | None = None) -> dict[str, Any]:
+        """Process one SQS batch of this job type; ``wiring``: the container's when None."""
         from workerless.aws.sqs import queue_url_of_arn
         from workerless.batch import SqsRecord, process_batch
-        from workerless.settings import get_settings
+        from workerless.runtime import current
+
+        wired = wiring or current()
 
         # Every record of one batch comes from the function's one event source: its queue.
         sources = {
@@ -155,26 +177,36 @@ class JobProcessor:
                     receive_count=record.receive_count,
                     context=context,
                     receipt_handle=record.receipt_handle,
+                    wiring=wired,
                 )
             finally:
                 _record_queue_url.reset(token)
 
         try:
-            observability.configure_from_settings(get_settings())  # X-Ray on or off (cached settings)
+            observability.configure_from_settings(wired.settings)  # X-Ray on or off (cached settings)
         except Exception:  # noqa: BLE001 - a settings error surfaces below, where the store is built
             logger.debug("settings not readable for observability", exc_info=True)
         # One invocation's metrics, written as EMF lines when the batch is done.
-        with observability.invocation_metrics():
+        with wired.observer.invocation():
             return dict(process_batch(event, record_handler))
 
     # -- one record ---------------------------------------------------------------------------------
     def process(
-        self, body: str, *, message_id: str, receive_count: int, context: Any, receipt_handle: str | None = None
+        self,
+        body: str,
+        *,
+        message_id: str,
+        receive_count: int,
+        context: Any,
+        receipt_handle: str | None = None,
+        wiring: Wiring | None = None,
     ) -> None:
         """Handle one SQS record. Returns normally when nothing more is owed for it (delete it);
         raises when it must be redelivered, or kept in flight while its report is owed
-        (``receipt_handle`` lets the heartbeat delete it then)."""
-        from workerless.runtime import get_engine, get_store
+        (``receipt_handle`` lets the heartbeat delete it then). ``wiring``: the container's when None."""
+        from workerless.runtime import current
+
+        wired = wiring or current()
 
         try:
             job = ActivatedJob.from_message(body)
@@ -206,9 +238,10 @@ class JobProcessor:
                 message_id=message_id,
                 receive_count=receive_count,
                 context=context,
-                engine=observability.observe_engine(get_engine()),
-                store=get_store(),
+                engine=wired.observed_engine,
+                store=wired.store,
                 receipt=receipt_handle,
+                payloads=wired.payloads,
             )
         finally:
             logger.thread_safe_remove_keys(list(keys))
@@ -220,9 +253,10 @@ class JobProcessor:
         message_id: str,
         receive_count: int,
         context: Any,
-        engine: Any,
-        store: Any,
+        engine: Engine,
+        store: JobStore,
         receipt: str | None = None,
+        payloads: PayloadStore | None = None,
     ) -> None:
         from workerless.aws.clients import call_deadline
 
@@ -240,6 +274,7 @@ class JobProcessor:
                 engine=engine,
                 store=store,
                 receipt=receipt,
+                payloads=payloads,
                 remaining=remaining,
                 deadline=deadline,
                 aws_deadline=aws_deadline,
@@ -252,16 +287,17 @@ class JobProcessor:
         message_id: str,
         receive_count: int,
         context: Any,
-        engine: Any,
-        store: Any,
+        engine: Engine,
+        store: JobStore,
         receipt: str | None,
+        payloads: PayloadStore | None,
         remaining: float,
         deadline: float,
         aws_deadline: float,
     ) -> None:
         if job.payload is not None:
             # Before the claim: a read that fails costs a redelivery, not a claim held until it expires.
-            job = _read_payload(job)
+            job = _read_payload(job, payloads)
         request_id = getattr(context, "aws_request_id", None) or "local"
         # Unique to this processing of this message: only a retry of our own claim call can match it
         # (32 random bits, as uuid4's first 8 hex digits were, without building a UUID).
@@ -282,6 +318,7 @@ class JobProcessor:
             if decision is Decision.REREPORT and found is not None and found.has_outcome:
                 logger.info("result already stored: re-reporting it, not running the handler again")
                 stored = store.load_outcome(found)
+                assert stored is not None  # has_outcome: the record holds the outcome or its reference
                 observability.record(job.ref.job_type, "rereported", job_id=job.ref.job_id)
                 self._report(job, stored, engine=engine, store=store, deadline=deadline, receipt=receipt, lease=lease)
                 return
@@ -351,7 +388,7 @@ class JobProcessor:
             return
         self._report(job, stored, engine=engine, store=store, deadline=deadline, receipt=receipt, lease=lease)
 
-    def _acquire_or_leave(self, job: ActivatedJob, *, engine: Any, deadline: float) -> bool | None:
+    def _acquire_or_leave(self, job: ActivatedJob, *, engine: Engine, deadline: float) -> bool | None:
         """Lease acquire for a delivery that does not hold the claim; None when acquire kept failing
         retryably and the delivery is left to the gateway (the caller returns)."""
         try:
@@ -366,8 +403,8 @@ class JobProcessor:
         job: ActivatedJob,
         found: JobRecord | None,
         *,
-        engine: Any,
-        store: Any,
+        engine: Engine,
+        store: JobStore,
         deadline: float,
         receipt: str | None = None,
     ) -> None:
@@ -392,12 +429,17 @@ class JobProcessor:
         if found is not None and found.has_outcome:
             logger.warning("engine granted the lease of a job recorded as settled: reporting its stored outcome")
             stored = store.load_outcome(found)
+            assert stored is not None  # has_outcome: the record holds the outcome or its reference
             self._report(job, stored, engine=engine, store=store, deadline=deadline, receipt=receipt)
             return
         logger.warning("engine granted the lease of a job recorded as not ours: handing the delivery back")
         _hand_back(job, engine=engine, deadline=deadline, reason="the job record says this delivery must not run")
 
-    def _run(self, activated: ActivatedJob, *, context: Any, engine: Any, store: Any, lease: str = "") -> Outcome:
+    # engine, store: workerless.testing.run_handler passes the two stubs of what a run uses (its log
+    # sink and the lease check's read), not a whole Engine and JobStore.
+    def _run(
+        self, activated: ActivatedJob, *, context: Any, engine: _LogSink, store: _RecordReader, lease: str = ""
+    ) -> Outcome:
         def lease_check() -> bool:
             try:
                 record = store.get(activated.key)
@@ -473,7 +515,7 @@ class JobProcessor:
 
         return get_settings().fail_backoff_seconds
 
-    def _begin(self, job: ActivatedJob, *, owner: str, engine: Any, store: Any, deadline: float) -> bool:
+    def _begin(self, job: ActivatedJob, *, owner: str, engine: Engine, store: JobStore, deadline: float) -> bool:
         """Lease acquire (StageNext) under our claim. If it fails, the claim is given back before the
         error fails the message: the redelivery can then claim at once instead of waiting out a
         claim of the whole Lambda timeout. (An acquire that landed unanswered is harmless: the
@@ -488,7 +530,7 @@ class JobProcessor:
             raise
         return begun
 
-    def _mark_begun(self, job: ActivatedJob, *, owner: str, store: Any, deadline: float) -> bool:
+    def _mark_begun(self, job: ActivatedJob, *, owner: str, store: JobStore, deadline: float) -> bool:
         """Tell the heartbeat the engine lease has begun (StageNext), so it starts renewing it.
         False only when the claim is no longer ours.
 
@@ -511,7 +553,9 @@ class JobProcessor:
             logger.warning("the claim changed hands while the lease was acquired: not running the job")
         return marked
 
-    def _store(self, job: ActivatedJob, outcome: Outcome, *, owner: str, store: Any, deadline: float) -> Outcome | None:
+    def _store(
+        self, job: ActivatedJob, outcome: Outcome, *, owner: str, store: JobStore, deadline: float
+    ) -> Outcome | None:
         """Store before reporting, so a lost report is re-sent, never re-computed. None: lost.
 
         Until it is stored, the result exists only in this process: a store given up on means the
@@ -524,7 +568,7 @@ class JobProcessor:
             lambda: self._store_once(job, outcome, owner=owner, store=store), "storing the result", deadline=deadline
         )
 
-    def _store_once(self, job: ActivatedJob, outcome: Outcome, *, owner: str, store: Any) -> Outcome | None:
+    def _store_once(self, job: ActivatedJob, outcome: Outcome, *, owner: str, store: JobStore) -> Outcome | None:
         from workerless.aws.dynamo import OutcomeTooLargeError
 
         job_type = job.ref.job_type
@@ -545,8 +589,8 @@ class JobProcessor:
         job: ActivatedJob,
         outcome: Outcome,
         *,
-        engine: Any,
-        store: Any,
+        engine: Engine,
+        store: JobStore,
         deadline: float,
         receipt: str | None = None,
         lease: str | None = None,
@@ -571,15 +615,18 @@ class JobProcessor:
         raise ReportOwedError(f"report of job {job.ref.job_id} still owed")
 
 
-def _read_payload(job: ActivatedJob) -> ActivatedJob:
+def _read_payload(job: ActivatedJob, payloads: PayloadStore | None) -> ActivatedJob:
     """The job with its variables read from the claim check's bucket (the poller put them there: the
     message would have been over its queue's limit). A failed read fails the delivery (SQS redelivers
-    it; a job whose object is gone ends in the dead-letter queue, which fails it at the engine)."""
-    from workerless.runtime import get_payloads
+    it; a job whose object is gone ends in the dead-letter queue, which fails it at the engine).
+    ``payloads``: the bucket to read (None: the container's)."""
+    if payloads is None:
+        from workerless.runtime import get_payloads
 
+        payloads = get_payloads()
     assert job.payload is not None
     try:
-        data = get_payloads().get(job.payload)
+        data = payloads.get(job.payload)
         variables = json.loads(data)
     except StoreError as exc:
         logger.error("could not read the job's variables from the claim check", extra={"error": str(exc)})
@@ -609,7 +656,7 @@ def _leave_to_the_gateway(exc: RetryableEngineError) -> None:
     )
 
 
-def _acknowledge(job: ActivatedJob, *, engine: Any, deadline: float) -> None:
+def _acknowledge(job: ActivatedJob, *, engine: Engine, deadline: float) -> None:
     """``engine.skip`` with the retry policy. Giving up is logged, not raised: the delivery is then
     unacknowledged, and StageNext's gateway requeues it after its visibility timeout (60 s); its next
     delivery is refused at acquire and acknowledged. Failing the SQS message instead would only hold
@@ -620,7 +667,7 @@ def _acknowledge(job: ActivatedJob, *, engine: Any, deadline: float) -> None:
         logger.warning("could not acknowledge the delivery; the engine hands it out again", extra={"error": str(exc)})
 
 
-def _hand_back(job: ActivatedJob, *, engine: Any, deadline: float, reason: str) -> None:
+def _hand_back(job: ActivatedJob, *, engine: Engine, deadline: float, reason: str) -> None:
     """Give a delivery the handler will not run back to the engine without a result: StageNext
     requeues it (ack requeue:true) — never an acknowledgement, which would drop a stage whose lease
     no result settles. Engines whose lease starts at activation own the job already: nothing to do

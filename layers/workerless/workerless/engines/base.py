@@ -13,7 +13,7 @@ import ipaddress
 import json
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import httpx
 
@@ -40,11 +40,19 @@ class Engine(Protocol):
         >>> engine.report(jobs[0].ref, Outcome.complete({"paymentOk": True}))
     """
 
-    name: ClassVar[str]
-    #: When the engine's lease starts: at activation (Sheptra, node-flow: the heartbeat must extend
-    #: jobs still waiting in SQS) or at :meth:`begin` (StageNext: lease acquire in the handler; the
-    #: heartbeat renews only jobs whose handler has begun).
-    lease_from: ClassVar[Literal["activation", "begin"]]
+    # Read-only properties, not ClassVars: an adapter declares them on its class, and a decorator
+    # (workerless.observer.ObservedEngine, the devkit's ChaosEngine) answers with its inner engine's.
+    @property
+    def name(self) -> str:
+        """The engine's name (``WORKERLESS_ENGINE``)."""
+        ...
+
+    @property
+    def lease_from(self) -> Literal["activation", "begin"]:
+        """When the engine's lease starts: at activation (Sheptra, node-flow: the heartbeat must
+        extend jobs still waiting in SQS) or at :meth:`begin` (StageNext: lease acquire in the
+        handler; the heartbeat renews only jobs whose handler has begun)."""
+        ...
 
     def activate(self, demands: Sequence[Demand], lease_seconds: int) -> list[ActivatedJob]:
         """Take at most ``demand.capacity`` jobs for each demand, with a short poll (never wait).
