@@ -22,7 +22,8 @@ LAYER_PINS := layers/workerless/requirements.txt
 $(STAMP): pyproject.toml layers/workerless/pyproject.toml devkit/pyproject.toml $(LAYER_PINS)
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -c $(LAYER_PINS) -e ./layers/workerless -e ./devkit --group dev
+	@echo "make: installing workerless, its devkit and the test tools into $(VENV) (first run only, about a minute)"
+	$(VENV)/bin/pip install --progress-bar on -c $(LAYER_PINS) -e ./layers/workerless -e ./devkit --group dev
 	touch $@
 
 $(SAM_STAMP):

@@ -200,10 +200,7 @@ def cmd_local(args: argparse.Namespace) -> int:
         schedule_seconds=args.schedule_seconds,
     )
     print(_describe(topology), file=sys.stderr)
-    if env_file is None:
-        print(
-            "workerless: no --env-file and no .env here: the functions get no engine connection values", file=sys.stderr
-        )
+    _check_engine_values(topology, env_file)
     code = EXIT_OK
     with _stop_on_signals() as stop, topology, _status_reporter(topology, args.status_every):
         try:
@@ -218,6 +215,28 @@ def cmd_local(args: argparse.Namespace) -> int:
         print("draining...", file=sys.stderr)
     _print_report(topology)
     return 130 if stop.is_set() and args.until_idle is not None else code
+
+
+def _check_engine_values(topology: Any, env_file: str | None) -> None:
+    """Refuse to run functions that cannot work: a template whose functions talk to an engine
+    (WORKERLESS_ENGINE in their environment) needs its connection values, valid by the adapter's own
+    rules, before anything starts (else every poll fails and the run ends "idle" with no jobs)."""
+    if "WORKERLESS_ENGINE" not in topology.template.environment():
+        return
+    if env_file is None:
+        raise UsageError(
+            "no --env-file and no .env here: the template's functions need the engine's connection values "
+            "(`workerless emulate ENGINE --env-out emulator.env` writes an emulator's)"
+        )
+    from workerless.settings import parse_env_text
+
+    from workerless_devkit.devtools.secrets_cli import validate_values
+
+    values = parse_env_text(Path(env_file).read_text(encoding="utf-8"), source=env_file)
+    try:
+        validate_values(values)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{env_file}: {exc}", key=exc.key) from None
 
 
 @contextlib.contextmanager
@@ -631,7 +650,9 @@ def _add_daily_loop_commands(commands: Any) -> None:
 
 
 def _add_aws_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--region", default=None, help="AWS region (default: your profile's / AWS_REGION)")
+    parser.add_argument(
+        "--region", default=None, help="AWS region (default: AWS_REGION, AWS_DEFAULT_REGION, then your profile's)"
+    )
     parser.add_argument("--profile", default=None, help="AWS CLI profile")
     parser.add_argument("--endpoint-url", default=None, help="AWS endpoint (a moto server, LocalStack)")
 

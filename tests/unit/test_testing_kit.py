@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from workerless.testing import (
     assert_completed,
     assert_failed,
     assert_thrown,
+    load_handler,
     make_activated_job,
     make_job,
     run_handler,
@@ -141,3 +143,16 @@ def test_assertions_say_what_the_outcome_was(check: Any, outcome: Outcome, says:
     with pytest.raises(AssertionError) as raised:
         check(outcome)
     assert says in str(raised.value)
+
+
+def test_load_handler_finds_a_relative_path_from_the_test_file_in_any_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a working directory that is not the project's root
+    monkeypatch.chdir(tmp_path)
+    # WHEN a test loads a function by its path from the root THEN it is found from this file upward
+    handler = load_handler("functions/charge-payment/app.py")
+    assert_completed(run_handler(handler, {"orderId": "7", "amount": 12.5}), paymentOk=True)
+    # ... and a path found nowhere says where it looked
+    with pytest.raises(FileNotFoundError, match=r"'functions/nope/app.py': not found from .* nor from .*tests/unit"):
+        load_handler("functions/nope/app.py")

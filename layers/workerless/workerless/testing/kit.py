@@ -57,12 +57,17 @@ def load_handler(path: str | Path, name: str = "handler") -> Callable[..., Any]:
     Function directories are named after job types (``functions/charge-payment``), which are not
     importable package names; this loads the file as a module of its own, as Lambda does.
 
+    A relative ``path`` that is not there from the working directory is looked for from the calling
+    file's directory and each one above it: a test in ``tests/unit/`` finds
+    ``functions/charge-payment/app.py`` at the project's root whichever directory pytest runs from.
+
     Example:
         >>> handler = load_handler("functions/charge-payment/app.py")  # doctest: +SKIP
     """
     import importlib.util
+    import sys
 
-    file = Path(path)
+    file = _find(Path(path), Path(sys._getframe(1).f_code.co_filename))
     module_name = "workerless_handler_" + re.sub(r"\W", "_", str(file.resolve().with_suffix("")))
     spec = importlib.util.spec_from_file_location(module_name, file)
     if spec is None or spec.loader is None:
@@ -73,6 +78,15 @@ def load_handler(path: str | Path, name: str = "handler") -> Callable[..., Any]:
     if found is None:
         raise AttributeError(f"{str(file)!r} defines no {name!r}")
     return found
+
+
+def _find(path: Path, caller: Path) -> Path:
+    if path.is_absolute() or path.exists():
+        return path
+    for base in caller.resolve().parents:
+        if (base / path).is_file():
+            return base / path
+    raise FileNotFoundError(f"{str(path)!r}: not found from {Path.cwd()} nor from {caller.parent} or above")
 
 
 def make_activated_job(
