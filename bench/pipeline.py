@@ -261,14 +261,14 @@ class Pipeline:
         # The deployment's wiring, on fakes: every function of it shares one (one container each in
         # AWS; the benchmark's functions run in this process). The virtual poller's clock and pauses
         # are the wiring's: a pause advances the virtual clock and lets the rest of the deployment run.
+        virtual = self.virtual_poller
         wiring = Wiring(
             store=store,
             queues=Queues(client=self.sqs),
             engine=build_engine(self.engine_name, values, client, state=DynamoState(store)),
+            clock=self.monotonic if virtual else time.monotonic,
+            sleep=(lambda seconds: self._pause("poller", seconds)) if virtual else time.sleep,
         )
-        if self.virtual_poller:
-            wiring.clock = self.monotonic
-            wiring.sleep = lambda seconds: self._pause("poller", seconds)
         runtime.reset(wiring)
         for job_type, fn in self._handler_fns.items():
             self._lambda_handlers[job_type] = job_handler(job_type)(fn)

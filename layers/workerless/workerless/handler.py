@@ -688,7 +688,8 @@ def job_handler(job_type: str, *, backoff_seconds: int | None = None) -> Callabl
     Returning a dict completes the job with those variables; raising :class:`TerminalError` fails
     it with no retries left; raising :class:`ThrowError` throws a business error; any other
     exception fails it with ``retries - 1`` and a backoff (``backoff_seconds``, default
-    WORKERLESS_FAIL_BACKOFF_SECONDS).
+    WORKERLESS_FAIL_BACKOFF_SECONDS). The Lambda entry point takes an optional ``wiring``
+    (:class:`~workerless.wiring.Wiring`; the container's when None), as the library's own do.
 
     Example:
         >>> from workerless import Job, TerminalError, job_handler
@@ -701,8 +702,8 @@ def job_handler(job_type: str, *, backoff_seconds: int | None = None) -> Callabl
         processor = JobProcessor(job_type, fn, backoff_seconds=backoff_seconds)
 
         @functools.wraps(fn)
-        def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-            return processor.handle_batch(event, context)
+        def lambda_handler(event: dict[str, Any], context: Any, wiring: Wiring | None = None) -> dict[str, Any]:
+            return processor.handle_batch(event, context, wiring)
 
         lambda_handler.processor = processor  # type: ignore[attr-defined]
         lambda_handler.job_type = job_type  # type: ignore[attr-defined]
