@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Literal
 
 from workerless.engines import ENGINE_NAMES
 from workerless.errors import ConfigurationError, WorkerlessError
@@ -42,6 +42,8 @@ from workerless.errors import ConfigurationError, WorkerlessError
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+#: `invoke`: the handler itself cannot run (it does not import, or is not a @job_handler).
+EXIT_HANDLER_BROKEN = 3
 
 ENGINES = ENGINE_NAMES
 DEMO_JOB_TYPES = ("charge-payment", "send-receipt", "generate-report")
@@ -104,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     local.add_argument("--until-idle", type=float, default=None, metavar="SECONDS", help="exit 0 once idle this long")
     local.add_argument("--max-seconds", type=float, default=None, help="safety cap on the whole run (exit 1 past it)")
+    _add_log_format(local)
     local.add_argument(
         "--status-every",
         type=float,
@@ -139,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--jobs", type=int, default=9, help="jobs to create, spread over the example types (default 9)")
     demo.add_argument("--template", default="template.yaml")
     demo.add_argument("--max-seconds", type=float, default=50.0, help="give up after this long (default 50)")
+    _add_log_format(demo)
     _add_schedule_option(demo, default=2.0)
     demo.add_argument("--tick-seconds", type=int, default=1, help="TickSeconds parameter for the demo (default 1)")
     demo.set_defaults(run=cmd_demo)
@@ -198,6 +202,7 @@ def cmd_local(args: argparse.Namespace) -> int:
         env_file,
         parameters=parse_overrides(args.parameter_overrides),
         schedule_seconds=args.schedule_seconds,
+        log_format=_log_format(args),
     )
     print(_describe(topology), file=sys.stderr)
     _check_engine_values(topology, env_file)
@@ -457,6 +462,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 env_file,
                 parameters=parameters,
                 schedule_seconds=args.schedule_seconds,
+                log_format=_log_format(args),
             )
             types = _demo_job_types(template)
             print(f"{args.engine} emulator on {server.url}; {args.jobs} job(s) of {', '.join(types)}")
@@ -569,7 +575,9 @@ def _add_daily_loop_commands(commands: Any) -> None:
         "invoke",
         help="run one handler locally on one made-up job and print what would be reported",
         description="Run functions/TYPE/app.py's handler on one made-up job, through the wrapper's outcome mapping, "
-        "without an engine or AWS. Prints the outcome as JSON; exits 0 when the job would complete, 1 otherwise.",
+        "without an engine or AWS. Prints the outcome as JSON; exits 0 when the job would complete, 1 when it would "
+        "fail or throw, 2 for a mistake on the command line, 3 when the handler cannot run (it does not import, or is "
+        "not a @job_handler).",
     )
     invoke.add_argument("job_type", metavar="TYPE")
     invoke.add_argument("--variables", default=None, metavar="JSON", help="the job's variables: a JSON object or @FILE")
@@ -649,6 +657,22 @@ def _add_daily_loop_commands(commands: Any) -> None:
     redrive.set_defaults(run=cmd_dlq_redrive)
 
 
+def _add_log_format(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--log-format",
+        choices=("auto", "readable", "json"),
+        default="auto",
+        help="the functions' log lines: one short line each (readable) or as CloudWatch gets them (json); "
+        "auto: readable on a terminal, json otherwise",
+    )
+
+
+def _log_format(args: argparse.Namespace) -> Literal["json", "readable"]:
+    if args.log_format == "auto":
+        return "readable" if sys.stdout.isatty() else "json"
+    return "readable" if args.log_format == "readable" else "json"
+
+
 def _add_aws_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--region", default=None, help="AWS region (default: AWS_REGION, AWS_DEFAULT_REGION, then your profile's)"
@@ -724,29 +748,52 @@ def cmd_init(args: argparse.Namespace) -> int:
 def cmd_invoke(args: argparse.Namespace) -> int:
     import json
 
-    from workerless_devkit.devtools.invoke import invoke_handler, parse_variables
+    from workerless_devkit.devtools.invoke import HandlerLoadError, invoke_handler, parse_variables
 
     variables = parse_variables(args.variables)
-    # stdout is the report (JSON a script can read): the handler's log lines go to stderr meanwhile.
-    with _library_logs_to_stderr():
-        report = invoke_handler(args.job_type, variables, functions_dir=args.functions_dir, retries=args.retries)
+    # stdout is the report (JSON a script can read): the handler's log lines go to stderr meanwhile,
+    # one readable line each (a traceback as Python prints it), job.log lines once (in the report).
+    try:
+        with _library_logs_to_stderr():
+            report = invoke_handler(args.job_type, variables, functions_dir=args.functions_dir, retries=args.retries)
+    except HandlerLoadError as exc:
+        print(f"workerless: {exc}", file=sys.stderr)
+        if exc.detail:
+            print(exc.detail, file=sys.stderr)
+        return EXIT_HANDLER_BROKEN
     print(json.dumps(report, indent=2, default=str))
     return EXIT_OK if report["outcome"]["kind"] == "complete" else EXIT_FAILED
 
 
 @contextlib.contextmanager
 def _library_logs_to_stderr() -> Iterator[None]:
-    """Point the library's (Powertools) log handlers that write to stdout at stderr, for a while."""
+    """Point the library's (Powertools) log handler, which writes to stdout, at stderr for a while, in
+    the readable format, without the lines a handler sent with ``job.log`` (the report lists them)."""
     from workerless.observability import logger
 
-    handlers = [h for h in logger.handlers if isinstance(h, logging.StreamHandler) and h.stream is sys.stdout]
-    for handler in handlers:
-        handler.setStream(sys.stderr)
+    from workerless_devkit.local.logs import ReadableFormatter
+
+    handler = logger.registered_handler
+    if not isinstance(handler, logging.StreamHandler):  # pragma: no cover - Powertools' is one
+        yield
+        return
+    formatter = handler.formatter
+    not_job_log = _NotJobLog()
+    stream = handler.setStream(sys.stderr)
+    handler.setFormatter(ReadableFormatter())
+    handler.addFilter(not_job_log)
     try:
         yield
     finally:
-        for handler in handlers:
-            handler.setStream(sys.stdout)
+        if stream is not None:
+            handler.setStream(stream)
+        handler.setFormatter(formatter)
+        handler.removeFilter(not_job_log)
+
+
+class _NotJobLog(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.funcName == "log" and Path(record.pathname).name == "job.py")
 
 
 def _deployment(args: argparse.Namespace) -> Any:

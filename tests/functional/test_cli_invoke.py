@@ -85,3 +85,72 @@ def test_mistakes_are_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixt
         code, out, err = run(capsys, *argv)
         assert (code, out) == (2, ""), argv
         assert message in err and err.count("\n") == 1, err
+
+
+def _functions(tmp_path: Path, **apps: str) -> Path:
+    functions = tmp_path / "functions"
+    for job_type, source in apps.items():
+        (functions / job_type).mkdir(parents=True)
+        (functions / job_type / "app.py").write_text(textwrap.dedent(source))
+    return functions
+
+
+def test_a_mistyped_type_suggests_the_nearest_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    functions = _functions(tmp_path, **{"ship-parcel": "def handler(event, context):\n    return None\n"})
+    code, out, err = run(capsys, "invoke", "ship-parcle", "--functions-dir", str(functions))
+    assert (code, out) == (2, "")
+    assert err.strip().endswith("did you mean 'ship-parcel'?"), err
+    assert "new-handler" not in err  # not "scaffold ship-parcle"
+
+
+@pytest.mark.parametrize(
+    ("source", "says"),
+    [
+        pytest.param(
+            "def handler(event, context):\n    return {}\n",
+            "`handler` is not wrapped by @job_handler('broken')",
+            id="not-wrapped",
+        ),
+        pytest.param("def handler(:\n    pass\n", "app.py line 1: SyntaxError: ", id="syntax-error"),
+        pytest.param(
+            "import os\nraise RuntimeError('no config')\n", "raised RuntimeError at import", id="import-error"
+        ),
+    ],
+)
+def test_a_handler_that_cannot_run_in_lambda_is_said_so_with_exit_3(
+    source: str, says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    functions = _functions(tmp_path, broken=source)
+    code, out, err = run(capsys, "invoke", "broken", "--functions-dir", str(functions))
+    # exit 3: not "the job would fail" (1), not a command-line mistake (2)
+    assert (code, out) == (cli.EXIT_HANDLER_BROKEN, "")
+    assert says in err.splitlines()[0], err
+    assert "Traceback" not in err  # the app's own lines, not the loader's
+    if "SyntaxError" in says:
+        assert "def handler(:" in err and "^" in err
+    if "import" in says:
+        assert 'app.py", line 2, in <module>' in err and "RuntimeError: no config" in err
+
+
+def test_a_crash_is_a_readable_traceback_and_a_job_log_line_is_printed_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    functions = _functions(
+        tmp_path,
+        crash="""
+        from workerless import Job, job_handler
+
+        @job_handler("crash")
+        def handler(job: Job) -> dict:
+            job.log("about to divide")
+            return {"x": 1 / 0}
+        """,
+    )
+    code, out, err = run(capsys, "invoke", "crash", "--functions-dir", str(functions))
+    assert code == 1
+    report = json.loads(out)
+    assert report["logs"] == ["about to divide"]
+    assert "about to divide" not in err  # in the report only
+    assert "Traceback (most recent call last):" in err and "ZeroDivisionError: division by zero" in err
+    assert 'crash/app.py", line 7, in handler' in err
+    assert not [line for line in err.splitlines() if line.startswith("{")]  # readable, not JSON

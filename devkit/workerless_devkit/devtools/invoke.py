@@ -13,12 +13,25 @@ Example:
 
 from __future__ import annotations
 
+import difflib
 import json
+import traceback
 from pathlib import Path
 from typing import Any
 
-from workerless.errors import ConfigurationError
+from workerless.errors import ConfigurationError, WorkerlessError
 from workerless.model import Outcome
+
+
+class HandlerLoadError(WorkerlessError):
+    """``functions/<type>/app.py`` cannot run in Lambda: it does not import (a syntax error, an
+    exception at import) or its ``handler`` is not a ``@job_handler``. ``detail`` is what to show:
+    the syntax error's line, or the import's traceback from the app's own frames."""
+
+    def __init__(self, message: str, *, app: Path, detail: str = "") -> None:
+        super().__init__(message)
+        self.app = app
+        self.detail = detail
 
 
 def parse_variables(text: str | None) -> dict[str, Any]:
@@ -75,18 +88,20 @@ def invoke_handler(
     Returns ``{"job": {...}, "outcome": {...}, "logs": [...]}``: the made-up job's id, type and
     retries, the outcome that would be reported, and the lines the handler sent with ``job.log``.
     """
-    from workerless.testing import load_handler, make_activated_job, run_handler
+    from workerless.testing import make_activated_job, run_handler
 
     app = Path(functions_dir) / job_type / "app.py"
     if not app.is_file():
-        raise ConfigurationError(
-            f"no handler for job type {job_type!r}: {app} does not exist (scaffold one with `workerless new-handler "
-            f"{job_type}`)",
-            key="TYPE",
-        )
-    handler = load_handler(app)
+        raise ConfigurationError(_no_handler(job_type, Path(functions_dir), app), key="TYPE")
+    handler = _load(app)
     processor = getattr(handler, "processor", None)
-    if processor is not None and processor.job_type != job_type:
+    if processor is None:
+        raise HandlerLoadError(
+            f"{app}: `handler` is not wrapped by @job_handler({job_type!r}): Lambda would call it with the SQS "
+            "event, not a Job, and no job would be claimed, run or reported",
+            app=app,
+        )
+    if processor.job_type != job_type:
         raise ConfigurationError(
             f"{app} handles job type {processor.job_type!r}, not {job_type!r} (check its @job_handler)", key="TYPE"
         )
@@ -98,3 +113,38 @@ def invoke_handler(
         "outcome": outcome_dict(outcome),
         "logs": [str(line.get("message", "")) for line in logs],
     }
+
+
+def _no_handler(job_type: str, functions_dir: Path, app: Path) -> str:
+    known = sorted(p.parent.name for p in functions_dir.glob("*/app.py"))
+    close = difflib.get_close_matches(job_type, known, n=1, cutoff=0.75)
+    if close:
+        return f"no handler for job type {job_type!r} ({app} does not exist): did you mean {close[0]!r}?"
+    listed = f" (job types here: {', '.join(known)})" if known else ""
+    return (
+        f"no handler for job type {job_type!r}: {app} does not exist{listed}; scaffold one with "
+        f"`workerless new-handler {job_type}`"
+    )
+
+
+def _load(app: Path) -> Any:
+    """The module's ``handler``; a module that does not import is a :class:`HandlerLoadError` that
+    shows where (Lambda would fail the same way, at every cold start)."""
+    from workerless.testing import load_handler
+
+    try:
+        return load_handler(app)
+    except SyntaxError as exc:
+        where = f"line {exc.lineno}" if exc.lineno else "?"
+        pointer = ""
+        if exc.text:
+            pointer = f"\n    {exc.text.rstrip()}\n    {' ' * max(0, (exc.offset or 1) - 1)}^"
+        raise HandlerLoadError(f"{app} {where}: SyntaxError: {exc.msg}", app=app, detail=pointer.lstrip("\n")) from None
+    except AttributeError as exc:
+        raise HandlerLoadError(f"{app} defines no `handler`", app=app) from exc
+    except Exception as exc:  # noqa: BLE001 - whatever the module raises at import is the user's to see
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).resolve() == app.resolve()]
+        detail = "".join(traceback.format_list(frames)) + "".join(traceback.format_exception_only(exc))
+        raise HandlerLoadError(
+            f"{app} raised {type(exc).__name__} at import: {exc}", app=app, detail=detail.rstrip()
+        ) from None

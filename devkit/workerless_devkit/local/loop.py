@@ -76,6 +76,9 @@ class InvocationScope:
     timeout: int = 0
     #: The function's role check (workerless_devkit.local.iam); None: the topology does not enforce IAM.
     iam: IamEnforcer | None = None
+    #: The function's name and this invocation's request id, as Lambda's context gives them (log lines).
+    function_name: str = ""
+    request_id: str = ""
 
 
 _CURRENT: contextvars.ContextVar[InvocationScope | None] = contextvars.ContextVar(

@@ -59,6 +59,7 @@ from workerless.settings import clear_settings, infer_engine, parse_env_text
 from workerless_devkit.local import limits, loop, rules
 from workerless_devkit.local.context import LocalLambdaContext
 from workerless_devkit.local.iam.enforce import IamEnforcer
+from workerless_devkit.local.logs import LogFormat, local_logging
 from workerless_devkit.local.summary import Summary, get_summary, reset_summary
 from workerless_devkit.local.template import (
     ACCOUNT_ID,
@@ -172,6 +173,9 @@ class LocalTopology:
         engine_secret: put the env file's engine values in an embedded Secrets Manager secret and
             give the functions its ARN (WORKERLESS_SECRET_ARN, the parameter it is ``!Ref`` of), so
             they read them as the deployed stack does (``secretsmanager:GetSecretValue`` checked).
+        log_format: the runtime's log lines as CloudWatch gets them (``json``) or one short line
+            each for a terminal (``readable``); either way at the template's LogLevel and naming
+            the function that wrote them (:mod:`workerless_devkit.local.logs`).
     """
 
     def __init__(
@@ -190,6 +194,7 @@ class LocalTopology:
         reset_summary: bool = True,
         enforce_iam: bool = True,
         engine_secret: bool = False,
+        log_format: LogFormat = "json",
     ) -> None:
         if schedule_seconds is not None and schedule_seconds <= 0:
             raise ConfigurationError("schedule_seconds must be positive", key="schedule_seconds")
@@ -212,6 +217,8 @@ class LocalTopology:
         self.loop_limit = loop_limit
         self.drain_seconds = drain_seconds
         self._reset_summary = reset_summary
+        self.log_format: LogFormat = log_format
+        self._logging = contextlib.ExitStack()
         # Computed now so a configuration error surfaces before anything starts.
         self.environment: dict[str, str] = self._environment()
 
@@ -355,6 +362,8 @@ class LocalTopology:
         add_request_guard(_refuse_abandoned_engine_call)
         try:
             self._apply_environment()
+            level = self.environment.get("POWERTOOLS_LOG_LEVEL") or "INFO"
+            self._logging.enter_context(local_logging(level, self.log_format))
             self._create_resources()
             if self.engine_secret:
                 self._create_engine_secret()
@@ -395,6 +404,7 @@ class LocalTopology:
         remove_request_guard(_refuse_abandoned_engine_call)
         self._reset_library(stopping=True)
         self._restore_environment()
+        self._logging.close()
         clear_settings()
         with contextlib.suppress(Exception):
             self._mock.stop()
@@ -772,7 +782,15 @@ class LocalTopology:
             if work:
                 self._work_running += 1
                 self._last_activity = time.monotonic()
-        scope = loop.InvocationScope(self, spec.logical_id, depth, timeout=spec.timeout, iam=self.iam)
+        scope = loop.InvocationScope(
+            self,
+            spec.logical_id,
+            depth,
+            timeout=spec.timeout,
+            iam=self.iam,
+            function_name=spec.function_name,
+            request_id=context.aws_request_id,
+        )
         with self._lock:
             self._waiting.add(id(scope))
         run = _Run(handler, event, context, scope)

@@ -1,0 +1,95 @@
+"""The runtime's log lines as local mode shows them.
+
+In Lambda each function has a process of its own, so the Powertools logger's Lambda-context keys
+(``function_name``, ``function_request_id``) name the function that wrote a line. Local mode runs
+every function in one process, where those keys are shared and the last invocation to start wins:
+:class:`InvocationFilter` stamps each line with the function and request of the invocation that
+wrote it (the current :class:`~workerless_devkit.local.loop.InvocationScope`).
+
+On a terminal, :class:`ReadableFormatter` prints one short line per record instead of the JSON that
+CloudWatch gets: time, function, job type and id, message, and the reason of a failure::
+
+    14:02:11.348 chargepaymentFunction  charge-payment 2251799813685249  job failed  error=amount must be positive
+
+Example:
+    >>> import logging
+    >>> record = logging.LogRecord("workerless", logging.INFO, __file__, 1, "job completed", None, None)
+    >>> record.function_name, record.job_type, record.job_id = "chargepaymentFunction", "charge-payment", "7"
+    >>> ReadableFormatter().format(record)[13:]
+    'chargepaymentFunction  charge-payment 7  job completed'
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Literal
+
+from aws_lambda_powertools.logging import formatter as _powertools_formatter
+from workerless import observability
+
+from workerless_devkit.local import loop
+
+LogFormat = Literal["json", "readable"]
+
+#: Record fields shown after the message in the readable format, in this order.
+_DETAILS = ("error", "reason", "status", "message_id", "attempt")
+
+
+class InvocationFilter(logging.Filter):
+    """Stamp a record written inside a local invocation with that invocation's function and request."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        scope = loop.current_scope()
+        if scope is not None and scope.function_name:
+            # Extras win over the logger's shared keys in the JSON formatter (see observability.JsonFormatter).
+            record.function_name = scope.function_name
+            record.function_id = scope.function_id
+            if scope.request_id:
+                record.function_request_id = scope.request_id
+        return True
+
+
+class ReadableFormatter(logging.Formatter):
+    """``HH:MM:SS.mmm <function> <job type> <job id>  <message>  key=value ...`` for a terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        # The handler wrapper's correlation keys (job type and id) are Powertools' thread-safe keys, in
+        # a context variable of the thread that logs, not on the record (the JSON formatter reads them
+        # the same way).
+        fields = {**_powertools_formatter._get_context().get(), **record.__dict__}
+        when = self.formatTime(record, "%H:%M:%S") + f".{int(record.msecs):03d}"
+        who = fields.get("function_id") or fields.get("function_name") or record.name
+        job = " ".join(str(v) for v in (fields.get("job_type"), fields.get("job_id")) if v)
+        level = "" if record.levelno == logging.INFO else f"{record.levelname} "
+        details = "  ".join(f"{key}={fields[key]}" for key in _DETAILS if fields.get(key) not in (None, ""))
+        line = "  ".join(part for part in (f"{when} {who}", job, f"{level}{record.getMessage()}", details) if part)
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+@contextmanager
+def local_logging(level: str, log_format: LogFormat) -> Iterator[None]:
+    """While a topology runs: the runtime's logger at the template's level (POWERTOOLS_LOG_LEVEL,
+    which Powertools read at import, before local mode applied the template's environment), each
+    line stamped with its invocation, and in ``log_format``."""
+    logger = observability.logger
+    handler = logger.registered_handler
+    library = logging.getLogger(logger.name)  # a filter here sees every record, whichever handler writes it
+    saved_level, saved_formatter = logger.log_level, handler.formatter
+    stamp = InvocationFilter()
+    library.addFilter(stamp)
+    try:
+        logger.setLevel(level.upper())
+    except ValueError:
+        logger.setLevel(logging.INFO)
+    if log_format == "readable":
+        handler.setFormatter(ReadableFormatter())
+    try:
+        yield
+    finally:
+        library.removeFilter(stamp)
+        handler.setFormatter(saved_formatter)
+        logger.setLevel(saved_level)
