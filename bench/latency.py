@@ -36,7 +36,7 @@ def pickup_latency(
     seed: int = 6,
 ) -> dict[str, Any]:
     from workerless import observability
-    from workerless_devkit.emulators import sheptra
+    from workerless_devkit.emulators import start
     from workerless_devkit.local.runtime import LocalTopology
 
     logging.getLogger("workerless").setLevel(logging.ERROR)
@@ -54,12 +54,12 @@ def pickup_latency(
             with lock:
                 started.setdefault(str(fields.get("job_id")), time.time())
 
-    emulator = sheptra.create()
-    server = emulator.serve(port=0)
+    running = start("sheptra")
+    emulator = running.emulator
     observability.add_listener(listener)
     try:
         with tempfile.TemporaryDirectory(prefix="workerless-bench-") as tmp:
-            env_file = _env_file(Path(tmp), emulator, server)
+            env_file = running.write_env_file(Path(tmp) / "sheptra.env")
             parameters = {"EngineName": "sheptra", "LogLevel": "ERROR", "TickSeconds": str(tick)}
             # The template as written: the watchdog at its rate (1 minute), the tick at TickSeconds.
             topology = LocalTopology(template, env_file, parameters=parameters)
@@ -99,7 +99,7 @@ def pickup_latency(
                     topology.run_until(lambda j=job_id: j in started, max_seconds=tick + 70)
     finally:
         observability.remove_listener(listener)
-        server.stop()
+        running.stop()
 
     load = [started[j] - created[j] for j in load_ids if j in started]
     idle = [started[j] - created[j] for j in idle_ids if j in started]
@@ -120,16 +120,6 @@ def pickup_latency(
     }
 
 
-def _env_file(directory: Path, emulator: Any, server: Any) -> Path:
-    """The engine values of ``emulator`` served at ``server``, as a local-mode env file."""
-    env_file = directory / "bench.env"
-    values = emulator.engine_values(server.url)
-    env_file.write_text(
-        "WORKERLESS_ENGINE=sheptra\n" + "".join(f"{k}={v}\n" for k, v in values.items()), encoding="utf-8"
-    )
-    return env_file
-
-
 def _template_tick(template: Path) -> int:
     from workerless_devkit.local.template import parse_template_text
 
@@ -143,7 +133,7 @@ def dispatch_rate(*, jobs: int = 600, max_in_flight: int = 1000) -> dict[str, An
     room never binds, jobs a second from the first dispatch to the last (the ``dispatched`` lifecycle
     step). The handlers run meanwhile in the same process, as local mode runs them."""
     from workerless import observability
-    from workerless_devkit.emulators import sheptra
+    from workerless_devkit.emulators import start
     from workerless_devkit.local.runtime import LocalTopology
 
     logging.getLogger("workerless").setLevel(logging.ERROR)
@@ -156,22 +146,22 @@ def dispatch_rate(*, jobs: int = 600, max_in_flight: int = 1000) -> dict[str, An
             with lock:
                 dispatched.append(time.monotonic())
 
-    emulator = sheptra.create()
-    server = emulator.serve(port=0)
+    running = start("sheptra")
+    emulator = running.emulator
     types = ("charge-payment", "send-receipt", "generate-report")
     for i in range(jobs):
         emulator.create_job(types[i % 3], {"orderId": f"rate-{i}", "amount": 1})
     observability.add_listener(listener)
     try:
         with tempfile.TemporaryDirectory(prefix="workerless-bench-") as tmp:
-            env_file = _env_file(Path(tmp), emulator, server)
+            env_file = running.write_env_file(Path(tmp) / "sheptra.env")
             parameters = {"EngineName": "sheptra", "LogLevel": "ERROR", "MaxInFlight": str(max_in_flight)}
             with LocalTopology(ROOT / "template.yaml", env_file, parameters=parameters) as topology:
                 topology.run_until(lambda: len(dispatched) >= jobs, max_seconds=180)
         activations = sum(v for k, v in emulator.router.stats.items() if "activate" in k)
     finally:
         observability.remove_listener(listener)
-        server.stop()
+        running.stop()
     span = dispatched[-1] - dispatched[0] if len(dispatched) > 1 else 0.0
     return {
         "jobs": jobs,

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import inspect
 import logging
 import re
@@ -38,6 +37,11 @@ from typing import Any, Literal
 
 from workerless.engines import ENGINE_NAMES
 from workerless.errors import ConfigurationError, WorkerlessError
+
+from workerless_devkit.emulators.core import EngineEmulator
+from workerless_devkit.emulators.harness import RunningEmulator, emulator_module, start
+from workerless_devkit.emulators.harness import create as create_engine_emulator
+from workerless_devkit.emulators.harness import env_lines as env_lines  # re-exported: the one env-file writer
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -127,7 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
     emulate.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
     emulate.add_argument("--auth", choices=("on", "off"), default=None, help="require credentials (emulators that can)")
     emulate.add_argument(
-        "--jobs", default=None, metavar="FILE", help='JSON list of jobs: [{"type": ..., "variables": {}}]'
+        "--jobs",
+        default=None,
+        metavar="FILE",
+        help='jobs to queue, one format for every engine: [{"type": ..., "variables": {}, "retries": 3}]',
     )
     emulate.add_argument("--env-out", default=None, metavar="FILE", help="also write the env-file lines to FILE")
     emulate.set_defaults(run=cmd_emulate)
@@ -346,72 +353,62 @@ def _stop_on_signals() -> Iterator[threading.Event]:
 # workerless emulate
 
 
-def load_emulator_module(engine: str) -> Any:
-    if engine not in ENGINES:
-        raise UsageError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+def emulator_options(engine: str, *, auth: bool | None) -> dict[str, Any]:
+    """The emulator options ``--auth`` asks for: ``auth`` only where ``create()`` takes it as an
+    on/off switch (Sheptra's); a UsageError for an engine without one."""
+    if auth is None:
+        return {}
     try:
-        return importlib.import_module(f"workerless_devkit.emulators.{engine}")
+        module = emulator_module(engine)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     except ImportError as exc:
         raise UsageError(f"the {engine} emulator cannot be loaded: {exc}") from None
-
-
-def create_emulator(module: Any, *, auth: bool | None) -> Any:
-    """``module.create()``, passing ``auth`` only where create() takes it as an on/off switch."""
-    create: Callable[..., Any] = module.create
-    if auth is None:
-        return create()
-    parameter = inspect.signature(create).parameters.get("auth")
+    parameter = inspect.signature(module.create).parameters.get("auth")
     if parameter is None or not isinstance(parameter.default, bool):
-        raise UsageError(f"the {module.__name__.rsplit('.', 1)[-1]} emulator has no --auth switch")
-    return create(auth=auth)
+        raise UsageError(f"the {engine} emulator has no --auth switch")
+    return {"auth": auth}
 
 
-def env_lines(values: dict[str, str]) -> str:
-    """dotenv lines; values with spaces, quotes or ``#`` are single-quoted."""
-    lines = []
-    for key, value in values.items():
-        if re.fullmatch(r"[^\s'\"#\\]*", value):
-            lines.append(f"{key}={value}")
-        else:
-            lines.append(f"{key}='{value}'" if "'" not in value else f'{key}="{value}"')
-    return "\n".join(lines) + "\n"
+def create_emulator(engine: str, *, auth: bool | None) -> EngineEmulator:
+    """``engine``'s emulator with the ``--auth`` switch applied, not serving yet."""
+    return create_engine_emulator(engine, **emulator_options(engine, auth=auth))
+
+
+def start_emulator(engine: str, *, port: int = 0, auth: bool | None = None, jobs: str | None = None) -> RunningEmulator:
+    """Serve ``engine``'s emulator (with the jobs of the file ``jobs``), as a UsageError when it cannot."""
+    options = emulator_options(engine, auth=auth)
+    try:
+        return start(engine, port=port, jobs=jobs, **options)
+    except ImportError as exc:
+        raise UsageError(f"the {engine} emulator cannot be loaded: {exc}") from None
+    except FileNotFoundError:
+        raise UsageError(f"jobs file {jobs!r} not found") from None
+    except OSError as exc:
+        raise UsageError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror}") from None
+    except (ValueError, TypeError, KeyError) as exc:
+        raise UsageError(f"jobs file {jobs!r}: {exc}" if jobs else str(exc)) from None
 
 
 def cmd_emulate(args: argparse.Namespace) -> int:
-    module = load_emulator_module(args.engine)
     auth = None if args.auth is None else args.auth == "on"
-    emulator = create_emulator(module, auth=auth)
+    running = start_emulator(args.engine, port=args.port, auth=auth, jobs=args.jobs)
     if args.jobs:
-        created = _load_jobs(emulator, args.jobs)
-        print(f"created {len(created)} job(s) from {args.jobs}", file=sys.stderr)
-    try:
-        server = emulator.serve(port=args.port)
-    except OSError as exc:
-        raise UsageError(f"cannot listen on 127.0.0.1:{args.port}: {exc.strerror}") from None
+        print(f"created {len(running.jobs())} job(s) from {args.jobs}", file=sys.stderr)
     # This prints the emulator's demo credentials on purpose: it is the developer's own loopback
     # emulator, and these lines are what they paste into their .env to reach it.
-    block = env_lines(emulator.engine_values(server.url))
-    print(f"{args.engine} emulator on {server.url} (Ctrl-C to stop); env-file lines on stdout", file=sys.stderr)
-    print(f"# {args.engine} emulator on {server.url}")
-    print(f"WORKERLESS_ENGINE={args.engine}")
-    print(block, end="", flush=True)
+    text = running.env_text()
+    print(f"{args.engine} emulator on {running.url} (Ctrl-C to stop); env-file lines on stdout", file=sys.stderr)
+    print(f"# {args.engine} emulator on {running.url}")
+    print(text, end="", flush=True)
     if args.env_out:
-        Path(args.env_out).write_text(f"WORKERLESS_ENGINE={args.engine}\n{block}", encoding="utf-8")
+        running.write_env_file(args.env_out)
         print(f"wrote {args.env_out}", file=sys.stderr)
     with _stop_on_signals() as stop:
         while not stop.wait(0.5):
             pass
-    server.stop()
+    running.stop()
     return EXIT_OK
-
-
-def _load_jobs(emulator: Any, path: str) -> list[str]:
-    try:
-        return list(emulator.load_jobs(path))
-    except FileNotFoundError:
-        raise UsageError(f"jobs file {path!r} not found") from None
-    except (ValueError, TypeError, KeyError) as exc:
-        raise UsageError(f"jobs file {path!r}: {exc}") from None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -446,16 +443,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     template = Path(args.template)
     if not template.is_file():
         raise UsageError(f"template {str(template)!r} not found (run the demo from the project directory)")
-    module = load_emulator_module(args.engine)
-    emulator = create_emulator(module, auth=None)
-    server = emulator.serve(port=0)
+    running = start_emulator(args.engine)
+    emulator = running.emulator
     started = time.monotonic()
     try:
         with tempfile.TemporaryDirectory(prefix="workerless-demo-") as tmp:
-            env_file = Path(tmp) / "demo.env"
-            env_file.write_text(
-                f"WORKERLESS_ENGINE={args.engine}\n" + env_lines(emulator.engine_values(server.url)), encoding="utf-8"
-            )
+            env_file = running.write_env_file(Path(tmp) / "demo.env")
             parameters = _demo_parameters(template, args)
             topology = LocalTopology(
                 template,
@@ -465,7 +458,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 log_format=_log_format(args),
             )
             types = _demo_job_types(template)
-            print(f"{args.engine} emulator on {server.url}; {args.jobs} job(s) of {', '.join(types)}")
+            print(f"{args.engine} emulator on {running.url}; {args.jobs} job(s) of {', '.join(types)}")
             ids = [
                 emulator.create_job(types[i % len(types)], demo_variables(types[i % len(types)], i))
                 for i in range(args.jobs)
@@ -476,7 +469,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 finished = finished and not stop.is_set()
             states = progress.states()
     finally:
-        server.stop()
+        running.stop()
     print()
     print(topology.summary.table())
     print()

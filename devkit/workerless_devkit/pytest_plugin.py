@@ -6,10 +6,11 @@ that environment has them, with nothing to add to ``conftest.py``.
 Fixtures:
 
 - ``fake_engine``: a fresh in-memory :class:`~workerless.testing.FakeEngine`.
-- ``workerless_emulator``: a factory ``(engine, **options) -> Emulator``: an emulator of
-  ``sheptra`` / ``nodeflow`` / ``stagenext`` served on 127.0.0.1 (``.url``, ``.env_file``,
-  ``.create_job``, ``.job_state``, ``.advance``, and every method of the engine's emulator);
-  stopped after the test.
+- ``workerless_emulator``: a factory ``(engine, **options) -> RunningEmulator``: an emulator of
+  ``sheptra`` / ``nodeflow`` / ``stagenext`` served on 127.0.0.1 (``.url``, ``.values``,
+  ``.env_file``, ``.create_job``, ``.job_state``, ``.advance``, and every method of the engine's
+  emulator); stopped after the test. ``workerless_module_emulator``: the same for a module-scoped
+  fixture (stopped after the module's last test).
 - ``sheptra_emulator``, ``nodeflow_emulator``, ``stagenext_emulator``: one of each, default options.
 - ``workerless_local``: a factory ``(env_file, template="template.yaml", **options) -> LocalTopology``
   that starts the template's functions in this process (embedded SQS and DynamoDB) and stops them
@@ -28,42 +29,35 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from workerless.engines import ENGINE_NAMES
 from workerless.testing import FakeEngine
 
+from workerless_devkit.emulators.harness import RunningEmulator, start
 
-class Emulator:
-    """A served engine emulator: the emulator's own API plus where it listens.
+#: The handle the emulator fixtures return: :class:`~workerless_devkit.emulators.RunningEmulator`
+#: (``.url``, ``.values``, ``.env_file``, ``.stop()``, and the engine emulator's own API).
+Emulator = RunningEmulator
 
-    Attributes:
-        engine: ``sheptra``, ``nodeflow`` or ``stagenext``.
-        url: the base URL on 127.0.0.1.
-        values: the engine's connection values (env-file keys, the emulator's credentials included).
-        env_file: a dotenv file with ``WORKERLESS_ENGINE`` and ``values``, for ``workerless local``.
-    """
 
-    def __init__(self, engine: str, emulator: Any, server: Any, env_file: Path) -> None:
-        self.engine = engine
-        self.emulator = emulator
-        self.server = server
-        self.url: str = server.url
-        self.values: dict[str, str] = dict(emulator.engine_values(server.url))
-        lines = [f"WORKERLESS_ENGINE={engine}", *(f"{k}={_quote(v)}" for k, v in self.values.items())]
-        env_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        self.env_file = env_file
+class _Emulators:
+    """The emulators one fixture started: each served with its env file written; all stopped at
+    the end of the fixture's scope (:meth:`stop`)."""
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.emulator, name)
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self._tmp = tmp_path_factory
+        self._started: list[RunningEmulator] = []
+
+    def __call__(self, engine: str, **options: Any) -> RunningEmulator:
+        running = start(engine, **options)
+        self._started.append(running)
+        running.write_env_file(self._tmp.mktemp(f"{engine}-emulator") / f"{engine}.env")
+        return running
 
     def stop(self) -> None:
-        self.server.stop()
+        for running in reversed(self._started):
+            running.stop()
 
 
-def _quote(value: str) -> str:
-    return value if value and all(c not in value for c in " '\"#\\") else json.dumps(value)
-
-
-EmulatorFactory = Callable[..., Emulator]
+EmulatorFactory = Callable[..., RunningEmulator]
 
 
 @pytest.fixture
@@ -74,25 +68,20 @@ def fake_engine() -> FakeEngine:
 
 @pytest.fixture
 def workerless_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorFactory]:
-    """Factory: ``workerless_emulator("sheptra", auth=False)`` serves an emulator on loopback."""
-    started: list[Emulator] = []
+    """Factory: ``workerless_emulator("sheptra", auth=False)`` serves an emulator on loopback
+    (options: the engine emulator's ``create()``, and ``jobs=`` a jobs file); stopped after the test."""
+    emulators = _Emulators(tmp_path_factory)
+    yield emulators
+    emulators.stop()
 
-    def start(engine: str, **options: Any) -> Emulator:
-        import importlib
 
-        if engine not in ENGINE_NAMES:
-            raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINE_NAMES)}")
-        module = importlib.import_module(f"workerless_devkit.emulators.{engine}")
-        emulator = module.create(**options)
-        server = emulator.serve(port=0)
-        env_file = tmp_path_factory.mktemp(f"{engine}-emulator") / f"{engine}.env"
-        handle = Emulator(engine, emulator, server, env_file)
-        started.append(handle)
-        return handle
-
-    yield start
-    for handle in reversed(started):
-        handle.stop()
+@pytest.fixture(scope="module")
+def workerless_module_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorFactory]:
+    """:func:`workerless_emulator` for a module-scoped fixture: the emulators it starts serve every
+    test of the module and stop after the last one."""
+    emulators = _Emulators(tmp_path_factory)
+    yield emulators
+    emulators.stop()
 
 
 @pytest.fixture

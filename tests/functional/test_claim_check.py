@@ -10,15 +10,16 @@ on its first attempt."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from workerless_devkit.devtools.scaffold import stem
-from workerless_devkit.emulators import nodeflow, sheptra, stagenext
+from workerless_devkit.emulators import sheptra
 from workerless_devkit.local import LocalTopology
+from workerless_devkit.pytest_plugin import EmulatorFactory
 
 from tests.functional.handlers_large.app import blob, fingerprint
 from tests.functional.pipeline import Events, job_timings, template_variant, wait_counted, wait_final
@@ -34,27 +35,15 @@ PARAMETERS = {"LeaseSeconds": "60", "TickSeconds": "1", **job_timings(20)}
 
 
 @pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Any]:
+def serve(workerless_emulator: EmulatorFactory) -> Callable[[str], tuple[Any, Path]]:
     """start(engine) -> (emulator, env file): an emulator of ``engine`` on loopback."""
-    servers: list[Any] = []
 
     def start(name: str) -> tuple[Any, Path]:
-        if name == "sheptra":
-            emu: Any = sheptra.create(auth=True)
-            servers.append(emu.serve(port=0))
-            env = emu.env_block(emu.base_url) + "\nWORKERLESS_ENGINE=sheptra\n"
-        else:
-            emu = nodeflow.create() if name == "nodeflow" else stagenext.create()
-            servers.append(emu.serve(port=0))
-            values = {"WORKERLESS_ENGINE": name, **emu.engine_values(servers[-1].url)}
-            env = "".join(f"{k}={v}\n" for k, v in values.items())
-        path = tmp_path / f"{name}.env"
-        path.write_text(env, encoding="utf-8")
-        return emu, path
+        running = workerless_emulator(name)
+        assert running.env_file is not None
+        return running.emulator, running.env_file
 
-    yield start
-    for server in servers:
-        server.stop()
+    return start
 
 
 def large_topology(

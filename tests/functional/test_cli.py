@@ -104,7 +104,6 @@ def test_overrides_env_lines_and_emulator_options() -> None:
     assert cli.parse_overrides(["A=1", "B=x=y", "ParameterKey=C,ParameterValue=3"]) == {"A": "1", "B": "x=y", "C": "3"}
     values = {"PLAIN": "http://127.0.0.1:1/x", "EMPTY": "", "SPACED": "a b # c", "QUOTED": "it's"}
     assert parse_env_text(cli.env_lines(values)) == values
-    sheptra = cli.load_emulator_module("sheptra")
-    assert cli.create_emulator(sheptra, auth=False).auth is False
+    assert cli.create_emulator("sheptra", auth=False).auth is False
     with pytest.raises(cli.UsageError, match="the nodeflow emulator has no --auth switch"):
-        cli.create_emulator(cli.load_emulator_module("nodeflow"), auth=True)
+        cli.create_emulator("nodeflow", auth=True)

@@ -11,7 +11,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ import pytest
 from workerless_devkit import cli
 from workerless_devkit.devtools.scaffold import template_job_types
 from workerless_devkit.devtools.status import topology_status
-from workerless_devkit.emulators import sheptra
+from workerless_devkit.emulators import RunningEmulator
 from workerless_devkit.local import LocalTopology
 
 #: Seconds per test (real commands, topologies or many generated cases): `make test` runs it,
@@ -177,13 +176,8 @@ def test_invoke_runs_the_scaffolded_handler(project: Path, capsys: pytest.Captur
 
 
 @pytest.fixture
-def emulator() -> Iterator[Any]:
-    emu = sheptra.create(auth=True)
-    server = emu.serve(port=0)
-    try:
-        yield emu
-    finally:
-        server.stop()
+def emulator(sheptra_emulator: RunningEmulator) -> RunningEmulator:
+    return sheptra_emulator
 
 
 # As in test_cli.py's demo test: runtime.reset() leaves the adapter's httpx client to the collector.
@@ -195,8 +189,7 @@ def test_local_mode_runs_the_new_route_against_the_sheptra_emulator(
     emulator THEN a job of the new type completes with the handler's variables, and the topology's
     status lists the new route with an empty queue, an empty job dead-letter queue and a recent poll."""
     assert run(capsys, "new-handler", TYPE, "--template", str(project / "template.yaml"))[0] == 0
-    env_file = project / "sheptra.env"
-    env_file.write_text(emulator.env_block(emulator.base_url) + "\nWORKERLESS_ENGINE=sheptra\n")
+    env_file = emulator.write_env_file(project / "sheptra.env")
     job_id = emulator.create_job(TYPE, {"orderId": "p1"})
     topology = LocalTopology(
         project / "template.yaml",
@@ -226,8 +219,7 @@ def test_workerless_local_prints_the_status_while_it_runs_the_new_route(
     """The command-line path of the daily loop: scaffold, then `workerless local --status-every` against
     the emulator until idle; the job of the new type completes and the status lines name its route."""
     assert run(capsys, "new-handler", TYPE, "--template", str(project / "template.yaml"))[0] == 0
-    env_file = project / "sheptra.env"
-    env_file.write_text(emulator.env_block(emulator.base_url) + "\nWORKERLESS_ENGINE=sheptra\n")
+    env_file = emulator.write_env_file(project / "sheptra.env")
     job_id = emulator.create_job(TYPE, {"orderId": "p2"})
     code, out, err = run(
         capsys,

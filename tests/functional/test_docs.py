@@ -25,7 +25,6 @@ import shlex
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ import pytest
 from workerless import observability
 from workerless_devkit import cli
 from workerless_devkit.devtools.scaffold import stem, template_job_types
-from workerless_devkit.emulators import sheptra
+from workerless_devkit.emulators import RunningEmulator
 from workerless_devkit.local.extensions import expand_language_extensions
 from workerless_devkit.local.template import parse_template_text
 
@@ -294,15 +293,9 @@ def project(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def engine_env(project: Path) -> Iterator[None]:
+def engine_env(project: Path, sheptra_emulator: RunningEmulator) -> None:
     """`.env` in the scratch project: a Sheptra emulator's values (the reader's "real engine")."""
-    emulator = sheptra.create(auth=True)
-    server = emulator.serve(port=0)
-    (project / ".env").write_text(emulator.env_block(server.url) + "\nWORKERLESS_ENGINE=sheptra\n", encoding="utf-8")
-    try:
-        yield
-    finally:
-        server.stop()
+    sheptra_emulator.write_env_file(project / ".env")
 
 
 def page_id(path: Path) -> str:

@@ -1,7 +1,7 @@
 """The engine contract: what the poller, handler wrapper and heartbeat rely on from EVERY adapter.
 
 Written only against the :class:`~workerless.engines.base.Engine` Protocol and the common emulator
-shape (``create()``, ``serve()``, ``engine_values()``, ``create_job()``, ``job_state()``,
+shape (started by the ``workerless_emulator`` fixture; ``engine_values()``, ``create_job()``, ``job_state()``,
 ``advance()``, the ``/_admin/stats`` surface), so a new engine joins by adding its name to
 :data:`CONTRACT_ENGINES` — its adapter is ``workerless.engines.<name>`` and its emulator
 ``workerless_devkit.emulators.<name>``.
@@ -9,8 +9,6 @@ shape (``create()``, ``serve()``, ``engine_values()``, ``create_job()``, ``job_s
 
 from __future__ import annotations
 
-import importlib
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +20,7 @@ from workerless.engines import ENGINE_NAMES, build_engine
 from workerless.engines.base import Engine, MemoryState
 from workerless.errors import LeaseLostError, PayloadTooLargeError
 from workerless.model import ActivatedJob, Demand, Outcome
+from workerless_devkit.pytest_plugin import EmulatorFactory
 
 #: Engines held to this contract. The node-flow and StageNext engineers extend this list.
 CONTRACT_ENGINES: list[str] = list(ENGINE_NAMES)
@@ -58,21 +57,11 @@ class Served:
         return sum(int(n) for n in stats.values())
 
 
-@pytest.fixture(scope="module")
-def stopper() -> Iterator[list[threading.Thread]]:
-    """Stops servers in the background (a stdlib server takes up to 0.5 s to shut down)."""
-    threads: list[threading.Thread] = []
-    yield threads
-    for thread in threads:
-        thread.join(timeout=5)
-
-
 @pytest.fixture(params=CONTRACT_ENGINES)
-def served(request: pytest.FixtureRequest, stopper: list[threading.Thread]) -> Iterator[Served]:
+def served(request: pytest.FixtureRequest, workerless_emulator: EmulatorFactory) -> Iterator[Served]:
     name: str = request.param
-    emu = importlib.import_module(f"workerless_devkit.emulators.{name}").create()
-    server = emu.serve()
-    served = Served(name, emu, server)
+    running = workerless_emulator(name)
+    served = Served(name, running.emulator, running.server)
     try:
         yield served
     finally:
@@ -80,11 +69,6 @@ def served(request: pytest.FixtureRequest, stopper: list[threading.Thread]) -> I
             engine.close()
         for client in served.clients:
             client.close()
-        if hasattr(emu, "close"):
-            emu.close()
-        thread = threading.Thread(target=server.stop, name="stop-emulator", daemon=True)
-        thread.start()
-        stopper.append(thread)
 
 
 def activate_until(engine: Engine, demands: Sequence[Demand], count: int) -> list[ActivatedJob]:

@@ -17,13 +17,13 @@ past the target), never timed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from workerless_devkit.emulators import nodeflow, sheptra, stagenext
+from workerless.engines import ENGINE_NAMES
 from workerless_devkit.local import LocalTopology
+from workerless_devkit.pytest_plugin import EmulatorFactory
 
 from tests.functional.pipeline import TEMPLATE
 
@@ -68,37 +68,12 @@ REPORT_ROUTES = {
 }
 
 
-def _env_sheptra(emulator: Any, url: str) -> str:
-    return str(emulator.env_block(url)) + "\nWORKERLESS_ENGINE=sheptra\n"
-
-
-def _env_values(engine: str) -> Callable[[Any, str], str]:
-    def render(emulator: Any, url: str) -> str:
-        values = {"WORKERLESS_ENGINE": engine, **emulator.engine_values(url)}
-        return "".join(f"{key}={value}\n" for key, value in values.items())
-
-    return render
-
-
-ENGINES: dict[str, tuple[Callable[[], Any], Callable[[Any, str], str]]] = {
-    "sheptra": (lambda: sheptra.create(auth=True), _env_sheptra),
-    "nodeflow": (lambda: nodeflow.create(), _env_values("nodeflow")),
-    "stagenext": (lambda: stagenext.create(), _env_values("stagenext")),
-}
-
-
-@pytest.fixture(params=sorted(ENGINES))
-def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Any, Path]]:
+@pytest.fixture(params=sorted(ENGINE_NAMES))
+def served(request: pytest.FixtureRequest, workerless_emulator: EmulatorFactory) -> tuple[str, Any, Path]:
     engine = str(request.param)
-    build, render = ENGINES[engine]
-    emulator = build()
-    server = emulator.serve(port=0)
-    env_file = tmp_path / f"{engine}.env"
-    env_file.write_text(render(emulator, server.url), encoding="utf-8")
-    try:
-        yield engine, emulator, env_file
-    finally:
-        server.stop()
+    running = workerless_emulator(engine)
+    assert running.env_file is not None
+    return engine, running.emulator, running.env_file
 
 
 def _final_at(state: dict[str, Any]) -> float | None:

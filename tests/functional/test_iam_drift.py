@@ -43,13 +43,13 @@ from workerless.aws.sqs import QueueError, Queues
 from workerless.engines import ENGINE_NAMES, build_engine
 from workerless.model import Demand
 from workerless.settings import parse_env_text
-from workerless_devkit import cli
 from workerless_devkit.devtools.scaffold import stem, template_job_types
 from workerless_devkit.local import LocalTopology
 from workerless_devkit.local.iam.enforce import Grant, Refusal
 from workerless_devkit.local.iam.policy import action_matches, resource_matches
 from workerless_devkit.local.iam.roles import FunctionRole
 from workerless_devkit.local.loop import current_scope
+from workerless_devkit.pytest_plugin import EmulatorFactory
 
 from tests.functional.pipeline import FINAL, TEMPLATE, job_timings
 
@@ -119,10 +119,10 @@ class _RefuseHeartbeatTickets:
         monkeypatch.setattr(Queues, "send", send)
 
 
-def _scenario(engine: str, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
-    module = cli.load_emulator_module(engine)
-    emulator = module.create(lease_seconds=5) if engine == "stagenext" else cli.create_emulator(module, auth=None)
-    server = emulator.serve(port=0)
+def _scenario(engine: str, start: EmulatorFactory, monkeypatch: pytest.MonkeyPatch) -> Run:
+    running = start(engine, lease_seconds=5) if engine == "stagenext" else start(engine)
+    emulator, server, env_file = running.emulator, running.server, running.env_file
+    assert env_file is not None
     seen: list[tuple[str, str]] = []
 
     def listen(job_type: str, event: str, fields: dict[str, Any]) -> None:
@@ -130,10 +130,6 @@ def _scenario(engine: str, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
 
     observability.add_listener(listen)
     try:
-        env_file = tmp / f"{engine}.env"
-        env_file.write_text(
-            f"WORKERLESS_ENGINE={engine}\n" + cli.env_lines(emulator.engine_values(server.url)), encoding="utf-8"
-        )
         create = emulator.create_job
         # Created and activated first and alone, so that the standalone activation takes this one.
         dead = create("charge-payment", {"orderId": "o0", "amount": 5})
@@ -224,16 +220,14 @@ def _scenario(engine: str, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
             )
     finally:
         observability.remove_listener(listen)
-        server.stop()
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
-    tmp = tmp_path_factory.mktemp("iam-drift")
+def runs(workerless_module_emulator: EmulatorFactory) -> dict[str, Run]:
     found = {}
     for engine in ENGINES:
         with pytest.MonkeyPatch.context() as monkeypatch:
-            found[engine] = _scenario(engine, tmp, monkeypatch)
+            found[engine] = _scenario(engine, workerless_module_emulator, monkeypatch)
     return found
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +17,9 @@ import httpx
 import pytest
 from botocore.exceptions import ClientError
 from workerless_devkit.devtools.scaffold import stem, template_job_types
-from workerless_devkit.emulators import sheptra, stagenext
+from workerless_devkit.emulators import RunningEmulator
 from workerless_devkit.local import LocalTopology, TemplateError
+from workerless_devkit.pytest_plugin import EmulatorFactory
 
 from tests.functional.pipeline import FINAL, ROOT, TEMPLATE, Events, job_timings, topology
 
@@ -64,15 +64,9 @@ def template_copy(tmp_path: Path, text: str) -> Path:
 
 
 @pytest.fixture
-def sheptra_env(tmp_path: Path) -> Iterator[tuple[Any, Path]]:
-    emulator = sheptra.create(auth=True)
-    server = emulator.serve(port=0)
-    env_file = tmp_path / "sheptra.env"
-    env_file.write_text(emulator.env_block(emulator.base_url) + "\nWORKERLESS_ENGINE=sheptra\n")
-    try:
-        yield emulator, env_file
-    finally:
-        server.stop()
+def sheptra_env(sheptra_emulator: RunningEmulator) -> tuple[Any, Path]:
+    assert sheptra_emulator.env_file is not None
+    return sheptra_emulator.emulator, sheptra_emulator.env_file
 
 
 def test_the_without_statement_helper_cuts_exactly_one_statement() -> None:
@@ -179,7 +173,7 @@ def test_a_role_that_cannot_write_its_logs_is_warned_about_loudly(
 
 
 def test_a_failed_stagenext_lease_acquire_gives_the_claim_back_and_the_redelivery_claims_at_once(
-    tmp_path: Path, events: Events
+    workerless_emulator: EmulatorFactory, events: Events
 ) -> None:
     """GIVEN every try of the first delivery's lease acquire answered 503 (issue 10, 2.1)
     WHEN the delivery gives up THEN giving the claim back is allowed by the handler's role (no
@@ -188,25 +182,20 @@ def test_a_failed_stagenext_lease_acquire_gives_the_claim_back_and_the_redeliver
     claims, acquires and runs the stage at once: it is started once, and never handed back as a
     delivery that could not claim (which it would be until the claim expired, the Lambda's remaining
     time + 30 s, had the claim not been given back)."""
-    emulator = stagenext.create(lease_seconds=6, visibility_timeout=3)
-    server = emulator.serve(port=0)
-    try:
-        values = {"WORKERLESS_ENGINE": "stagenext", **emulator.engine_values(server.url)}
-        env_file = tmp_path / "stagenext.env"
-        env_file.write_text("".join(f"{k}={v}\n" for k, v in values.items()), encoding="utf-8")
-        stage_id = emulator.create_job("send-receipt", {"orderId": "r1"}, retries=3)
-        httpx.post(
-            f"{server.url}/_admin/faults",
-            json={"method": "POST", "path": f"/stages/{stage_id}/lease/acquire", "status": 503, "times": 4},
-        ).raise_for_status()
-        with topology(env_file, job_visibility_seconds=10) as topo:
-            assert topo.iam is not None
-            iam = topo.iam
-            topo.run_until(lambda: emulator.job_state(stage_id)["state"] in FINAL or bool(iam.refusals), 60)
-            refusals = iam.refusals
-            state = emulator.job_state(stage_id)
-    finally:
-        server.stop()
+    running = workerless_emulator("stagenext", lease_seconds=6, visibility_timeout=3)
+    emulator, server, env_file = running.emulator, running.server, running.env_file
+    assert env_file is not None
+    stage_id = emulator.create_job("send-receipt", {"orderId": "r1"}, retries=3)
+    httpx.post(
+        f"{server.url}/_admin/faults",
+        json={"method": "POST", "path": f"/stages/{stage_id}/lease/acquire", "status": 503, "times": 4},
+    ).raise_for_status()
+    with topology(env_file, job_visibility_seconds=10) as topo:
+        assert topo.iam is not None
+        iam = topo.iam
+        topo.run_until(lambda: emulator.job_state(stage_id)["state"] in FINAL or bool(iam.refusals), 60)
+        refusals = iam.refusals
+        state = emulator.job_state(stage_id)
     assert refusals == [], "\n".join(r.message for r in refusals)
     assert state["state"] == "completed", state["history"]
     started = [f for _, e, f in events if e == "started" and f.get("job_id") == stage_id]

@@ -17,7 +17,7 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 from workerless.aws.sqs import Queues
 from workerless.engines import ENGINE_NAMES
-from workerless_devkit.emulators import nodeflow, sheptra, stagenext
+from workerless_devkit.pytest_plugin import EmulatorFactory
 
 from tests.functional.pipeline import topology, wait_final
 
@@ -110,24 +110,11 @@ def test_an_unknown_limit_is_never_a_reason_to_fail_a_job_for_good(sqs: Any) -> 
 
 
 @pytest.fixture
-def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+def engine(request: pytest.FixtureRequest, workerless_emulator: EmulatorFactory) -> tuple[Path, Any]:
     """(env file, emulator) for the engine named by the test's parameter, served on loopback."""
     name = request.param
-    if name == "sheptra":
-        emu: Any = sheptra.create(auth=True)
-        server = emu.serve(port=0)
-        env = emu.env_block(emu.base_url) + "\nWORKERLESS_ENGINE=sheptra\n"
-    else:
-        emu = nodeflow.create() if name == "nodeflow" else stagenext.create(lease_seconds=6)
-        server = emu.serve(port=0)
-        values = {"WORKERLESS_ENGINE": name, **emu.engine_values(server.url)}
-        env = "".join(f"{k}={v}\n" for k, v in values.items())
-    path = tmp_path / f"{name}.env"
-    path.write_text(env, encoding="utf-8")
-    try:
-        yield path, emu
-    finally:
-        server.stop()
+    running = workerless_emulator(name, lease_seconds=6) if name == "stagenext" else workerless_emulator(name)
+    return running.env_file, running.emulator
 
 
 @pytest.mark.parametrize("engine", ENGINE_NAMES, indirect=True)
@@ -148,7 +135,9 @@ def test_a_300_kb_job_completes_through_the_local_topology(engine: tuple[Path, A
     assert state["attempts"] == 1
 
 
-def test_a_stagenext_stage_larger_than_workerless_carries_is_failed_under_its_lease_not_lost(tmp_path: Path) -> None:
+def test_a_stagenext_stage_larger_than_workerless_carries_is_failed_under_its_lease_not_lost(
+    workerless_emulator: EmulatorFactory,
+) -> None:
     """GIVEN a StageNext stage whose input (34 MB) is over what workerless carries, even through its
     claim check (WORKERLESS_MAX_PAYLOAD_BYTES, 32 MiB; a 1.2 MB stage now goes through the claim check)
     WHEN the poller pulls it
@@ -156,18 +145,12 @@ def test_a_stagenext_stage_larger_than_workerless_carries_is_failed_under_its_le
     reason: the emulator's consumer, which fences results by the Running execution, applies that
     result, and the delivery is acknowledged only after it. (Posted without the lease, the result was
     discarded and the acknowledged delivery never came back: the stage stayed dispatched for ever.)"""
-    emu = stagenext.create(lease_seconds=6)
-    server = emu.serve(port=0)
-    try:
-        env_file = tmp_path / "stagenext.env"
-        values = {"WORKERLESS_ENGINE": "stagenext", **emu.engine_values(server.url)}
-        env_file.write_text("".join(f"{k}={v}\n" for k, v in values.items()), encoding="utf-8")
-        stage_id = emu.create_job("send-receipt", {"orderId": "huge", "blob": "z" * 34_000_000}, retries=3)
+    running = workerless_emulator("stagenext", lease_seconds=6)
+    emu, env_file = running.emulator, running.env_file
+    stage_id = emu.create_job("send-receipt", {"orderId": "huge", "blob": "z" * 34_000_000}, retries=3)
 
-        with topology(env_file, job_visibility_seconds=10) as topo:
-            wait_final(topo, emu.job_state, [stage_id], 40)
-    finally:
-        server.stop()
+    with topology(env_file, job_visibility_seconds=10) as topo:
+        wait_final(topo, emu.job_state, [stage_id], 40)
 
     state = emu.job_state(stage_id)
     assert state["state"] == "failed"

@@ -11,7 +11,7 @@ well above any handler run here.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +23,9 @@ from workerless.aws.dynamo import JobStore
 from workerless.model import JobRef, Outcome
 from workerless.record import Decision, Status, decide, lease_of
 from workerless_devkit.devtools.scaffold import template_job_types
-from workerless_devkit.emulators import nodeflow
-from workerless_devkit.emulators.http import EmulatorServer
 from workerless_devkit.emulators.nodeflow import NodeFlowEmulator
 from workerless_devkit.local import LocalTopology
+from workerless_devkit.pytest_plugin import EmulatorFactory
 
 from tests.functional.pipeline import (
     TEMPLATE,
@@ -49,30 +48,19 @@ NS = "/v1/ns/default"
 #: longer to the heartbeat than it really is.
 LAPSE_SECONDS = 5.1
 
-Serve = Callable[..., tuple[NodeFlowEmulator, str]]
+Serve = Callable[..., tuple[NodeFlowEmulator, str, Path]]
 
 
 @pytest.fixture
-def serve() -> Iterator[Serve]:
-    """Start node-flow emulators (options as :func:`nodeflow.create`); all stopped at teardown."""
-    servers: list[EmulatorServer] = []
+def serve(workerless_emulator: EmulatorFactory) -> Serve:
+    """Start node-flow emulators (options as :func:`nodeflow.create`): (emulator, URL, env file)."""
 
-    def start(**options: Any) -> tuple[NodeFlowEmulator, str]:
-        emulator = nodeflow.create(**options)
-        servers.append(emulator.serve(port=0))
-        return emulator, servers[-1].url
+    def start(**options: Any) -> tuple[NodeFlowEmulator, str, Path]:
+        running = workerless_emulator("nodeflow", **options)
+        assert running.env_file is not None
+        return running.emulator, running.url, running.env_file
 
-    yield start
-    for server in servers:
-        server.stop()
-
-
-def write_env(tmp_path: Path, emulator: NodeFlowEmulator, url: str) -> Path:
-    """The env file local mode reads: the emulator's engine values, and the engine named."""
-    values = {"WORKERLESS_ENGINE": "nodeflow", **emulator.engine_values(url)}
-    path = tmp_path / "nodeflow.env"
-    path.write_text("".join(f"{key}={value}\n" for key, value in values.items()), encoding="utf-8")
-    return path
+    return start
 
 
 def wait_for(topo: LocalTopology, what: str, done: Callable[[], bool], seconds: float) -> None:
@@ -109,13 +97,13 @@ def test_example_tasks_complete_and_a_terminal_failure_is_never_retried(
     WHEN the template runs against node-flow
     THEN every task completes on its first lease with the output its handler returned, and the
     zero charge is reported FAILED_WITH_TERMINAL_ERROR and not retried although attempts remain."""
-    emulator, url = serve()
+    emulator, _url, env_file = serve()
     charged = [emulator.create_job("charge-payment", {"orderId": f"o{i}", "amount": 10 + i}) for i in range(4)]
     receipts = [emulator.create_job("send-receipt", {"orderId": f"r{i}"}) for i in range(3)]
     report = emulator.create_job("generate-report", {"seconds": 1})
     declined = emulator.create_job("charge-payment", {"orderId": "bad", "amount": 0}, retries=3)
 
-    with topology(write_env(tmp_path, emulator, url), job_visibility_seconds=10) as topo:
+    with topology(env_file, job_visibility_seconds=10) as topo:
         wait_final(topo, emulator.job_state, [*charged, *receipts, report, declined], 25)
         # The engine shows a job final before the handler has counted it: wait for the count itself.
         summary = wait_counted(
@@ -166,11 +154,11 @@ def test_lease_stolen_mid_run_stops_the_handler_and_nothing_of_it_is_applied(
     LOST, the handler sees job.lease_lost() and stops long before its 20 s, nothing it did reaches
     the engine (no report, no log line, no stack), and the pipeline neither fails nor takes the task
     back: the other worker's report is the one that counts."""
-    emulator, url = serve()
+    emulator, url, env_file = serve()
     task_id = emulator.create_job("generate-report", {"seconds": 20}, retries=1)
     # One job in flight per route: while the handler holds the message, the poller has no room to
     # lease the task again itself, so the only other holder is the worker below.
-    with topology(write_env(tmp_path, emulator, url), job_visibility_seconds=30, max_in_flight=1) as topo:
+    with topology(env_file, job_visibility_seconds=30, max_in_flight=1) as topo:
         wait_for(topo, "handler started", lambda: seen(events, "started", task_id) == 1, 10)
         started_at = time.monotonic()
         wait_for(topo, "a heartbeat extended the lease", lambda: seen(events, "extended", task_id) >= 1, 5)
@@ -233,11 +221,11 @@ def test_lease_lapsed_mid_run_is_taken_back_by_the_pipeline_and_finished(
     lapse; only the lease token changes)
     THEN the first run stops (its lease is gone), and the task is still finished under the new
     lease: the pipeline does not skip its own new lease for ever because the old one was lost."""
-    emulator, url = serve()
+    emulator, _url, env_file = serve()
     task_id = emulator.create_job("generate-report", {"seconds": 3}, retries=1)
     # The new lease's message arrives while the first run still holds the claim: it comes back
     # after the visibility timeout (10 s, longer than the 3 s run) and then claims the LOST record.
-    with topology(write_env(tmp_path, emulator, url), job_visibility_seconds=10) as topo:
+    with topology(env_file, job_visibility_seconds=10) as topo:
         wait_for(topo, "handler started", lambda: seen(events, "started", task_id) == 1, 10)
         wait_for(topo, "a heartbeat extended the lease", lambda: seen(events, "extended", task_id) >= 1, 5)
         emulator.advance(LAPSE_SECONDS)
@@ -264,11 +252,11 @@ def test_logs_reach_the_task_in_order_followed_by_the_failure_stack(
     THEN the task's log holds the 60 lines in order (the first 50 flushed mid-run, the rest before
     the report), then the stack of the failure, and the task is reported FAILED with the error."""
     template = template_variant(tmp_path, handlers={"generate-report": TEST_HANDLERS})
-    emulator, url = serve()
+    emulator, _url, env_file = serve()
     lines = [f"step {i:02d}" for i in range(60)]
     task_id = emulator.create_job("generate-report", {"lines": lines, "error": "report exploded"}, retries=1)
 
-    with topology(write_env(tmp_path, emulator, url), job_visibility_seconds=10, template=template) as topo:
+    with topology(env_file, job_visibility_seconds=10, template=template) as topo:
         wait_final(topo, emulator.job_state, [task_id], 20)
 
     state = emulator.task_state(task_id)
@@ -294,10 +282,10 @@ def test_a_terminal_failure_has_its_stack_in_the_task_log_before_it_is_reported(
     THEN, as for any other exception, the failure's stack is in the task's log, written before the
     task was reported FAILED_WITH_TERMINAL_ERROR (seed 002: "the lines explaining a failure are
     there when someone opens the failed task")."""
-    emulator, url = serve()
+    emulator, _url, env_file = serve()
     task_id = emulator.create_job("charge-payment", {"orderId": "bad", "amount": 0}, retries=3)
 
-    with topology(write_env(tmp_path, emulator, url), job_visibility_seconds=10) as topo:
+    with topology(env_file, job_visibility_seconds=10) as topo:
         wait_final(topo, emulator.job_state, [task_id], 20)
 
     state = emulator.task_state(task_id)
@@ -323,13 +311,13 @@ def test_domain_route_leases_only_its_domain_queue(serve: Serve, tmp_path: Path,
         tmp_path, {routes: routes + '    charge-payment: {EngineQueue: "charge-payment:eu-west"}\n'}
     )
     others = [t for t in template_job_types(TEMPLATE.read_text(encoding="utf-8")) if t != "charge-payment"]
-    emulator, url = serve(
+    emulator, url, env_file = serve(
         scopes=("queues:lease:charge-payment:eu-west", *(f"queues:lease:{t}" for t in others), "tasks:report")
     )
     eu = [emulator.create_job("charge-payment", {"orderId": f"eu{i}", "amount": 5}, domain="eu-west") for i in range(2)]
     plain = [emulator.create_job("charge-payment", {"orderId": f"p{i}", "amount": 5}) for i in range(2)]
 
-    with topology(write_env(tmp_path, emulator, url), job_visibility_seconds=10, template=template) as topo:
+    with topology(env_file, job_visibility_seconds=10, template=template) as topo:
         wait_final(topo, emulator.job_state, eu, 20)
         more_polls(topo)  # a few more polls of every route
         errors = topo.errors

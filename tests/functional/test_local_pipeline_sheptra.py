@@ -4,7 +4,6 @@ Sheptra emulator over loopback."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ from workerless.engines import build_engine
 from workerless.model import Demand
 from workerless.settings import parse_env_text
 from workerless_devkit.devtools.scaffold import stem
-from workerless_devkit.emulators import sheptra
+from workerless_devkit.emulators import RunningEmulator
 from workerless_devkit.local import LocalTopology
 
 from tests.functional.pipeline import TEMPLATE, job_timings, topology, wait_counted, wait_final
@@ -24,20 +23,14 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def emulator() -> Iterator[Any]:
-    emu = sheptra.create(auth=True)
-    server = emu.serve(port=0)
-    try:
-        yield emu
-    finally:
-        server.stop()
+def emulator(sheptra_emulator: RunningEmulator) -> Any:
+    return sheptra_emulator.emulator
 
 
 @pytest.fixture
-def env_file(tmp_path: Path, emulator: Any) -> Path:
-    path = tmp_path / "sheptra.env"
-    path.write_text(emulator.env_block(emulator.base_url) + "\nWORKERLESS_ENGINE=sheptra\n")
-    return path
+def env_file(sheptra_emulator: RunningEmulator) -> Path:
+    assert sheptra_emulator.env_file is not None
+    return sheptra_emulator.env_file
 
 
 def test_example_handlers_complete_fail_terminally_and_are_summarised(

@@ -11,7 +11,7 @@ gateway's redelivery (``visibility_timeout=...``, told to the adapter with STAGE
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ import pytest
 from workerless.engines import stagenext as stagenext_adapter
 from workerless.model import Demand
 from workerless_devkit import cli
-from workerless_devkit.emulators import stagenext
+from workerless_devkit.pytest_plugin import EmulatorFactory
 
 from tests.functional.pipeline import ROOT, Events, more_polls, topology, wait_counted, wait_final
 
@@ -45,26 +45,17 @@ class Emulated:
 
 
 @pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Callable[..., Emulated]]:
+def serve(workerless_emulator: EmulatorFactory) -> Callable[..., Emulated]:
     """Start an emulator with the given lease and gateway visibility; the env file tells the adapter both."""
-    servers: list[Any] = []
 
     def start(*, lease_seconds: int, visibility_timeout: float = 60) -> Emulated:
-        emulator = stagenext.create(lease_seconds=lease_seconds, visibility_timeout=visibility_timeout)
-        server = emulator.serve(port=0)
-        servers.append(server)
         # engine_values carries STAGENEXT_LEASE_SECONDS / STAGENEXT_VISIBILITY_SECONDS when they
         # differ from the seed's 60 s.
-        values = {"WORKERLESS_ENGINE": "stagenext", **emulator.engine_values(server.url)}
-        env_file = tmp_path / "stagenext.env"
-        env_file.write_text("".join(f"{key}={value}\n" for key, value in values.items()), encoding="utf-8")
-        return Emulated(emulator, server.url, env_file)
+        running = workerless_emulator("stagenext", lease_seconds=lease_seconds, visibility_timeout=visibility_timeout)
+        assert running.env_file is not None
+        return Emulated(running.emulator, running.url, running.env_file)
 
-    try:
-        yield start
-    finally:
-        for server in servers:
-            server.stop()
+    return start
 
 
 def applied(state: dict[str, Any]) -> list[dict[str, Any]]:
@@ -270,38 +261,37 @@ def test_result_accepted_but_unanswered_is_retried_with_the_same_identity(
     assert count(events, "started", stage_id) == 1
 
 
-def test_adapter_times_the_first_renewal_by_the_lease_and_learns_its_length() -> None:
+def test_adapter_times_the_first_renewal_by_the_lease_and_learns_its_length(
+    workerless_emulator: EmulatorFactory,
+) -> None:
     """The heartbeat's first look is timed from a pulled job's ``lease_expires_at``: it must fall
     within one lease of the pull. GIVEN an engine whose lease is 4 s
     THEN with STAGENEXT_LEASE_SECONDS the very first pull is bounded by it; without it the adapter
     assumes the seed's 60 s until an acquire answer states the lease, and uses that from then on."""
-    emulator = stagenext.create(lease_seconds=4, visibility_timeout=30)
-    server = emulator.serve(port=0)
-    try:
-        values = emulator.engine_values(server.url)
-        assert values["STAGENEXT_LEASE_SECONDS"] == "4" and values["STAGENEXT_VISIBILITY_SECONDS"] == "30"
-        with httpx.Client(timeout=5) as client:
-            told = stagenext_adapter.from_values(values, client, clock=emulator.now)
-            emulator.create_job("charge-payment", {})
-            [job] = told.activate([Demand("charge-payment", 1)], lease_seconds=60)
-            assert job.lease_expires_at - job.activated_at == pytest.approx(4)
+    running = workerless_emulator("stagenext", lease_seconds=4, visibility_timeout=30)
+    emulator, server = running.emulator, running.server
+    values = emulator.engine_values(server.url)
+    assert values["STAGENEXT_LEASE_SECONDS"] == "4" and values["STAGENEXT_VISIBILITY_SECONDS"] == "30"
+    with httpx.Client(timeout=5) as client:
+        told = stagenext_adapter.from_values(values, client, clock=emulator.now)
+        emulator.create_job("charge-payment", {})
+        [job] = told.activate([Demand("charge-payment", 1)], lease_seconds=60)
+        assert job.lease_expires_at - job.activated_at == pytest.approx(4)
 
-            untold = {k: v for k, v in values.items() if k != "STAGENEXT_LEASE_SECONDS"}
-            engine = stagenext_adapter.from_values(untold, client, clock=emulator.now)
-            emulator.create_job("charge-payment", {})
-            [first] = engine.activate([Demand("charge-payment", 1)], lease_seconds=60)
-            assert first.lease_expires_at - first.activated_at == pytest.approx(30), "the visibility bounds it"
-            assert engine.begin(first)
-            assert engine.lease_seconds == 4, "learned from the acquire answer"
-            emulator.create_job("charge-payment", {})
-            [second] = engine.activate([Demand("charge-payment", 1)], lease_seconds=60)
-            assert second.lease_expires_at - second.activated_at == pytest.approx(4)
-            asked = emulator.now()
-            assert engine.extend(first.ref, 60) == pytest.approx(asked + 4, abs=1)
-            engine.close()
-            told.close()
-    finally:
-        server.stop()
+        untold = {k: v for k, v in values.items() if k != "STAGENEXT_LEASE_SECONDS"}
+        engine = stagenext_adapter.from_values(untold, client, clock=emulator.now)
+        emulator.create_job("charge-payment", {})
+        [first] = engine.activate([Demand("charge-payment", 1)], lease_seconds=60)
+        assert first.lease_expires_at - first.activated_at == pytest.approx(30), "the visibility bounds it"
+        assert engine.begin(first)
+        assert engine.lease_seconds == 4, "learned from the acquire answer"
+        emulator.create_job("charge-payment", {})
+        [second] = engine.activate([Demand("charge-payment", 1)], lease_seconds=60)
+        assert second.lease_expires_at - second.activated_at == pytest.approx(4)
+        asked = emulator.now()
+        assert engine.extend(first.ref, 60) == pytest.approx(asked + 4, abs=1)
+        engine.close()
+        told.close()
 
 
 # workerless.runtime.reset() drops the engine without closing the httpx client get_engine() built

@@ -11,14 +11,13 @@ reading the same SQS counts: 20-30 jobs of one type were leased at one moment.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from workerless_devkit.emulators import nodeflow, sheptra, stagenext
 from workerless_devkit.emulators.watch import LeasedPeak
 from workerless_devkit.local import LocalTopology
+from workerless_devkit.pytest_plugin import EmulatorFactory
 
 from tests.functional.pipeline import TEMPLATE
 
@@ -63,26 +62,10 @@ def _create(emulator: Any, jobs: int) -> list[str]:
 
 
 @pytest.fixture
-def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, Path]]:
-    engine = request.param
-    if engine == "sheptra":
-        emulator: Any = sheptra.create(auth=True)
-    elif engine == "nodeflow":
-        emulator = nodeflow.create()
-    else:
-        emulator = stagenext.create()
-    server = emulator.serve(port=0)
-    try:
-        if engine == "sheptra":
-            text = emulator.env_block(server.url) + "\nWORKERLESS_ENGINE=sheptra\n"
-        else:
-            values = {"WORKERLESS_ENGINE": engine, **emulator.engine_values(server.url)}
-            text = "".join(f"{key}={value}\n" for key, value in values.items())
-        env_file = tmp_path / f"{engine}.env"
-        env_file.write_text(text, encoding="utf-8")
-        yield emulator, env_file
-    finally:
-        server.stop()
+def served(request: pytest.FixtureRequest, workerless_emulator: EmulatorFactory) -> tuple[Any, Path]:
+    running = workerless_emulator(request.param)
+    assert running.env_file is not None
+    return running.emulator, running.env_file
 
 
 @pytest.mark.timeout(GIVE_UP_SECONDS + 300)

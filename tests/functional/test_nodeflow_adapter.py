@@ -27,9 +27,10 @@ from workerless.errors import (
     ResponseShapeError,
 )
 from workerless.model import ActivatedJob, Demand, JobRef, Outcome
-from workerless_devkit.emulators import nodeflow
+from workerless_devkit.emulators import RunningEmulator
 from workerless_devkit.emulators.http import EmulatorServer
 from workerless_devkit.emulators.nodeflow import NodeFlowEmulator
+from workerless_devkit.pytest_plugin import EmulatorFactory
 
 LEASE_ROUTE = "/v1/ns/{ns}/queues/{queue}/lease"
 TOKEN_ROUTE = "POST /v1/auth/token"
@@ -86,9 +87,8 @@ class Env:
         return tasks
 
 
-def make_env(emulator: NodeFlowEmulator) -> Env:
-    server = emulator.serve()
-    env = Env(emulator=emulator, server=server, client=httpx.Client(timeout=5))
+def make_env(running: RunningEmulator) -> Env:
+    env = Env(emulator=running.emulator, server=running.server, client=httpx.Client(timeout=5))
 
     def record(request: httpx.Request) -> None:
         body = json.loads(request.content) if request.content else None
@@ -99,21 +99,19 @@ def make_env(emulator: NodeFlowEmulator) -> Env:
 
 
 def close_env(env: Env) -> None:
-    env.client.close()
-    # Stop without waiting out serve_forever's 0.5 s poll interval in every test.
-    threading.Thread(target=env.server.stop, daemon=True).start()
+    env.client.close()  # the fixture that started the emulator stops it
 
 
 @pytest.fixture
-def env() -> Iterator[Env]:
-    e = make_env(nodeflow.create())
+def env(workerless_emulator: EmulatorFactory) -> Iterator[Env]:
+    e = make_env(workerless_emulator("nodeflow"))
     yield e
     close_env(e)
 
 
 @pytest.fixture
-def sa_env() -> Iterator[Env]:
-    e = make_env(nodeflow.create(auth="service_account"))
+def sa_env(workerless_emulator: EmulatorFactory) -> Iterator[Env]:
+    e = make_env(workerless_emulator("nodeflow", auth="service_account"))
     yield e
     close_env(e)
 
@@ -198,8 +196,8 @@ def test_nf_domain_is_the_default_domain(env: Env) -> None:
     assert [j.ref.job_id for j in engine.activate([Demand("charge", 5)], 60)] == [canary]
 
 
-def test_namespace_is_in_every_path() -> None:
-    e = make_env(nodeflow.create(namespace="prod"))
+def test_namespace_is_in_every_path(workerless_emulator: EmulatorFactory) -> None:
+    e = make_env(workerless_emulator("nodeflow", namespace="prod"))
     try:
         task_id = e.emulator.create_job("charge", {})
         engine = e.engine()
@@ -468,8 +466,8 @@ def test_report_after_lapse_is_lease_lost(env: Env) -> None:
         engine.report(other.ref, Outcome.complete({"from": "holder"}))
 
 
-def test_output_over_the_cap_is_payload_too_large() -> None:
-    e = make_env(nodeflow.create(output_cap_bytes=64))
+def test_output_over_the_cap_is_payload_too_large(workerless_emulator: EmulatorFactory) -> None:
+    e = make_env(workerless_emulator("nodeflow", output_cap_bytes=64))
     try:
         e.emulator.create_job("charge", {})
         engine = e.engine()

@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 from workerless_devkit.emulators import nodeflow
-from workerless_devkit.emulators.http import EmulatorServer
 from workerless_devkit.emulators.nodeflow import NodeFlowEmulator, lease_scope_covers
+from workerless_devkit.pytest_plugin import EmulatorFactory
 
 from tests.functional.waits import EVENT_SECONDS, eventually, record_waits
 
@@ -67,20 +67,13 @@ class Env:
 
 
 @pytest.fixture
-def env() -> Iterator[Env]:
-    emulator = nodeflow.create()
-    server = emulator.serve()
-    e = Env(emulator, server.url)
+def env(workerless_emulator: EmulatorFactory) -> Iterator[Env]:
+    running = workerless_emulator("nodeflow")
+    e = Env(running.emulator, running.url)
     try:
         yield e
     finally:
         e.http.close()
-        stop_in_background(server)
-
-
-def stop_in_background(server: EmulatorServer) -> None:
-    """Stop a server without waiting out serve_forever's 0.5 s poll interval in every test."""
-    threading.Thread(target=server.stop, name="emulator-stop", daemon=True).start()
 
 
 def expires_in(task_or_body: dict[str, Any], emulator: NodeFlowEmulator) -> float:
@@ -281,28 +274,23 @@ def test_lease_seconds_are_clamped(env: Env, asked: float | None, granted: float
     assert 599 <= expires_in(beat.json(), env.emulator) <= 600
 
 
-def test_count_is_bounded_and_validated(env: Env) -> None:
-    emulator = nodeflow.create(max_count=2)
-    server = emulator.serve()
-    try:
-        for _ in range(3):
-            emulator.create_job("charge", {})
-        key = emulator.api_key
-        assert key is not None
-        with httpx.Client(base_url=server.url, timeout=5) as http:
-            response = http.post(
-                f"{NS}/queues/charge/lease", json={"workerId": "w", "count": 10}, headers={"X-API-Key": key}
-            )
-            assert len(response.json()["tasks"]) == 2
-            zero = http.post(
-                f"{NS}/queues/charge/lease", json={"workerId": "w", "count": 0}, headers={"X-API-Key": key}
-            )
-            assert zero.status_code == 400
-            no_worker = http.post(f"{NS}/queues/charge/lease", json={"count": 1}, headers={"X-API-Key": key})
-            assert no_worker.status_code == 400
-            assert no_worker.json()["field"] == "workerId"
-    finally:
-        stop_in_background(server)
+def test_count_is_bounded_and_validated(workerless_emulator: EmulatorFactory) -> None:
+    running = workerless_emulator("nodeflow", max_count=2)
+    emulator, server = running.emulator, running.server
+    for _ in range(3):
+        emulator.create_job("charge", {})
+    key = emulator.api_key
+    assert key is not None
+    with httpx.Client(base_url=server.url, timeout=5) as http:
+        response = http.post(
+            f"{NS}/queues/charge/lease", json={"workerId": "w", "count": 10}, headers={"X-API-Key": key}
+        )
+        assert len(response.json()["tasks"]) == 2
+        zero = http.post(f"{NS}/queues/charge/lease", json={"workerId": "w", "count": 0}, headers={"X-API-Key": key})
+        assert zero.status_code == 400
+        no_worker = http.post(f"{NS}/queues/charge/lease", json={"count": 1}, headers={"X-API-Key": key})
+        assert no_worker.status_code == 400
+        assert no_worker.json()["field"] == "workerId"
 
 
 def test_lease_expiry_requeues_the_same_task_with_a_new_token(env: Env) -> None:
@@ -389,26 +377,23 @@ def test_long_poll_parks_and_wakes_on_a_new_task(env: Env) -> None:
     assert result["response"].json()["tasks"][0]["taskId"] == task_id
 
 
-def test_wait_is_bounded(env: Env) -> None:
-    emulator = nodeflow.create(max_wait_seconds=0.2)
+def test_wait_is_bounded(workerless_emulator: EmulatorFactory) -> None:
+    running = workerless_emulator("nodeflow", max_wait_seconds=0.2)
+    emulator, server = running.emulator, running.server
     parked = record_waits(emulator, "_cond")
-    server = emulator.serve()
-    try:
-        key = emulator.api_key
-        assert key is not None
-        started = time.monotonic()
-        response = httpx.post(
-            f"{server.url}{NS}/queues/charge/lease",
-            json={"workerId": "w", "waitSeconds": 60},
-            headers={"X-API-Key": key},
-        )
-        assert response.json() == {"tasks": []}
-        assert time.monotonic() - started >= 0.2
-        # What the server waited for, not how long a busy machine took: 0.2 s in all, not 60.
-        assert parked.waits
-        assert all(timeout is not None and timeout <= 0.2 for timeout in parked.waits)
-    finally:
-        stop_in_background(server)
+    key = emulator.api_key
+    assert key is not None
+    started = time.monotonic()
+    response = httpx.post(
+        f"{server.url}{NS}/queues/charge/lease",
+        json={"workerId": "w", "waitSeconds": 60},
+        headers={"X-API-Key": key},
+    )
+    assert response.json() == {"tasks": []}
+    assert time.monotonic() - started >= 0.2
+    # What the server waited for, not how long a busy machine took: 0.2 s in all, not 60.
+    assert parked.waits
+    assert all(timeout is not None and timeout <= 0.2 for timeout in parked.waits)
 
 
 # ---------------------------------------------------------------- reports and retries
@@ -483,23 +468,20 @@ def test_terminal_error_skips_the_retries(env: Env) -> None:
     assert env.http.get(f"{NS}/queues/charge/depth", headers=env.h()).json()["depth"] == 0
 
 
-def test_report_validation_and_caps(env: Env) -> None:
-    emulator = nodeflow.create(output_cap_bytes=100, reason_cap_chars=10)
-    server = emulator.serve()
-    try:
-        e = Env(emulator, server.url)
-        emulator.create_job("charge", {})
-        task = e.lease_one("charge")
-        assert e.report(task, "DONE").status_code == 400
-        assert e.report(task, "COMPLETED", output=[1]).status_code == 400
-        too_big = e.report(task, "COMPLETED", output={"x": "y" * 200})
-        assert too_big.status_code == 413
-        assert too_big.json()["maxBytes"] == 100
-        assert e.report(task, "FAILED_WITH_TERMINAL_ERROR", reason="r" * 50).status_code == 200
-        assert emulator.job_state(task["taskId"])["error_message"] == "r" * 10
-        e.http.close()
-    finally:
-        stop_in_background(server)
+def test_report_validation_and_caps(workerless_emulator: EmulatorFactory) -> None:
+    running = workerless_emulator("nodeflow", output_cap_bytes=100, reason_cap_chars=10)
+    emulator, server = running.emulator, running.server
+    e = Env(emulator, server.url)
+    emulator.create_job("charge", {})
+    task = e.lease_one("charge")
+    assert e.report(task, "DONE").status_code == 400
+    assert e.report(task, "COMPLETED", output=[1]).status_code == 400
+    too_big = e.report(task, "COMPLETED", output={"x": "y" * 200})
+    assert too_big.status_code == 413
+    assert too_big.json()["maxBytes"] == 100
+    assert e.report(task, "FAILED_WITH_TERMINAL_ERROR", reason="r" * 50).status_code == 200
+    assert emulator.job_state(task["taskId"])["error_message"] == "r" * 10
+    e.http.close()
 
 
 # ---------------------------------------------------------------- logs and operations
@@ -517,18 +499,15 @@ def test_logs_keep_arrival_order_and_levels(env: Env) -> None:
     assert [e["level"] for e in state["log_entries"]] == ["info", "info", "error"]
 
 
-def test_log_caps(env: Env) -> None:
-    emulator = nodeflow.create(log_batch_cap=2, log_message_cap_chars=5)
-    server = emulator.serve()
-    try:
-        e = Env(emulator, server.url)
-        emulator.create_job("charge", {})
-        task = e.lease_one("charge")
-        assert e.logs(task, [{"message": "a"}] * 3).status_code == 413
-        assert e.logs(task, [{"message": "abcdef"}]).status_code == 413
-        e.http.close()
-    finally:
-        stop_in_background(server)
+def test_log_caps(workerless_emulator: EmulatorFactory) -> None:
+    running = workerless_emulator("nodeflow", log_batch_cap=2, log_message_cap_chars=5)
+    emulator, server = running.emulator, running.server
+    e = Env(emulator, server.url)
+    emulator.create_job("charge", {})
+    task = e.lease_one("charge")
+    assert e.logs(task, [{"message": "a"}] * 3).status_code == 413
+    assert e.logs(task, [{"message": "abcdef"}]).status_code == 413
+    e.http.close()
 
 
 def test_depth_queues_workers_and_whoami(env: Env) -> None:

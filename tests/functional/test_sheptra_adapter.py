@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,9 +24,9 @@ from workerless.errors import (
 )
 from workerless.model import Demand, Outcome
 from workerless.settings import parse_env_text
-from workerless_devkit.emulators import sheptra as sheptra_emulator
 from workerless_devkit.emulators.http import EmulatorServer
 from workerless_devkit.emulators.sheptra import SheptraEmulator
+from workerless_devkit.pytest_plugin import EmulatorFactory
 
 ACTIVATE = "POST /cells/{cell}/v1/jobs/activate"
 ACTIVATE_PATTERN = "/cells/{cell}/v1/jobs/activate"
@@ -90,44 +89,29 @@ class Rig:
         return [json.loads(r.content) for r in self.sent if r.url.path.endswith(suffix)]
 
 
-@pytest.fixture(scope="module")
-def stopper() -> Iterator[list[threading.Thread]]:
-    """Stops servers in the background: a stdlib server takes up to its 0.5 s poll interval to shut
-    down, which would otherwise be paid once per test. Joined (bounded) when the module ends."""
-    threads: list[threading.Thread] = []
-    yield threads
-    for thread in threads:
-        thread.join(timeout=5)
-
-
-def _serve(stopper: list[threading.Thread], **options: Any) -> Iterator[Rig]:
-    emu = sheptra_emulator.create(**options)
-    server = emu.serve()
+def _serve(workerless_emulator: EmulatorFactory, **options: Any) -> Iterator[Rig]:
+    running = workerless_emulator("sheptra", **options)
     sent: list[httpx.Request] = []
     client = httpx.Client(timeout=5, event_hooks={"request": [sent.append]})
     try:
-        yield Rig(emu, server, client, sent)
+        yield Rig(running.emulator, running.server, client, sent)
     finally:
         client.close()
-        emu.close()
-        thread = threading.Thread(target=server.stop, name="stop-emulator", daemon=True)
-        thread.start()
-        stopper.append(thread)
 
 
 @pytest.fixture
-def rig(stopper: list[threading.Thread]) -> Iterator[Rig]:
-    yield from _serve(stopper)
+def rig(workerless_emulator: EmulatorFactory) -> Iterator[Rig]:
+    yield from _serve(workerless_emulator)
 
 
 @pytest.fixture
-def small_cap_rig(stopper: list[threading.Thread]) -> Iterator[Rig]:
-    yield from _serve(stopper, max_variables_bytes=100)
+def small_cap_rig(workerless_emulator: EmulatorFactory) -> Iterator[Rig]:
+    yield from _serve(workerless_emulator, max_variables_bytes=100)
 
 
 @pytest.fixture
-def open_rig(stopper: list[threading.Thread]) -> Iterator[Rig]:
-    yield from _serve(stopper, auth=False)
+def open_rig(workerless_emulator: EmulatorFactory) -> Iterator[Rig]:
+    yield from _serve(workerless_emulator, auth=False)
 
 
 def assert_no_secret(rig: Rig, exc: BaseException) -> None:

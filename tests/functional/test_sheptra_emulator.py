@@ -6,7 +6,6 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import pytest
 from workerless.settings import parse_env_text
 from workerless_devkit.emulators import sheptra
 from workerless_devkit.emulators.sheptra import MAX_VARIABLES_BYTES, SheptraEmulator, variables_size
+from workerless_devkit.pytest_plugin import EmulatorFactory
 
 from tests.functional.waits import EVENT_SECONDS, eventually, record_waits
 
@@ -82,36 +82,10 @@ def assert_problem(response: httpx.Response, status: int) -> dict[str, Any]:
     return body
 
 
-_stopping: list[threading.Thread] = []
-
-
-@contextmanager
-def serving(emulator: SheptraEmulator) -> Iterator[str]:
-    """Serve for one test. Stopping a server waits out its half-second shutdown poll, so servers
-    are stopped in the background and joined once at the end of the module."""
-    server = emulator.serve()
-    try:
-        yield server.url
-    finally:
-        emulator.close()
-        thread = threading.Thread(target=server.stop, daemon=True)
-        thread.start()
-        _stopping.append(thread)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _join_stopped_servers() -> Iterator[None]:
-    yield
-    for thread in _stopping:
-        thread.join(timeout=5)
-    assert not any(thread.is_alive() for thread in _stopping)
-
-
 @pytest.fixture
-def served() -> Iterator[tuple[SheptraEmulator, str]]:
-    emulator = sheptra.create(long_poll_cap=0.4)
-    with serving(emulator) as url:
-        yield emulator, url
+def served(workerless_emulator: EmulatorFactory) -> tuple[SheptraEmulator, str]:
+    running = workerless_emulator("sheptra", long_poll_cap=0.4)
+    return running.emulator, running.url
 
 
 @pytest.fixture
@@ -190,9 +164,10 @@ def test_invalidated_tokens_are_refused_and_new_mints_work(worker: Worker, emu: 
     assert worker.activate().status_code == 200
 
 
-def test_auth_off_needs_no_token_and_ignores_one() -> None:
-    emulator = sheptra.create(auth=False)
-    with serving(emulator) as url, httpx.Client() as http:
+def test_auth_off_needs_no_token_and_ignores_one(workerless_emulator: EmulatorFactory) -> None:
+    running = workerless_emulator("sheptra", auth=False)
+    emulator, url = running.emulator, running.url
+    with httpx.Client() as http:
         values = emulator.engine_values(url)
         assert values["SHEPTRA_TOKEN_ENDPOINT"] == ""
         assert http.post(url + "/oauth2/token", data={"grant_type": "client_credentials"}).status_code == 404
@@ -257,24 +232,24 @@ def test_short_poll_returns_at_once(worker: Worker, emu: SheptraEmulator) -> Non
     assert parked.waits == []
 
 
-def test_long_poll_is_released_by_a_job_created_mid_wait() -> None:
+def test_long_poll_is_released_by_a_job_created_mid_wait(workerless_emulator: EmulatorFactory) -> None:
     """GIVEN a long poll held open WHEN another thread queues a job THEN the poll answers with it.
 
     The job is created once the poll is parked, and the window (60 s) is far longer than that takes:
     a poll that answers with the job was released by it, not by its deadline (which answers [])."""
-    emulator = sheptra.create(long_poll_cap=60.0)
+    running = workerless_emulator("sheptra", long_poll_cap=60.0)
+    emulator, url = running.emulator, running.url
     parked = record_waits(emulator, "_changed")
-    with serving(emulator) as url:
-        w = Worker(emulator, url)
-        w.mint()
-        answer: dict[str, Any] = {}
-        poll = threading.Thread(target=lambda: answer.update(jobs=w.jobs(waitSeconds=60)))
-        poll.start()
-        eventually("the long poll parked", lambda: bool(parked.waits))
-        emulator.create_job("charge-payment", {"n": 1})
-        poll.join(timeout=EVENT_SECONDS)
-        assert not poll.is_alive(), "the long poll was not released by the new job"
-        w.http.close()
+    w = Worker(emulator, url)
+    w.mint()
+    answer: dict[str, Any] = {}
+    poll = threading.Thread(target=lambda: answer.update(jobs=w.jobs(waitSeconds=60)))
+    poll.start()
+    eventually("the long poll parked", lambda: bool(parked.waits))
+    emulator.create_job("charge-payment", {"n": 1})
+    poll.join(timeout=EVENT_SECONDS)
+    assert not poll.is_alive(), "the long poll was not released by the new job"
+    w.http.close()
     assert [job["variables"] for job in answer["jobs"]] == [{"n": 1}]
 
 
@@ -534,18 +509,18 @@ def test_injected_fault_answers_with_retry_after(worker: Worker) -> None:
     assert worker.activate().status_code == 200
 
 
-def test_rate_limit_answers_429_with_retry_after() -> None:
-    emulator = sheptra.create(rate_limit=2)
-    with serving(emulator) as url:
-        w = Worker(emulator, url)
-        statuses = [w.activate().status_code for _ in range(3)]
-        assert statuses == [200, 200, 429]
-        response = w.activate()
-        assert_problem(response, 429)
-        assert int(response.headers["Retry-After"]) >= 1
-        emulator.advance(1)
-        assert w.activate().status_code == 200
-        w.http.close()
+def test_rate_limit_answers_429_with_retry_after(workerless_emulator: EmulatorFactory) -> None:
+    running = workerless_emulator("sheptra", rate_limit=2)
+    emulator, url = running.emulator, running.url
+    w = Worker(emulator, url)
+    statuses = [w.activate().status_code for _ in range(3)]
+    assert statuses == [200, 200, 429]
+    response = w.activate()
+    assert_problem(response, 429)
+    assert int(response.headers["Retry-After"]) >= 1
+    emulator.advance(1)
+    assert w.activate().status_code == 200
+    w.http.close()
 
 
 def test_load_jobs(tmp_path: Path, emu: SheptraEmulator) -> None:

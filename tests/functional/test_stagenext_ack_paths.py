@@ -20,9 +20,9 @@ from workerless import entrypoints, runtime, testing
 from workerless.engines.stagenext import StageNextEngine, from_values
 from workerless.model import ActivatedJob, Demand, Outcome
 from workerless.record import Status
-from workerless_devkit.emulators import stagenext as emulator_module
 from workerless_devkit.emulators.http import EmulatorServer
 from workerless_devkit.emulators.stagenext import StageNextEmulator
+from workerless_devkit.pytest_plugin import EmulatorFactory
 
 from tests.functional.aws import Aws, FakeContext
 
@@ -49,9 +49,9 @@ class StageNext:
 
 
 @pytest.fixture
-def sn(aws: Aws) -> Iterator[StageNext]:
-    emulator = emulator_module.create(lease_seconds=30)
-    server = emulator.serve(port=0)
+def sn(aws: Aws, workerless_emulator: EmulatorFactory) -> Iterator[StageNext]:
+    running = workerless_emulator("stagenext", lease_seconds=30)
+    emulator, server = running.emulator, running.server
     client = httpx.Client(timeout=5)
     engine = from_values(emulator.engine_values(server.url), client, clock=emulator.now)
     runtime.set_engine(engine)
@@ -60,7 +60,6 @@ def sn(aws: Aws) -> Iterator[StageNext]:
     finally:
         runtime.reset()  # closes the engine while its client is still open
         client.close()
-        server.stop()
 
 
 def handle(aws: Aws, job: ActivatedJob) -> dict[str, Any]:

@@ -20,21 +20,17 @@ from workerless.errors import (
     RateLimitedError,
 )
 from workerless.model import ActivatedJob, Demand, Outcome
-from workerless_devkit.emulators import stagenext as emulator_module
 from workerless_devkit.emulators.http import EmulatorServer
 from workerless_devkit.emulators.stagenext import StageNextEmulator
+from workerless_devkit.pytest_plugin import EmulatorFactory
 
 MakeEngine = Callable[..., StageNextEngine]
 
 
 @pytest.fixture(scope="module")
-def served() -> Iterator[tuple[StageNextEmulator, EmulatorServer]]:
-    emulator = emulator_module.create()
-    srv = emulator.serve()
-    try:
-        yield emulator, srv
-    finally:
-        srv.stop()
+def served(workerless_module_emulator: EmulatorFactory) -> tuple[StageNextEmulator, EmulatorServer]:
+    running = workerless_module_emulator("stagenext")
+    return running.emulator, running.server
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import pytest
 from workerless_devkit.emulators import stagenext
 from workerless_devkit.emulators.http import EmulatorServer
 from workerless_devkit.emulators.stagenext import RESULT_BODY_CAP, RESULT_STRING_CAP, StageNextEmulator
+from workerless_devkit.pytest_plugin import EmulatorFactory
 
 from tests.functional.waits import EVENT_SECONDS, eventually
 
@@ -19,14 +20,10 @@ KEY = stagenext.DEFAULT_API_KEY
 
 
 @pytest.fixture(scope="module")
-def served() -> Iterator[tuple[StageNextEmulator, EmulatorServer]]:
+def served(workerless_module_emulator: EmulatorFactory) -> tuple[StageNextEmulator, EmulatorServer]:
     # One server for the module (stopping one costs ~0.5 s); every test resets the emulator.
-    emulator = stagenext.create()
-    srv = emulator.serve()
-    try:
-        yield emulator, srv
-    finally:
-        srv.stop()
+    running = workerless_module_emulator("stagenext")
+    return running.emulator, running.server
 
 
 @pytest.fixture

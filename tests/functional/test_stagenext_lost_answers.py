@@ -17,21 +17,17 @@ from workerless.engines.stagenext import StageNextEngine, from_values
 from workerless.errors import GarbledResponseError, ResponseShapeError
 from workerless.model import ActivatedJob, Demand, Outcome
 from workerless.retry import CALLS
-from workerless_devkit.emulators import stagenext as emulator_module
 from workerless_devkit.emulators.http import EmulatorServer
 from workerless_devkit.emulators.stagenext import StageNextEmulator
+from workerless_devkit.pytest_plugin import EmulatorFactory
 
 HTML = "<html><body><h1>502 Bad Gateway</h1></body></html>"
 
 
 @pytest.fixture(scope="module")
-def served() -> Iterator[tuple[StageNextEmulator, EmulatorServer]]:
-    emulator = emulator_module.create()
-    server = emulator.serve()
-    try:
-        yield emulator, server
-    finally:
-        server.stop()
+def served(workerless_module_emulator: EmulatorFactory) -> tuple[StageNextEmulator, EmulatorServer]:
+    running = workerless_module_emulator("stagenext")
+    return running.emulator, running.server
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from workerless.engines.stagenext import (
     WorkerSession,
     from_values,
 )
+from workerless.engines.stagenext.deliveries import pulled_variables
 from workerless.errors import AuthExpiredError, ConfigurationError, MessageFormatError
 from workerless.model import JobRef, Outcome
 
@@ -148,11 +149,11 @@ def test_handle_without_execution_id_is_a_message_format_error(client: httpx.Cli
 
 
 def test_variables_parsing() -> None:
-    assert StageNextEngine._variables({"a": 1}) == {"a": 1}
-    assert StageNextEngine._variables('{"a": 1}') == {"a": 1}
-    assert StageNextEngine._variables("plain") == {"input": "plain"}
-    assert StageNextEngine._variables([1]) == {"input": [1]}
-    assert StageNextEngine._variables(None) == {}
+    assert pulled_variables({"a": 1}) == {"a": 1}
+    assert pulled_variables('{"a": 1}') == {"a": 1}
+    assert pulled_variables("plain") == {"input": "plain"}
+    assert pulled_variables([1]) == {"input": [1]}
+    assert pulled_variables(None) == {}
 
 
 # -------------------------------------------------------------------------- shared session

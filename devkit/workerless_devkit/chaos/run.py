@@ -27,6 +27,7 @@ from workerless.engines import ENGINE_NAMES
 from workerless_devkit.chaos.inject import ChaosState, activate, install_hooks
 from workerless_devkit.chaos.ledger import Ledger
 from workerless_devkit.chaos.plan import FaultPlan, Recorder
+from workerless_devkit.emulators.harness import RunningEmulator, start
 
 ENGINES = ENGINE_NAMES
 FINAL = frozenset({"completed", "failed", "thrown"})
@@ -136,30 +137,37 @@ class Figures:
 
 @dataclass
 class Emulator:
-    engine: str
-    emulator: Any
-    server: Any
-    base_url: str
-    env_text: str
+    """A served emulator (``running``) and the faults only its engine can stage (``hooks``)."""
+
+    running: RunningEmulator
+    #: Keys the env file adds to the engine's connection values.
+    env_extra: dict[str, str]
     hooks: dict[str, Callable[[], bool]]
     ready: dict[str, Callable[[], bool]] = field(default_factory=dict)
 
+    @property
+    def engine(self) -> str:
+        return self.running.engine
+
+    @property
+    def emulator(self) -> Any:
+        return self.running.emulator
+
+    @property
+    def base_url(self) -> str:
+        return self.running.url
+
     def stop(self) -> None:
-        close = getattr(self.emulator, "close", None)
-        if callable(close):
-            close()
-        self.server.stop()
+        self.running.stop()
 
 
 def start_emulator(engine: str, *, lease_seconds: int) -> Emulator:
     """Serve ``engine``'s emulator on loopback and the env file that reaches it."""
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; one of {', '.join(ENGINES)}")
     if engine == "sheptra":
-        from workerless_devkit.emulators import sheptra
-
-        emu: Any = sheptra.create(auth=True)
-        server = emu.serve(port=0)
-        # Discovery mode, so a cell move (421) is re-resolved as in production.
-        env = emu.env_block(emu.base_url) + "SHEPTRA_MODE=discovery\n"
+        running = start(engine, auth=True)
+        emu: Any = running.emulator
 
         def revoke() -> bool:
             # Rotating the signing key refuses every token minted so far (401); new mints work.
@@ -174,23 +182,10 @@ def start_emulator(engine: str, *, lease_seconds: int) -> Emulator:
 
         hooks = {"421": move, "401": revoke}
         ready = {"401": lambda: emu.tokens_minted > 0}
-        return Emulator(engine, emu, server, emu.base_url, env, hooks, ready)
-    if engine == "nodeflow":
-        from workerless_devkit.emulators import nodeflow
-
-        emu = nodeflow.create()
-        server = emu.serve(port=0)
-        values = emu.engine_values(server.url)
-    elif engine == "stagenext":
-        from workerless_devkit.emulators import stagenext
-
-        emu = stagenext.create(lease_seconds=lease_seconds)
-        server = emu.serve(port=0)
-        values = emu.engine_values(server.url)
-    else:
-        raise ValueError(f"unknown engine {engine!r}; one of {', '.join(ENGINES)}")
-    env = "".join(f"{k}={v}\n" for k, v in values.items())
-    return Emulator(engine, emu, server, server.url, env, {})
+        # Discovery mode, so a cell move (421) is re-resolved as in production.
+        return Emulator(running, {"SHEPTRA_MODE": "discovery"}, hooks, ready)
+    running = start(engine, lease_seconds=lease_seconds) if engine == "stagenext" else start(engine)
+    return Emulator(running, {}, {})
 
 
 # ------------------------------------------------------------------------------------------------
@@ -309,7 +304,7 @@ def run(config: RunConfig) -> RunResult:
     try:
         with tempfile.TemporaryDirectory(prefix="workerless-chaos-") as tmp, _scaled_time(config):
             env_file = Path(tmp) / f"{config.engine}.env"
-            env_file.write_text(emulator.env_text + f"WORKERLESS_ENGINE={config.engine}\n", encoding="utf-8")
+            emulator.running.write_env_file(env_file, **emulator.env_extra)
             topology = ChaosTopology(
                 config.template,
                 env_file,

@@ -31,18 +31,15 @@ from __future__ import annotations
 import hmac
 import json
 import secrets
-import threading
 import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from workerless_devkit.emulators.http import EmulatorServer, HTTPProblem, Request, Response, Router, json_response
-from workerless_devkit.emulators.watch import StateWatch
+from workerless_devkit.emulators.core import EngineEmulator, JobRegistry, JobSpec, iso_millis, pick
+from workerless_devkit.emulators.http import HTTPProblem, Request, Response, json_response
 
 __all__ = ["WORKER_SCOPES", "NodeFlowEmulator", "create"]
 
@@ -54,9 +51,8 @@ LEASE_SCOPE_PREFIX = "queues:lease:"
 REPORT_SCOPE = "tasks:report"
 
 
-def iso(ts: float) -> str:
-    """Epoch seconds as the ISO 8601 UTC timestamp node-flow answers with (millisecond precision)."""
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+#: Epoch seconds as the ISO 8601 UTC timestamp node-flow answers with (millisecond precision).
+iso = iso_millis
 
 
 def lease_scope_covers(scopes: Iterable[str], queue: str) -> bool:
@@ -140,7 +136,7 @@ def _number(body: Mapping[str, Any], name: str, default: float) -> float:
     return float(value)
 
 
-class NodeFlowEmulator:
+class NodeFlowEmulator(EngineEmulator):
     """node-flow's worker API in memory, with a clock that tests can move (:meth:`advance`).
 
     Options (all keyword): ``namespace`` ("default"); ``auth`` ("api_key" or "service_account":
@@ -154,6 +150,8 @@ class NodeFlowEmulator:
     """
 
     name = "nodeflow"
+    #: The condition long polls wait on: the core's one (``_changed``), under node-flow's name.
+    _cond = EngineEmulator._changed
 
     def __init__(
         self,
@@ -189,12 +187,10 @@ class NodeFlowEmulator:
         self.log_message_cap_chars = log_message_cap_chars
         self.log_batch_cap = log_batch_cap
 
-        self._cond = threading.Condition()
-        self._offset = 0.0
-        self._seq = 0
-        self._tasks: dict[str, _Task] = {}
-        #: Every change of a job's state (its latest task's), as it happens (workerless_devkit.emulators.watch).
-        self.watch = StateWatch()
+        super().__init__()
+        # The registry holds tasks; the watch hears of jobs (a retry chain, by its first task id).
+        self._tasks: JobRegistry[_Task] = self.registry
+        self.clock.on_advance(self._expire_locked)
         self._queues: dict[str, list[str]] = {}
         self._leased: set[str] = set()
         self._workers: dict[tuple[str, str], float] = {}
@@ -211,14 +207,9 @@ class NodeFlowEmulator:
             self.api_key = None
             self.key_id, self.key_secret = self.create_service_account(worker_scopes, name="worker")
 
-        self.router = Router(clock=self.now)
         self._routes()
 
     # ------------------------------------------------------------------ common emulator shape
-
-    def serve(self, port: int = 0) -> EmulatorServer:
-        """Serve on 127.0.0.1 in a background thread (``port=0``: any free port)."""
-        return EmulatorServer(self.router, port=port).start()
 
     def engine_values(self, base_url: str) -> dict[str, str]:
         """The env-file keys a worker needs to reach this emulator, credentials included."""
@@ -229,17 +220,6 @@ class NodeFlowEmulator:
             values["NF_KEY_ID"] = self.key_id or ""
             values["NF_KEY_SECRET"] = self.key_secret or ""
         return values
-
-    def now(self) -> float:
-        """The emulator's clock (epoch seconds): wall time plus every :meth:`advance`."""
-        return time.time() + self._offset
-
-    def advance(self, seconds: float) -> None:
-        """Move the clock forward: leases and access tokens lapse without sleeping."""
-        with self._cond:
-            self._offset += seconds
-            self._expire_locked()
-            self._cond.notify_all()
 
     def create_job(
         self,
@@ -301,36 +281,21 @@ class NodeFlowEmulator:
         with self._cond:
             self._expire_locked()
             roots = [t for t in self._tasks.values() if t.previous_task_id is None]
-            return [self._job_view_locked(t) for t in sorted(roots, key=lambda t: t.seq)]
+            return [self._job_view_locked(t) for t in roots]
 
-    def load_jobs(self, path: str | Path) -> list[str]:
-        """Queue the tasks of a JSON file: a list of ``{"type" | "taskDefName", "variables" | "input",
-        "retries", "domain", "workflowId", "refName", "traceparent"}``. Returns the task ids."""
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        if not isinstance(data, list):
-            raise ValueError(f"{path}: expected a JSON list of jobs")
-        ids: list[str] = []
-        for index, item in enumerate(data):
-            if not isinstance(item, dict):
-                raise ValueError(f"{path}: job {index} is not an object")
-            job_type = item.get("type", item.get("taskDefName"))
-            if not isinstance(job_type, str) or not job_type:
-                raise ValueError(f"{path}: job {index} needs a 'type' (taskDefName)")
-            variables = item.get("variables", item.get("input", {}))
-            if not isinstance(variables, dict):
-                raise ValueError(f"{path}: job {index} 'variables' must be an object")
-            ids.append(
-                self.create_job(
-                    job_type,
-                    variables,
-                    retries=int(item.get("retries", 3)),
-                    domain=item.get("domain"),
-                    workflow_id=item.get("workflowId"),
-                    ref_name=item.get("refName"),
-                    traceparent=item.get("traceparent"),
-                )
-            )
-        return ids
+    def create_from_spec(self, spec: JobSpec) -> str:
+        """A job of a jobs file or ``POST /_admin/jobs``: ``domain``, ``workflowId``, ``refName`` and
+        ``traceparent`` are node-flow's own keys (``taskDefName`` / ``input`` name type / variables)."""
+        extra = spec.extra
+        return self.create_job(
+            spec.type,
+            spec.variables,
+            retries=spec.retries,
+            domain=pick(extra, "domain"),
+            workflow_id=pick(extra, "workflowId", "workflow_id"),
+            ref_name=pick(extra, "refName", "ref_name"),
+            traceparent=pick(extra, "traceparent"),
+        )
 
     # ------------------------------------------------------------------ credentials
 
@@ -368,7 +333,6 @@ class NodeFlowEmulator:
         traceparent: str | None,
         previous: str | None = None,
     ) -> _Task:
-        self._seq += 1
         task = _Task(
             task_id=str(uuid.uuid4()),
             task_def_name=task_def_name,
@@ -378,16 +342,16 @@ class NodeFlowEmulator:
             input=variables,
             retries=retries,
             traceparent=traceparent,
-            seq=self._seq,
+            seq=self._tasks.next_seq(),
             previous_task_id=previous,
         )
-        self._tasks[task.task_id] = task
+        self._tasks.add(task.task_id, task)
         self._queues.setdefault(task.queue, []).append(task.task_id)
         self._event(task, "scheduled", queue=task.queue)
         return task
 
     def _event(self, task: _Task, event: str, **details: Any) -> None:
-        task.history.append({"at": self.now(), "event": event, **details})
+        self._tasks.record(task.history, event, **details)
         # Every change of a task's state is followed by its event: the watch hears of it here, by
         # the job (the retry chain's first task id) and with the latest attempt's state, as
         # job_state reports it.
@@ -550,7 +514,6 @@ class NodeFlowEmulator:
         r.route("POST", "/_admin/tasks")(self._admin_create_task)
         r.route("GET", "/_admin/tasks")(self._admin_tasks)
         r.route("GET", "/_admin/tasks/{task_id}")(self._admin_task)
-        r.route("POST", "/_admin/clock")(self._admin_clock)
         r.route("POST", "/_admin/credentials")(self._admin_credentials)
 
     def _token(self, req: Request) -> Response:
@@ -652,7 +615,7 @@ class NodeFlowEmulator:
                     self._event(task, "leased", worker_id=worker_id, lease_seconds=lease)
                     leased.append(task)
                 remaining = deadline - time.monotonic()
-                if leased or remaining <= 0:
+                if leased or remaining <= 0 or self._closed:
                     break
                 # Woken by a new task or a clock advance; the short cap also catches leases that
                 # lapse in real time while parked.
@@ -814,23 +777,9 @@ class NodeFlowEmulator:
     # ------------------------------------------------------------------ admin
 
     def _admin_create_task(self, req: Request) -> Response:
-        body = req.json_object()
-        job_type = body.get("taskDefName", body.get("type"))
-        if not isinstance(job_type, str):
-            raise HTTPProblem(400, "Bad Request", "taskDefName is required")
-        variables = body.get("input", body.get("variables", {}))
-        if not isinstance(variables, dict):
-            raise HTTPProblem(400, "Bad Request", "input must be an object")
+        """``POST /_admin/tasks``: one job in the jobs-file format (``taskDefName`` / ``input`` too)."""
         try:
-            task_id = self.create_job(
-                job_type,
-                variables,
-                retries=int(body.get("retries", 3)),
-                domain=body.get("domain"),
-                workflow_id=body.get("workflowId"),
-                ref_name=body.get("refName"),
-                traceparent=body.get("traceparent"),
-            )
+            task_id = self.create_from_spec(JobSpec.from_object(req.json_object(), where="the task"))
         except (TypeError, ValueError) as exc:
             raise HTTPProblem(400, "Bad Request", str(exc)) from None
         return json_response({"taskId": task_id}, 201)
@@ -838,7 +787,7 @@ class NodeFlowEmulator:
     def _admin_tasks(self, req: Request) -> Response:
         with self._cond:
             self._expire_locked()
-            tasks = [self._state_locked(t) for t in sorted(self._tasks.values(), key=lambda t: t.seq)]
+            tasks = [self._state_locked(t) for t in self._tasks.values()]
         return json_response({"tasks": tasks})
 
     def _admin_task(self, req: Request) -> Response:
@@ -846,15 +795,6 @@ class NodeFlowEmulator:
             return json_response(self.task_state(unquote(req.params["task_id"])))
         except KeyError:
             raise HTTPProblem(404, "Not Found", "no such task") from None
-
-    def _admin_clock(self, req: Request) -> Response:
-        body = req.json_object()
-        seconds = _number(body, "advance", 0.0)
-        if seconds < 0:
-            raise HTTPProblem(400, "Bad Request", "advance must be >= 0")
-        self.advance(seconds)
-        now = self.now()
-        return json_response({"now": iso(now), "epoch": now})
 
     def _admin_credentials(self, req: Request) -> Response:
         body = req.json_object()

@@ -10,8 +10,8 @@ What it serves (``{base}`` is the server's URL, ``{cell}`` the environment's cur
 - ``{base}/cells/{cell}/v1/jobs/...``: the engine — ``activate``, ``{id}/extend-lease``,
   ``{id}/complete``, ``{id}/fail``, ``{id}/throw-error``. ``SHEPTRA_API_URL`` is
   ``{base}/cells/{cell}``; after :meth:`SheptraEmulator.move_cell` the old prefix answers 421.
-- ``/_admin/...``: jobs, clock, cell move, token invalidation, client revocation, plus the stats and
-  fault injection of :mod:`workerless_devkit.emulators.http`. Fault and stats keys use the route pattern,
+- ``/_admin/...``: cell move, token invalidation, client revocation, plus the jobs, clock, stats and
+  fault injection of :mod:`workerless_devkit.emulators.core`. Fault and stats keys use the route pattern,
   e.g. ``{"path": "/cells/{cell}/v1/jobs/activate", "status": 503, ...}``, or a concrete path.
 
 Every time-based rule (lease lapse, retry backoff, token expiry) reads :meth:`SheptraEmulator.now`,
@@ -34,13 +34,10 @@ import json
 import math
 import re
 import secrets
-import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qs
 
@@ -48,15 +45,8 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
-from workerless_devkit.emulators.http import (
-    EmulatorServer,
-    HTTPProblem,
-    Request,
-    Response,
-    Router,
-    json_response,
-)
-from workerless_devkit.emulators.watch import StateWatch
+from workerless_devkit.emulators.core import EngineEmulator, JobRegistry, JobSpec, iso_millis, pick
+from workerless_devkit.emulators.http import HTTPProblem, Request, Response, json_response
 
 __all__ = ["MAX_VARIABLES_BYTES", "SheptraEmulator", "create", "variables_size"]
 
@@ -80,9 +70,8 @@ _CELL_PREFIX = "/cells/{cell}"
 _MAX_WAIT_SLICE = 1.0
 
 
-def _iso(epoch: float) -> str:
-    """ISO 8601 UTC with milliseconds and a ``Z`` suffix, the shape of ``lockExpiresAt``."""
-    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+#: ISO 8601 UTC with milliseconds and a ``Z`` suffix, the shape of ``lockExpiresAt``.
+_iso = iso_millis
 
 
 def _element_id(job_type: str) -> str:
@@ -170,7 +159,7 @@ def _lease_field(body: Mapping[str, Any], name: str) -> float | None:
     return float(value)
 
 
-class SheptraEmulator:
+class SheptraEmulator(EngineEmulator):
     """Sheptra's worker API over real HTTP, with a controllable clock. Build it with :func:`create`."""
 
     name = "sheptra"
@@ -211,40 +200,18 @@ class SheptraEmulator:
         self.issuer = issuer
         self.max_variables_bytes = max_variables_bytes
         self.rate_limit = rate_limit
-        self.base_url: str | None = None
-
-        self._lock = threading.RLock()
-        self._changed = threading.Condition(self._lock)
-        self._offset = 0.0
-        self._jobs: dict[str, _Job] = {}
-        #: Every change of a job's state, as it happens (workerless_devkit.emulators.watch).
-        self.watch = StateWatch()
-        self._seq = 0
+        super().__init__()
+        self._jobs: JobRegistry[_Job] = self.registry
         self._cell_index = 0
         self._revoked = False
-        self._closed = False
         self._tokens_minted = 0
         self._key_id = ""
         self._private_key: rsa.RSAPrivateKey = self._new_key()
         self._bucket = float(max(1.0, rate_limit or 1.0))
         self._bucket_at = self.now()
-
-        self.router = Router(clock=self.now)
         self._register_routes()
 
     # ------------------------------------------------------------------ clock, cells, credentials
-
-    def now(self) -> float:
-        """The emulator clock (epoch seconds): wall time plus every :meth:`advance`."""
-        return time.time() + self._offset
-
-    def advance(self, seconds: float) -> None:
-        """Move the clock forward: leases lapse, backoffs end and tokens expire without sleeping."""
-        if seconds < 0:
-            raise ValueError("the clock only moves forward")
-        with self._changed:
-            self._offset += float(seconds)
-            self._changed.notify_all()
 
     @property
     def cell(self) -> str:
@@ -287,19 +254,7 @@ class SheptraEmulator:
         self._key_id = "key-" + secrets.token_hex(4)
         return rsa.generate_private_key(public_exponent=65537, key_size=2048)
 
-    def close(self) -> None:
-        """Release every held long poll (they answer with what they have); call before stopping."""
-        with self._changed:
-            self._closed = True
-            self._changed.notify_all()
-
     # ------------------------------------------------------------------ serving and configuration
-
-    def serve(self, port: int = 0) -> EmulatorServer:
-        """Start serving on 127.0.0.1 (``port=0``: a free port); the caller stops the server."""
-        server = EmulatorServer(self.router, port=port).start()
-        self.base_url = server.url
-        return server
 
     def api_url(self, base_url: str) -> str:
         return f"{base_url.rstrip('/')}/cells/{self.cell}"
@@ -359,11 +314,10 @@ class SheptraEmulator:
         variables = dict(variables or {})
         json.dumps(variables)  # fail here, not in a worker's activation, if the values are not JSON
         with self._changed:
-            self._seq += 1
             now = self.now()
             job = _Job(
                 id=str(uuid.uuid4()),
-                seq=self._seq,
+                seq=self._jobs.next_seq(),
                 type=job_type,
                 variables=variables,
                 retries=retries,
@@ -375,44 +329,28 @@ class SheptraEmulator:
                 available_at=now,
             )
             job.history.append({"at": now, "event": "created", "retries": retries})
-            self._jobs[job.id] = job
+            self._jobs.add(job.id, job)
             self._note(job)
             self._changed.notify_all()
             return job.id
 
-    def load_jobs(self, path: str | Path) -> list[str]:
-        """Create the jobs listed in a JSON file ``[{"type": ..., "variables": {...}, "retries": 3}]``."""
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        if isinstance(data, dict):
-            data = [data]
-        if not isinstance(data, list):
-            raise ValueError(f"{path}: expected a JSON list of jobs")
-        return [self._create_from_spec(item, where=f"{path}[{i}]") for i, item in enumerate(data)]
-
-    def _create_from_spec(self, spec: Any, *, where: str) -> str:
-        if not isinstance(spec, dict):
-            raise ValueError(f"{where}: a job must be a JSON object")
-
-        def pick(*names: str) -> Any:
-            for name in names:
-                if spec.get(name) is not None:
-                    return spec[name]
-            return None
-
-        job_type = pick("type", "job_type", "jobType")
-        variables = pick("variables") or {}
-        if not isinstance(variables, dict):
-            raise ValueError(f"{where}: variables must be a JSON object")
-        retries = pick("retries")
+    def create_from_spec(self, spec: JobSpec) -> str:
+        """A job of a jobs file or ``POST /_admin/jobs``: ``tenantId``, ``instanceId``, ``elementId``
+        and ``traceparent`` (or their snake_case twins) are Sheptra's own keys."""
+        extra = spec.extra
         return self.create_job(
-            job_type,
-            variables,
-            retries=3 if retries is None else retries,
-            instance_id=pick("instance_id", "instanceId"),
-            element_id=pick("element_id", "elementId"),
-            traceparent=pick("traceparent"),
-            tenant_id=pick("tenant_id", "tenantId"),
+            spec.type,
+            spec.variables,
+            retries=spec.retries,
+            instance_id=pick(extra, "instance_id", "instanceId"),
+            element_id=pick(extra, "element_id", "elementId"),
+            traceparent=pick(extra, "traceparent"),
+            tenant_id=pick(extra, "tenant_id", "tenantId"),
         )
+
+    def check_spec(self, spec: JobSpec) -> None:
+        """The same 400 / 413 as any variables-bearing request, before any job of a batch exists."""
+        self._variables({"variables": spec.variables})
 
     def job_state(self, job_id: str) -> dict[str, Any]:
         """One job's state; KeyError when there is no such job."""
@@ -423,7 +361,7 @@ class SheptraEmulator:
         """Every job's state, oldest first."""
         with self._lock:
             now = self.now()
-            return [job.snapshot(now) for job in sorted(self._jobs.values(), key=lambda j: j.seq)]
+            return [job.snapshot(now) for job in self._jobs.values()]
 
     # ------------------------------------------------------------------ HTTP: auth
 
@@ -439,11 +377,6 @@ class SheptraEmulator:
         r.route("POST", _CELL_PREFIX + "/v1/jobs/{id}/complete")(self._complete)
         r.route("POST", _CELL_PREFIX + "/v1/jobs/{id}/fail")(self._fail)
         r.route("POST", _CELL_PREFIX + "/v1/jobs/{id}/throw-error")(self._throw)
-        r.route("POST", "/_admin/jobs")(self._admin_create)
-        r.route("GET", "/_admin/jobs")(self._admin_list)
-        r.route("GET", "/_admin/jobs/{id}")(self._admin_get)
-        r.route("GET", "/_admin/clock")(self._admin_clock)
-        r.route("POST", "/_admin/clock")(self._admin_clock)
         r.route("POST", "/_admin/cell/move")(self._admin_move)
         r.route("POST", "/_admin/tokens/invalidate")(self._admin_invalidate)
         r.route("POST", "/_admin/client/revoke")(self._admin_revoke)
@@ -687,7 +620,7 @@ class SheptraEmulator:
         """Lease up to ``max_jobs`` available jobs, oldest first across every type (lock held)."""
         now = self.now()
         taken: list[dict[str, Any]] = []
-        for job in sorted(self._jobs.values(), key=lambda j: j.seq):
+        for job in self._jobs.values():
             if len(taken) >= max_jobs:
                 break
             if job.type not in types or job.tenant_id not in tenants:
@@ -850,44 +783,6 @@ class SheptraEmulator:
         return Response(204)
 
     # ------------------------------------------------------------------ HTTP: admin
-
-    def _admin_create(self, req: Request) -> Response:
-        body = req.json()
-        specs: Sequence[Any] = body if isinstance(body, list) else [body]
-        for i, spec in enumerate(specs):
-            if not isinstance(spec, dict):
-                raise _bad_request(f"job {i} must be a JSON object")
-            self._variables(spec)  # the same 400 / 413 as any variables-bearing request
-        try:
-            ids = [self._create_from_spec(spec, where=f"job {i}") for i, spec in enumerate(specs)]
-        except (ValueError, TypeError) as exc:
-            raise _bad_request(str(exc)) from None
-        if isinstance(body, list):
-            return json_response({"jobs": [self.job_state(job_id) for job_id in ids]}, 201)
-        return json_response(self.job_state(ids[0]), 201)
-
-    def _admin_list(self, req: Request) -> Response:
-        found = self.jobs()
-        for key in ("state", "type"):
-            if key in req.query:
-                found = [job for job in found if job[key] == req.query[key]]
-        return json_response({"jobs": found})
-
-    def _admin_get(self, req: Request) -> Response:
-        try:
-            return json_response(self.job_state(req.params["id"]))
-        except KeyError:
-            raise _problem(404, "Not Found", f"no job with id {req.params['id']}") from None
-
-    def _admin_clock(self, req: Request) -> Response:
-        if req.method == "POST":
-            body = req.json_object()
-            seconds = body.get("advance", 0)
-            if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
-                raise _bad_request("advance must be a non-negative number of seconds")
-            self.advance(float(seconds))
-        now = self.now()
-        return json_response({"now": now, "iso": _iso(now), "offset": self._offset})
 
     def _admin_move(self, req: Request) -> Response:
         cell = self.move_cell()

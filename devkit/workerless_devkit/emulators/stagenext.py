@@ -37,23 +37,13 @@ import datetime as dt
 import fnmatch
 import json
 import secrets
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from workerless_devkit.emulators.http import (
-    EmulatorServer,
-    HTTPProblem,
-    Request,
-    Response,
-    Router,
-    json_response,
-    problem,
-)
-from workerless_devkit.emulators.watch import StateWatch
+from workerless_devkit.emulators.core import EngineEmulator, JobRegistry, JobSpec, pick
+from workerless_devkit.emulators.http import HTTPProblem, Request, Response, json_response, problem
 
 __all__ = ["RESULT_BODY_CAP", "RESULT_STRING_CAP", "StageNextEmulator", "create"]
 
@@ -183,7 +173,7 @@ class Stage:
         return next((e for e in self.executions if e.execution_id == execution_id), None)
 
 
-class StageNextEmulator:
+class StageNextEmulator(EngineEmulator):
     """The emulator's state and its HTTP surface (``router``). Thread-safe.
 
     Example:
@@ -197,10 +187,9 @@ class StageNextEmulator:
     name = "stagenext"
 
     def __init__(self, **options: Any) -> None:
-        self._lock = threading.RLock()
-        #: Every change of a stage's state, as it happens (workerless_devkit.emulators.watch).
-        self.watch = StateWatch()
-        self.router = Router(clock=self.now)
+        super().__init__()
+        self._stages: JobRegistry[Stage] = self.registry
+        self.clock.on_advance(self._tick)
         self._register_routes()
         self.reset(**options)
 
@@ -232,10 +221,10 @@ class StageNextEmulator:
             self.replicas = int(replicas)
             self.events_max_batch = int(events_max_batch)
             self.lease_seconds = int(lease_seconds)
-            self._offset = 0.0
+            self.clock.reset()
             self._apps: dict[str, Application] = {}
             self._workers: dict[str, Worker] = {}
-            self._stages: dict[str, Stage] = {}
+            self._stages.clear()
             self._queues: dict[str, list[Message]] = {}
             self._held: list[dict[str, Delivery]] = [{} for _ in range(self.replicas)]
             #: every ack token ever issued → stage id, so an ack that answers 404 is still recorded.
@@ -245,23 +234,9 @@ class StageNextEmulator:
 
     # ----------------------------------------------------------------- clock and admin helpers
 
-    def now(self) -> float:
-        """The emulator's clock (epoch seconds): wall time plus every :meth:`advance`."""
-        return time.time() + self._offset
-
-    def advance(self, seconds: float) -> None:
-        """Move the clock forward, then run the sweeps (visibility requeue, lease recovery)."""
-        with self._lock:
-            self._offset += float(seconds)
-            self._tick()
-
     def add_application(self, app_id: str, api_key: str, handler_patterns: tuple[str, ...] = ("*",)) -> None:
         with self._lock:
             self._apps[app_id] = Application(app_id, api_key, tuple(handler_patterns))
-
-    def serve(self, port: int = 0) -> EmulatorServer:
-        """Serve on 127.0.0.1 in a background thread (``port=0``: any free port)."""
-        return EmulatorServer(self.router, port=port).start()
 
     def engine_values(self, base_url: str) -> dict[str, str]:
         """The connection values a worker needs to reach this emulator (with its lease length and
@@ -297,24 +272,17 @@ class StageNextEmulator:
                 retries=int(retries),
                 extra=dict(extra),
             )
-            self._stages[stage.id] = stage
+            self._stages.add(stage.id, stage)
             self._event(stage, "created", queue=job_type)
             self._dispatch(stage, delay=0.0)
             return stage.id
 
-    def load_jobs(self, path: str | Path) -> list[str]:
-        """Create the stages listed in a JSON file: ``[{"type", "variables", "retries"}]`` (or
-        ``{"jobs": [...]}``). Returns their ids."""
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        items = data.get("jobs", []) if isinstance(data, dict) else data
-        ids = []
-        for item in items:
-            ids.append(
-                self.create_job(
-                    str(item["type"]), dict(item.get("variables") or {}), retries=int(item.get("retries", 3))
-                )
-            )
-        return ids
+    def create_from_spec(self, spec: JobSpec) -> str:
+        """A job of a jobs file or ``POST /_admin/jobs``: ``application`` is StageNext's own key
+        (the application whose handler queue ``type`` is; default the emulator's)."""
+        return self.create_job(
+            spec.type, spec.variables, retries=spec.retries, application=pick(spec.extra, "application")
+        )
 
     def job_state(self, job_id: str) -> dict[str, Any]:
         """One stage as tests see it. ``state``: ready | leased (a Running execution) | completed | failed."""
@@ -373,7 +341,7 @@ class StageNextEmulator:
     # ------------------------------------------------------------------------ state machinery
 
     def _event(self, stage: Stage, kind: str, **data: Any) -> None:
-        stage.history.append({"event": kind, "at": self.now(), **data})
+        self._stages.record(stage.history, kind, **data)
         # Every change of a stage (deliveries held included) is followed by its event: the watch
         # hears of it here.
         self.watch.note(stage.queue, stage.id, self._public_state(stage))
@@ -385,6 +353,7 @@ class StageNextEmulator:
         message = Message(stage.id, execution.execution_id, execution.attempt, visible_at=self.now() + delay)
         self._queues.setdefault(stage.queue, []).append(message)
         self._event(stage, "dispatched", executionId=execution.execution_id, attempt=execution.attempt)
+        self._changed.notify_all()  # a parked pull takes it now
 
     def _tick(self) -> None:
         """Run the sweeps due at the current clock. Called under the lock."""
@@ -477,10 +446,6 @@ class StageNextEmulator:
         r.route("POST", "/stages/{stageId}/lease/acquire")(self._acquire)
         r.route("POST", "/stages/{stageId}/lease/renew")(self._renew)
         r.route("POST", "/stages/{stageId}/result")(self._result)
-        r.route("POST", "/_admin/jobs")(self._admin_create)
-        r.route("GET", "/_admin/jobs")(self._admin_jobs)
-        r.route("GET", "/_admin/jobs/{stageId}")(self._admin_job)
-        r.route("POST", "/_admin/clock")(self._admin_clock)
         r.route("GET", "/_admin/workers")(self._admin_workers)
         r.route("POST", "/_admin/applications")(self._admin_application)
 
@@ -635,8 +600,8 @@ class StageNextEmulator:
             replica, _ = self._replica_for(req)
         cookie = {"Set-Cookie": f"{AFFINITY_COOKIE}=r{replica}; Path=/; HttpOnly"}
         deadline = time.monotonic() + float(wait)
-        for _ in range(int(MAX_WAIT_SECONDS / PULL_POLL_INTERVAL) + 2):
-            with self._lock:
+        with self._changed:
+            while True:
                 self._tick()
                 if len(self._held[replica]) >= self.max_inflight:
                     return problem(
@@ -648,9 +613,12 @@ class StageNextEmulator:
                 delivered = self._deliver(app, queue, replica)
                 if delivered is not None:
                     return json_response(delivered, 200, cookie)
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(min(PULL_POLL_INTERVAL, max(0.0, deadline - time.monotonic())))
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._closed:
+                    break
+                # Woken by a dispatch or a clock advance; the short cap also catches visibility
+                # timeouts and leases that lapse in real time while parked.
+                self._changed.wait(min(PULL_POLL_INTERVAL, remaining))
         return Response(204, b"", dict(cookie))
 
     def _deliver(self, app: Application, queue: str, replica: int) -> dict[str, Any] | None:
@@ -723,6 +691,7 @@ class StageNextEmulator:
                 delivery.message.visible_at = self.now()
                 self._queues.setdefault(stage.queue, []).append(delivery.message)
                 self._event(stage, "requeued", executionId=delivery.message.execution_id)
+                self._changed.notify_all()
             else:
                 self._event(stage, "acked", executionId=delivery.message.execution_id)
             return json_response({"acknowledged": True, "requeued": requeue})
@@ -860,39 +829,6 @@ class StageNextEmulator:
             return json_response({"accepted": True, "stageId": stage.id, "executionId": execution_id}, 202)
 
     # -- admin
-
-    def _admin_create(self, req: Request) -> Response:
-        body = req.json_object()
-        job_type = body.get("type")
-        if not isinstance(job_type, str) or not job_type:
-            raise HTTPProblem(400, "Bad Request", "type is required")
-        try:
-            stage_id = self.create_job(
-                job_type,
-                dict(body.get("variables") or {}),
-                retries=int(body.get("retries", 3)),
-                application=body.get("application"),
-            )
-        except KeyError as exc:
-            raise HTTPProblem(400, "Bad Request", str(exc)) from None
-        return json_response({"id": stage_id}, 201)
-
-    def _admin_jobs(self, req: Request) -> Response:
-        return json_response({"jobs": self.jobs()})
-
-    def _admin_job(self, req: Request) -> Response:
-        try:
-            return json_response(self.job_state(req.params["stageId"]))
-        except KeyError:
-            raise HTTPProblem(404, "Not Found", f"stage {req.params['stageId']} not found") from None
-
-    def _admin_clock(self, req: Request) -> Response:
-        body = req.json_object()
-        seconds = body.get("advance", 0)
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
-            raise HTTPProblem(400, "Bad Request", "advance must be a non-negative number of seconds")
-        self.advance(float(seconds))
-        return json_response({"now": self.now()})
 
     def _admin_workers(self, req: Request) -> Response:
         return json_response({"workers": self.workers()})

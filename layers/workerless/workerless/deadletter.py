@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING
 
 from workerless import observability
 from workerless.errors import (
+    ClaimStillLiveError,
     EngineError,
     FinalEngineError,
     LeaseLostError,
     MessageFormatError,
     PayloadTooLargeError,
-    PipelineError,
     StoreError,
 )
 from workerless.model import ActivatedJob, Outcome
@@ -48,10 +48,6 @@ from workerless.retry import CALLS
 if TYPE_CHECKING:
     from workerless.engines.base import Engine
     from workerless.ports import JobStore
-
-
-class ClaimStillLiveError(PipelineError):
-    """The dead-lettered job's handler still holds a live claim: try again later."""
 
 
 def process_dead_letter(

@@ -27,15 +27,29 @@ job, or give up.
     │       ├── RejectedError           any other 4xx: the request itself is wrong.
     │       └── ResponseShapeError      the engine answered something that is not the documented
     │                                   shape. Carries ``field``.
-    ├── PipelineError                   workerless's own plumbing (SQS, DynamoDB) failed.
+    ├── PipelineError                   workerless's own plumbing (SQS, DynamoDB, S3, SSM) failed.
     │   ├── MessageFormatError          an SQS message body is not a workerless message.
-    │   └── StoreError                  a DynamoDB call failed after retries. Carries code, retryable.
+    │   ├── QueueError                  an SQS call failed after botocore's retries.
+    │   ├── ParameterStoreError         a Parameter Store call failed. Carries code.
+    │   ├── StoreError                  a DynamoDB call failed after retries. Carries code.
+    │   │   ├── OutcomeTooLargeError    the outcome fits neither the record nor the claim check.
+    │   │   └── PayloadError            an S3 call of the claim check failed, or an object is
+    │   │                               not what its pointer says.
+    │   ├── ReportOwedError             the result is stored, the engine has not accepted it yet:
+    │   │                               the message stays in flight while the heartbeat re-reports.
+    │   ├── ClaimHeldError              another delivery of the same job holds a live claim.
+    │   └── ClaimStillLiveError         a dead-lettered job's handler still holds a live claim.
     └── JobError                        raised by handler code to choose the outcome.
         ├── TerminalError               fail the job with no retries left.
         └── ThrowError                  throw a business error (BPMN error) with a code to the
                                         process (Sheptra's "throw error"). Alias: BusinessError.
 
 Any other exception raised by a handler fails the job with ``retries - 1`` and a backoff.
+
+Retryable or not is said one way: the ``retryable`` flag every :class:`WorkerlessError` carries
+(a class attribute where the class decides — RetryableEngineError True, FinalEngineError False —
+and an instance attribute where the answer decides: a StoreError's DynamoDB code). The policies in
+:mod:`workerless.retry` read only that flag.
 """
 
 from __future__ import annotations
@@ -45,6 +59,8 @@ from typing import Any
 __all__ = [
     "AuthExpiredError",
     "BusinessError",
+    "ClaimHeldError",
+    "ClaimStillLiveError",
     "ConfigurationError",
     "EngineError",
     "EngineUnavailableError",
@@ -54,10 +70,15 @@ __all__ = [
     "LeaseLostError",
     "MessageFormatError",
     "MisdirectedError",
+    "OutcomeTooLargeError",
+    "ParameterStoreError",
+    "PayloadError",
     "PayloadTooLargeError",
     "PipelineError",
+    "QueueError",
     "RateLimitedError",
     "RejectedError",
+    "ReportOwedError",
     "ResponseShapeError",
     "RetryableEngineError",
     "StoreError",
@@ -68,7 +89,10 @@ __all__ = [
 
 
 class WorkerlessError(Exception):
-    """Base of every error workerless raises on purpose."""
+    """Base of every error workerless raises on purpose. ``retryable``: whether the same call may
+    succeed later (the one flag :mod:`workerless.retry` reads)."""
+
+    retryable: bool = False
 
 
 class ConfigurationError(WorkerlessError):
@@ -85,8 +109,6 @@ class ConfigurationError(WorkerlessError):
 
 class EngineError(WorkerlessError):
     """An engine call failed. ``problem`` is the parsed RFC 9457 body when the engine sent one."""
-
-    retryable: bool = False
 
     def __init__(
         self,
@@ -241,6 +263,47 @@ class StoreError(PipelineError):
         super().__init__(message)
         self.code = code
         self.retryable = retryable
+
+
+class OutcomeTooLargeError(StoreError):
+    """The outcome can be neither kept in the record nor carried by the claim check."""
+
+    def __init__(self, size: int, cap: int, where: str) -> None:
+        super().__init__(f"result is {size} bytes; {where} at most {cap} bytes", retryable=False)
+        self.size = size
+        self.cap = cap
+
+
+class PayloadError(StoreError):
+    """An S3 call of the claim check failed (after botocore's retries), or an object is not what its
+    pointer says."""
+
+
+class QueueError(PipelineError):
+    """An SQS call failed after botocore's retries."""
+
+
+class ParameterStoreError(PipelineError):
+    """A Parameter Store call failed. ``retryable``: the same call may succeed later (a throttle, a
+    5xx, a dropped connection). ``code`` is SSM's error code (None for a transport error)."""
+
+    def __init__(self, message: str, *, code: str | None = None, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.code = code
+        self.retryable = retryable
+
+
+class ReportOwedError(PipelineError):
+    """The result is stored but the engine has not accepted it yet: the message stays in flight (a
+    batch item failure) while the heartbeat re-reports it; SQS's redelivery is the fallback."""
+
+
+class ClaimHeldError(PipelineError):
+    """Another delivery of the same job holds a live claim: leave this one for redelivery."""
+
+
+class ClaimStillLiveError(PipelineError):
+    """The dead-lettered job's handler still holds a live claim: try again later."""
 
 
 class JobError(Exception):

@@ -40,9 +40,10 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from workerless import observability
 from workerless.errors import (
+    ClaimHeldError,
     EngineError,
     MessageFormatError,
-    PipelineError,
+    ReportOwedError,
     RetryableEngineError,
     StoreError,
     TerminalError,
@@ -53,7 +54,7 @@ from workerless.model import ActivatedJob, JobRef, Outcome
 from workerless.observability import logger
 from workerless.record import Decision, JobRecord, Status, decide, lease_of
 from workerless.report import report_stored
-from workerless.retry import CALLS
+from workerless.retry import CALLS, STORE_WRITES, retryable_store_error
 
 if TYPE_CHECKING:
     from workerless.engines.base import Engine
@@ -92,22 +93,9 @@ REPORT_MARGIN_SECONDS = 5.0
 #: time enough to return; a longer margin refuses the one write that matters most, the store of a
 #: run that finished late (a DynamoDB write takes milliseconds), and its job is then run again.
 AWS_MARGIN_SECONDS = 0.25
-#: The pause between tries at a job-record write (times the attempt number, at most the maximum):
-#: a failed store is tried again until the AWS deadline, not a fixed number of times.
-STORE_RETRY_SECONDS = 0.2
-STORE_RETRY_MAX_SECONDS = 2.0
 #: Added to the claim beyond the Lambda's remaining time: a claim must not expire while the
 #: invocation that holds it can still be running.
 CLAIM_MARGIN_SECONDS = 30.0
-
-
-class ReportOwedError(PipelineError):
-    """The result is stored but the engine has not accepted it yet: the message stays in flight (a
-    batch item failure) while the heartbeat re-reports it; SQS's redelivery is the fallback."""
-
-
-class ClaimHeldError(PipelineError):
-    """Another delivery of the same job holds a live claim: leave this one for redelivery."""
 
 
 def _other_message(found: JobRecord | None, message_id: str) -> bool:
@@ -124,26 +112,15 @@ def _remaining_seconds(context: Any, default: float = 900.0) -> float:
 
 
 def _retrying_store(call: Callable[[], T], what: str, *, deadline: float) -> T:
-    """``call`` a job-record write, tried again on a retryable StoreError (on top of botocore's own
-    retries) until ``deadline`` (a ``time.monotonic()`` value: the invocation's AWS deadline),
-    pausing ``STORE_RETRY_SECONDS`` times the attempt (at most ``STORE_RETRY_MAX_SECONDS``) between
-    tries. An outcome too large to store, a refusal that will not change (access denied, a malformed
+    """``call`` a job-record write under :data:`workerless.retry.STORE_WRITES` (on top of botocore's
+    own retries) until ``deadline`` (a ``time.monotonic()`` value: the invocation's AWS deadline).
+    An outcome too large to store, a refusal that will not change (access denied, a malformed
     request) and the last StoreError when time runs out propagate."""
-    from workerless.aws.dynamo import OutcomeTooLargeError
 
-    attempt = 0
-    while True:
-        attempt += 1
-        try:
-            return call()
-        except OutcomeTooLargeError:
-            raise
-        except StoreError as exc:
-            pause = min(STORE_RETRY_MAX_SECONDS, STORE_RETRY_SECONDS * attempt)
-            if not exc.retryable or time.monotonic() + pause >= deadline:
-                raise
-            logger.warning(f"{what} failed; trying again", extra={"error": str(exc), "attempt": attempt})
-            time.sleep(pause)
+    def note(attempt: int, error: Exception) -> None:
+        logger.warning(f"{what} failed; trying again", extra={"error": str(error), "attempt": attempt})
+
+    return STORE_WRITES.call(call, deadline=deadline, retryable=retryable_store_error, on_retry=note)
 
 
 class JobProcessor:
@@ -569,7 +546,7 @@ class JobProcessor:
         )
 
     def _store_once(self, job: ActivatedJob, outcome: Outcome, *, owner: str, store: JobStore) -> Outcome | None:
-        from workerless.aws.dynamo import OutcomeTooLargeError
+        from workerless.errors import OutcomeTooLargeError
 
         job_type = job.ref.job_type
         try:

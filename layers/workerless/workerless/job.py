@@ -109,8 +109,9 @@ class Job:
     @property
     def workflow_key(self) -> str:
         """A key stable across retries, for "charge once however many attempts":
-        ``{instance id}:{element id or type}`` (falls back to the job id without an instance)."""
-        return f"{self.instance_id or self.id}:{self.element_id or self.type}"
+        ``{instance id}:{element id or type}`` (falls back to the job id without an instance):
+        :attr:`workerless.model.ActivatedJob.workflow_key`, the one rule for every engine."""
+        return self._activated.workflow_key
 
     @property
     def lease_expires_at(self) -> float:

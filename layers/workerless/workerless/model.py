@@ -103,6 +103,23 @@ class ActivatedJob:
     def key(self) -> str:
         return self.ref.key
 
+    @property
+    def workflow_key(self) -> str:
+        """A downstream idempotency key that is the same for every attempt of one workflow step
+        ("charge once, however many attempts we make", node-flow's seed): ``{instance id}:{element
+        id or job type}``. A job without an instance (no workflow to be stable across) falls back
+        to its job id, so two unrelated jobs of one type never share a key. The one rule for every
+        engine and for :attr:`workerless.job.Job.workflow_key` (docs/assumptions.md).
+
+        Example:
+            >>> ref = JobRef("nodeflow", "task-1", "charge")
+            >>> ActivatedJob(ref, {}, 0, 0, instance_id="wf-1").workflow_key
+            'wf-1:charge'
+            >>> ActivatedJob(ref, {}, 0, 0).workflow_key
+            'task-1:charge'
+        """
+        return f"{self.instance_id or self.ref.job_id}:{self.element_id or self.ref.job_type}"
+
     def variables_json(self) -> bytes:
         """The variables as the message carries them (compact JSON): what a claim check stores."""
         return json.dumps(self.variables, separators=(",", ":")).encode()

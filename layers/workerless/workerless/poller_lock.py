@@ -52,13 +52,15 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from workerless.observability import logger
+from workerless.retry import COMPARE_AND_SET, ambient_deadline
 
 if TYPE_CHECKING:
     from workerless.ports import SharedState
 
 LOCK_KEY = "poller-lock"
-#: A write that keeps meeting a recoverer's writes (the holder is unchanged) gives up after this many.
-MAX_WRITE_TRIES = 5
+#: A write that keeps meeting a recoverer's writes (the holder is unchanged) gives up after this many
+#: (:data:`workerless.retry.COMPARE_AND_SET`, the policy the loops run under).
+MAX_WRITE_TRIES = COMPARE_AND_SET.attempts
 
 Batches = list[dict[str, Any]]
 
@@ -282,7 +284,7 @@ class PollerLock:
         through ``change``. False when the lock is no longer ours (then no longer held). A write
         refused because a recoverer wrote the item meanwhile (its holder left as it was) is made
         again on what it wrote."""
-        for _ in range(MAX_WRITE_TRIES):
+        for _ in COMPARE_AND_SET.tries(deadline=ambient_deadline()):
             if self._version is None:
                 return False
             now = self.clock()
@@ -315,8 +317,8 @@ class PollerLock:
         the lock held takes a dead holder's batches, or puts one back. Compare-and-set on the
         version read, read again when it moved. True when written."""
         current = self.found
-        for attempt in range(MAX_WRITE_TRIES):
-            if attempt:
+        for attempt in COMPARE_AND_SET.tries(deadline=ambient_deadline()):
+            if attempt > 1:
                 current = self.state.get(LOCK_KEY)
             if current is None:
                 return False
@@ -336,7 +338,7 @@ class PollerLock:
             return
         try:
             freed = False
-            for _ in range(MAX_WRITE_TRIES):
+            for _ in COMPARE_AND_SET.tries(deadline=ambient_deadline()):
                 open_batches = [b for b in self.batches if b.get("id") not in self._closed]
                 if self._write(self._version, holder=None, until=0.0, now=self.clock(), batches=open_batches):
                     freed = True

@@ -1,9 +1,30 @@
-"""The one retry policy for engine calls (and the poller's one Parameter Store read).
+"""Every retry loop of the runtime, as a policy with a deadline.
 
-Adapters never sleep: they raise a :class:`RetryableEngineError` (with ``retry_after`` when the
-engine sent Retry-After) or a final error. This module decides whether and when to call again,
-bounded both in attempts and by a deadline (the Lambda's remaining time minus a margin), so no
+Adapters never sleep: they raise an error whose ``retryable`` flag says whether the same call may
+succeed later (:class:`~workerless.errors.WorkerlessError.retryable`, the one way it is said), with
+``retry_after`` when the engine sent Retry-After. The policies here decide whether and when to call
+again, bounded in attempts and by a deadline (the Lambda's remaining time minus a margin), so no
 retry can outlive the invocation that made it.
+
+=====================  ==========================================================================
+policy                 what it retries
+=====================  ==========================================================================
+:data:`CALLS`          engine calls (report, extend, begin, skip, release): the adapters' resends
+:data:`PARAMETERS`     the poller's Parameter Store read
+:data:`STORE_WRITES`   a job-record write (claim, store, mark), on a retryable StoreError
+:data:`UNPROCESSED`    BatchGetItem's UnprocessedKeys
+:data:`SESSION_WAIT`   StageNext: waiting while another container rotates the worker session
+:data:`COMPARE_AND_SET`  the poller lock / intent log item: a write refused by a concurrent one
+=====================  ==========================================================================
+
+How they stack with botocore: every AWS client makes up to 4 attempts per call itself (standard
+mode, :mod:`workerless.aws.clients`), with its own backoff, for throttles, 5xx and transport errors.
+A policy here runs only after botocore gave up, so one logical call may be tried ``attempts x 4``
+times — which is why the AWS policies are few and spaced out, and why the deadline binds both:
+:func:`workerless.aws.clients.call_deadline` refuses any botocore attempt past it and the policies
+stop there too. The engine calls (httpx) have no retries below these. The re-authenticate-once
+resend of an adapter (:mod:`workerless.engines.kit.resend`) is not a retry: it waits for nothing,
+sends at most once more per recovery, and runs inside one attempt of :data:`CALLS`.
 
 Why these numbers: node-flow's guidance is 1 s after a retryable failure and 5 s after a
 non-retryable one when polling; a report or extend is worth a few quick tries (the result is
@@ -12,57 +33,108 @@ stored, so giving up only means SQS redelivers and the report is tried again lat
 
 from __future__ import annotations
 
+import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Literal, TypeVar
 
-from workerless.errors import RetryableEngineError
+from workerless.errors import EngineError, StoreError
+
+__all__ = [
+    "CALLS",
+    "COMPARE_AND_SET",
+    "PARAMETERS",
+    "POLL_BACKOFF_FINAL",
+    "POLL_BACKOFF_RETRYABLE",
+    "SESSION_WAIT",
+    "STORE_WRITES",
+    "UNPROCESSED",
+    "RetryPolicy",
+    "ambient_deadline",
+    "retryable_engine_error",
+    "retryable_store_error",
+]
 
 T = TypeVar("T")
 
 
-def _engine_retryable(error: Exception) -> bool:
-    return isinstance(error, RetryableEngineError)
+def retryable_engine_error(error: Exception) -> bool:
+    """An engine call worth making again: an :class:`~workerless.errors.EngineError` flagged
+    retryable (anything else — a StoreError from shared state, a bug — propagates at once)."""
+    return isinstance(error, EngineError) and error.retryable
+
+
+def retryable_store_error(error: Exception) -> bool:
+    """A job-table call worth making again: a :class:`~workerless.errors.StoreError` flagged
+    retryable (a throttle, a 5xx, a dropped connection; not a refusal, a too-large outcome or a
+    passed deadline)."""
+    return isinstance(error, StoreError) and error.retryable
+
+
+def ambient_deadline() -> float:
+    """The deadline of the AWS calls of the code running (its
+    :func:`~workerless.aws.clients.call_deadline`, a ``time.monotonic()`` value; infinity outside
+    one): the deadline of a loop over AWS calls that is not handed one."""
+    from workerless.aws.clients import current_deadline
+
+    deadline = current_deadline()
+    return math.inf if deadline is None else deadline
 
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """Exponential backoff with full jitter, capped, honouring Retry-After.
+    """Backoff between attempts, bounded by ``attempts`` (None: only by the deadline) and by a
+    deadline; honours Retry-After.
+
+    ``backoff``: "exponential" (``base_delay x 2^(attempt-1)``) or "linear" (``base_delay x
+    attempt``), capped at ``max_delay``; with ``jitter``, a uniform draw from the upper half of it
+    (full jitter halved: spread out, never immediate).
 
     Example:
         >>> policy = RetryPolicy(attempts=3, base_delay=0.2)
         >>> policy.call(lambda: 42, deadline=time.monotonic() + 5)
         42
+        >>> [round(RetryPolicy(attempts=None, base_delay=0.2, max_delay=0.5, backoff="linear",
+        ...     jitter=False).delay(n, Exception()), 2) for n in (1, 2, 3)]
+        [0.2, 0.4, 0.5]
     """
 
-    attempts: int = 3
+    attempts: int | None = 3
     base_delay: float = 0.25
     max_delay: float = 5.0
+    backoff: Literal["exponential", "linear"] = "exponential"
+    jitter: bool = True
 
-    def delay(self, attempt: int, error: Exception) -> float:
+    def delay(self, attempt: int, error: Exception | None = None) -> float:
         """Seconds to wait before attempt ``attempt + 1`` (attempt counts from 1)."""
         retry_after = getattr(error, "retry_after", None)
         if retry_after is not None:
             return float(retry_after)
-        ceiling = min(self.max_delay, self.base_delay * 2 ** (attempt - 1))
-        return random.uniform(ceiling / 2, ceiling)
+        grown = attempt if self.backoff == "linear" else 2 ** (attempt - 1)
+        ceiling = min(self.max_delay, self.base_delay * grown)
+        return random.uniform(ceiling / 2, ceiling) if self.jitter else ceiling
 
     def call(
         self,
         fn: Callable[[], T],
         *,
         deadline: float,
-        sleep: Callable[[float], None] = time.sleep,
-        clock: Callable[[], float] = time.monotonic,
-        retryable: Callable[[Exception], bool] = _engine_retryable,
+        sleep: Callable[[float], None] | None = None,
+        clock: Callable[[], float] | None = None,
+        retryable: Callable[[Exception], bool] = retryable_engine_error,
+        on_retry: Callable[[int, Exception], None] | None = None,
     ) -> T:
         """Call ``fn``; on a retryable error wait and call again, at most ``attempts`` times and
         never past ``deadline`` (a ``clock()`` value). Final errors propagate at once; the last
         retryable error propagates when attempts or time run out. ``retryable`` says which errors
-        are worth another call (engine calls: a :class:`RetryableEngineError`; an AWS adapter passes
-        its own test)."""
+        are worth another call (default: an engine error flagged retryable); ``on_retry(attempt,
+        error)`` is told before each wait (a log line). ``sleep`` and ``clock`` default to
+        ``time.sleep`` and ``time.monotonic``, looked up at the call (a benchmark's virtual time is
+        seen)."""
+        sleep = sleep or time.sleep
+        clock = clock or time.monotonic
         attempt = 1
         while True:
             try:
@@ -71,10 +143,42 @@ class RetryPolicy:
                 if not retryable(error):
                     raise
                 wait = self.delay(attempt, error)
-                if attempt >= self.attempts or clock() + wait >= deadline:
+                if (self.attempts is not None and attempt >= self.attempts) or clock() + wait >= deadline:
                     raise
+                if on_retry is not None:
+                    on_retry(attempt, error)
                 sleep(wait)
                 attempt += 1
+
+    def tries(
+        self,
+        *,
+        deadline: float = math.inf,
+        sleep: Callable[[float], None] | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> Iterator[int]:
+        """The attempt numbers (from 1) of a loop whose outcome is not an exception (a partial
+        answer, a refused compare-and-set, a claim still held): the loop body breaks or returns
+        when done; between attempts this waits :meth:`delay`, and it stops at ``attempts`` or when
+        the wait would pass ``deadline``.
+
+        Example:
+            >>> list(RetryPolicy(attempts=3, base_delay=0).tries())
+            [1, 2, 3]
+        """
+        sleep = sleep or time.sleep
+        clock = clock or time.monotonic
+        attempt = 1
+        while True:
+            yield attempt
+            if self.attempts is not None and attempt >= self.attempts:
+                return
+            wait = self.delay(attempt)
+            if clock() + wait >= deadline:
+                return
+            if wait > 0:
+                sleep(wait)
+            attempt += 1
 
 
 #: Reports and extensions: a few quick tries inside one invocation.
@@ -82,6 +186,19 @@ CALLS = RetryPolicy(attempts=4, base_delay=0.25, max_delay=4.0)
 #: Reading the routes from Parameter Store (once per poller container): botocore already retries a
 #: throttle four times; these are a few more, spaced out, within the invocation's deadline.
 PARAMETERS = RetryPolicy(attempts=3, base_delay=0.5, max_delay=4.0)
+#: A job-record write after botocore gave up: tried again until the invocation's AWS deadline, not
+#: a fixed number of times (a lost store costs a second run of the job), 0.2 s more per attempt up
+#: to 2 s.
+STORE_WRITES = RetryPolicy(attempts=None, base_delay=0.2, max_delay=2.0, backoff="linear", jitter=False)
+#: BatchGetItem's UnprocessedKeys (DynamoDB's answer under throttling): five tries, 50 ms doubling
+#: to at most 1 s, within the AWS deadline.
+UNPROCESSED = RetryPolicy(attempts=5, base_delay=0.05, max_delay=1.0, jitter=False)
+#: StageNext: while another container rotates the shared worker session, re-read it every 0.25 s,
+#: 12 times (~3 s), then raise a retryable AuthExpiredError for :data:`CALLS` to try again.
+SESSION_WAIT = RetryPolicy(attempts=12, base_delay=0.25, max_delay=0.25, backoff="linear", jitter=False)
+#: The poller lock item's compare-and-set: a write refused by a concurrent one is made again on
+#: what that one wrote, at once (the other writer is done, there is nothing to wait for), 5 times.
+COMPARE_AND_SET = RetryPolicy(attempts=5, base_delay=0.0, max_delay=0.0, jitter=False)
 #: After a failed poll: 1 s for a retryable failure (or Retry-After), 5 s for a final one.
 POLL_BACKOFF_RETRYABLE = 1.0
 POLL_BACKOFF_FINAL = 5.0

@@ -44,6 +44,12 @@ def call_deadline(deadline: float | None) -> Iterator[None]:
         _deadline.reset(token)
 
 
+def current_deadline() -> float | None:
+    """The ``time.monotonic()`` deadline of the :func:`call_deadline` block running (None: none),
+    for the retry policies that loop over AWS calls (:mod:`workerless.retry`)."""
+    return _deadline.get()
+
+
 def _refuse_past_deadline(**_: Any) -> None:
     # "before-send" runs before every HTTP attempt of every call, botocore's retries included.
     deadline = _deadline.get()

@@ -19,12 +19,13 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
+from workerless.aws.items import decode_outcome, encode_inline, inline_bytes, to_record
 from workerless.claimcheck import OUTCOME_INLINE_BYTES, RESULTS_PREFIX, PayloadRef, object_key
-from workerless.errors import StoreError
+from workerless.errors import OutcomeTooLargeError, StoreError
 from workerless.model import Outcome
 from workerless.record import JobRecord, Status
+from workerless.retry import UNPROCESSED, ambient_deadline
 
-COMPRESS_OVER = 32 * 1024
 #: DynamoDB error codes that the same call will meet again however often it is retried: retrying
 #: them only burns the invocation's time. Every other failure (throttles, 5xx, transport errors,
 #: codes not listed here) counts as retryable.
@@ -41,56 +42,6 @@ FINAL_ERROR_CODES = frozenset(
         "ItemCollectionSizeLimitExceededException",
     }
 )
-
-
-class OutcomeTooLargeError(StoreError):
-    """The outcome can be neither kept in the record nor carried by the claim check."""
-
-    def __init__(self, size: int, cap: int, where: str) -> None:
-        super().__init__(f"result is {size} bytes; {where} at most {cap} bytes", retryable=False)
-        self.size = size
-        self.cap = cap
-
-
-def _encode_inline(raw: bytes) -> dict[str, Any]:
-    if len(raw) <= COMPRESS_OVER:
-        return {"S": raw.decode()}
-    return {"B": zlib.compress(raw, 6)}
-
-
-def _decode_outcome(value: dict[str, Any]) -> Outcome:
-    raw = zlib.decompress(value["B"]) if "B" in value else value["S"].encode()
-    return Outcome.from_dict(json.loads(raw))
-
-
-def _inline_bytes(value: dict[str, Any]) -> int:
-    """The ``outcome`` attribute's size as DynamoDB counts it: its name plus its value's bytes."""
-    body = value["B"] if "B" in value else value["S"].encode()
-    return len("outcome") + len(body)
-
-
-def _to_record(item: dict[str, Any]) -> JobRecord:
-    return JobRecord(
-        key=item["pk"]["S"],
-        status=Status(item["status"]["S"]),
-        owner=item.get("owner", {}).get("S"),
-        claim_expires_at=float(item["claim_expires_at"]["N"]) if "claim_expires_at" in item else None,
-        outcome=_decode_outcome(item["outcome"]) if "outcome" in item else None,
-        outcome_ref=_outcome_ref(item),
-        lost_reason=item.get("lost_reason", {}).get("S"),
-        deliveries=int(item.get("deliveries", {}).get("N", "0")),
-        lease=item.get("lease", {}).get("S"),
-        begun_at=float(item["begun_at"]["N"]) if "begun_at" in item else None,
-        report_owed_at=float(item["report_owed_at"]["N"]) if "report_owed_at" in item else None,
-        receipt=item.get("receipt", {}).get("S"),
-        receipt_queue=item.get("receipt_queue", {}).get("S"),
-    )
-
-
-def _outcome_ref(item: dict[str, Any]) -> PayloadRef | None:
-    if "outcome_ref" not in item:
-        return None
-    return PayloadRef.from_dict(json.loads(item["outcome_ref"]["S"]), field="outcome_ref")
 
 
 class JobStore:
@@ -128,8 +79,8 @@ class JobStore:
             raise OutcomeTooLargeError(
                 len(raw), self.max_outcome_bytes, "workerless carries (WORKERLESS_MAX_PAYLOAD_BYTES)"
             )
-        value = _encode_inline(raw)
-        if _inline_bytes(value) <= OUTCOME_INLINE_BYTES:
+        value = encode_inline(raw)
+        if inline_bytes(value) <= OUTCOME_INLINE_BYTES:
             return "outcome", value
         packed = value["B"]
         if self.payloads is None or not self.payloads.enabled:
@@ -150,7 +101,7 @@ class JobStore:
             payloads = self.payloads = Payloads(record.outcome_ref.bucket)
         data = payloads.get(record.outcome_ref)
         try:
-            return _decode_outcome({"B": data})
+            return decode_outcome({"B": data})
         except (zlib.error, ValueError) as exc:
             raise StoreError(f"stored outcome {record.outcome_ref.key} is unreadable: {exc}", retryable=False) from exc
 
@@ -193,7 +144,7 @@ class JobStore:
     def get(self, key: str) -> JobRecord | None:
         answer = self._call("get_item", TableName=self.table, Key={"pk": {"S": key}}, ConsistentRead=True)
         item = answer.get("Item")
-        return _to_record(item) if item else None
+        return to_record(item) if item else None
 
     def get_many(self, keys: Sequence[str]) -> dict[str, JobRecord]:
         """Records for ``keys`` (missing keys are absent from the answer). Strongly consistent."""
@@ -203,17 +154,17 @@ class JobStore:
             request: dict[str, Any] = {
                 self.table: {"Keys": [{"pk": {"S": k}} for k in unique[start : start + 100]], "ConsistentRead": True}
             }
-            # UnprocessedKeys come back under throttling: retry them a bounded number of times.
-            for attempt in range(5):
+            # UnprocessedKeys come back under throttling: asked for again under their policy, within
+            # the invocation's AWS deadline.
+            for _ in UNPROCESSED.tries(deadline=ambient_deadline()):
                 answer = self._call("batch_get_item", RequestItems=request)
                 for item in answer.get("Responses", {}).get(self.table, []):
-                    record = _to_record(item)
+                    record = to_record(item)
                     found[record.key] = record
                 request = answer.get("UnprocessedKeys") or {}
                 if not request:
                     break
-                time.sleep(min(0.05 * 2**attempt, 1.0))
-            else:
+            if request:
                 raise StoreError(f"DynamoDB batch_get_item on {self.table} left keys unprocessed")
         return found
 
@@ -255,7 +206,7 @@ class JobStore:
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except _ConditionFailed as refused:
-            found = _to_record(refused.item) if refused.item else self.get(key)
+            found = to_record(refused.item) if refused.item else self.get(key)
             if found is not None and found.status is Status.CLAIMED and found.owner == owner:
                 # Our own write landed and its answer was lost (botocore retried the call, and the
                 # retry met the claim we had already made): the claim is ours.
@@ -341,7 +292,7 @@ class JobStore:
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except _ConditionFailed as refused:
-            return _to_record(refused.item) if refused.item else self.get(key)
+            return to_record(refused.item) if refused.item else self.get(key)
         return None
 
     def replace_outcome(self, key: str, outcome: Outcome, *, job_type: str = "job") -> None:

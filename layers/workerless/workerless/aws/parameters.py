@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from workerless.errors import ConfigurationError, PipelineError
+from workerless.errors import ConfigurationError, ParameterStoreError
 
 #: GetParametersByPath answers at most 10 parameters a page.
 PAGE_SIZE = 10
@@ -32,16 +32,6 @@ _RETRYABLE_CODES = frozenset(
     {"ThrottlingException", "TooManyUpdates", "InternalServerError", "InternalFailure", "ServiceUnavailable"}
 )
 KEY = "WORKERLESS_ROUTES_PATH"
-
-
-class ParameterStoreError(PipelineError):
-    """A Parameter Store call failed. ``retryable``: the same call may succeed later (a throttle, a
-    5xx, a dropped connection). ``code`` is SSM's error code (None for a transport error)."""
-
-    def __init__(self, message: str, *, code: str | None = None, retryable: bool = True) -> None:
-        super().__init__(message)
-        self.code = code
-        self.retryable = retryable
 
 
 def is_retryable(error: Exception) -> bool:

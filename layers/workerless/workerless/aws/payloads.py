@@ -11,17 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from workerless.claimcheck import PayloadRef, digest
-from workerless.errors import StoreError
+
+# Declared in the one error tree (workerless.errors); re-exported where callers have always found it.
+from workerless.errors import PayloadError as PayloadError
 
 #: S3 error codes that the same call meets again however often it is retried.
 FINAL_ERROR_CODES = frozenset(
     {"AccessDenied", "NoSuchBucket", "NoSuchKey", "InvalidBucketName", "InvalidRequest", "AllAccessDisabled"}
 )
-
-
-class PayloadError(StoreError):
-    """An S3 call of the claim check failed (after botocore's retries), or an object is not what its
-    pointer says."""
 
 
 class Payloads:

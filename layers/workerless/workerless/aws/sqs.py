@@ -7,7 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from workerless.errors import PipelineError
+# Declared in the one error tree (workerless.errors); re-exported where callers have always found it.
+from workerless.errors import QueueError as QueueError
 
 #: A message's size limit is each queue's MaximumMessageSize (SQS's default and maximum: 1 MiB since
 #: 2025, existing queues included). This is the size planned for while a queue's own limit has not
@@ -51,10 +52,6 @@ class SendFailure:
     index: int
     reason: str
     oversized: bool = False
-
-
-class QueueError(PipelineError):
-    """An SQS call failed after botocore's retries."""
 
 
 class Queues:

@@ -1,10 +1,11 @@
-"""Engine adapters, one module per engine, all behind :class:`~workerless.engines.base.Engine`.
+"""Engine adapters, one package per engine (config, auth or session, adapter) on the shared
+:mod:`workerless.engines.kit`, all behind :class:`~workerless.engines.base.Engine`.
 
 :data:`ENGINES` is the one list of the engines workerless supports: settings, the devkit's CLI,
-emulators, chaos harness and pytest fixtures all read it. Each module exposes
+emulators, chaos harness and pytest fixtures all read it. Each package exposes
 ``from_values(values, client, *, worker_id=None, state=None) -> Engine`` that validates the engine's
 connection values (naming any missing or malformed key) and returns a ready adapter.
-Modules are imported lazily so a function only pays for the engine it talks to.
+Packages are imported lazily so a function only pays for the engine it talks to.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""The engine seam: one Protocol every engine adapter implements, and the shared translation of
-HTTP answers into the error hierarchy (RFC 9457 problem+json parsed once, here).
+"""The engine seam: one Protocol every engine adapter implements, and the shared state some
+adapters keep across containers. The pieces the adapters share (URL rules, timestamps, the
+translation of HTTP answers into the error hierarchy, tokens, redaction) are in
+:mod:`workerless.engines.kit`.
 
 The poller, handler wrapper and heartbeat only talk to :class:`Engine`; they never branch on which
 engine it is. Each adapter takes an injected ``httpx.Client`` whose timeouts are shorter than the
@@ -8,26 +10,34 @@ Lambda's, so a hung engine call can never outlive the invocation that made it.
 
 from __future__ import annotations
 
-import email.utils
-import ipaddress
-import json
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
-import httpx
-
-from workerless.errors import (
-    AuthExpiredError,
-    EngineError,
-    EngineUnavailableError,
-    LeaseLostError,
-    MisdirectedError,
-    PayloadTooLargeError,
-    RateLimitedError,
-    RejectedError,
+# The shared translation and checks live in the engine kit; re-exported here, where the adapters
+# and tests have always found them.
+from workerless.engines.kit import (
+    describe,
+    error_for_response,
+    error_for_transport,
+    is_loopback,
+    json_size,
+    parse_problem,
+    parse_retry_after,
 )
 from workerless.model import ActivatedJob, Demand, JobRef, Outcome
+
+__all__ = [
+    "Engine",
+    "MemoryState",
+    "SharedState",
+    "describe",
+    "error_for_response",
+    "error_for_transport",
+    "is_loopback",
+    "json_size",
+    "parse_problem",
+    "parse_retry_after",
+]
 
 
 @runtime_checkable
@@ -101,92 +111,6 @@ class Engine(Protocol):
     def close(self) -> None:
         """Release anything held (worker sessions: StageNext /workers/shutdown in local mode)."""
         ...
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is this machine (the only place plain http to an engine is accepted:
-    tokens and secrets travel on these connections)."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
-    """Retry-After as seconds: delta-seconds or an HTTP date. None when absent or unparseable."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
-
-
-def parse_problem(response: httpx.Response) -> dict[str, Any]:
-    """The RFC 9457 problem body as a dict ({} when the body is not a JSON object)."""
-    try:
-        body = response.json()
-    except (ValueError, UnicodeDecodeError):
-        return {}
-    return body if isinstance(body, dict) else {}
-
-
-def describe(problem: Mapping[str, Any], response: httpx.Response) -> str:
-    """A one-line description from a problem body: title, then detail, then the status line."""
-    title = problem.get("title")
-    detail = problem.get("detail")
-    text = " — ".join(str(part) for part in (title, detail) if isinstance(part, str) and part)
-    return text or f"HTTP {response.status_code}"
-
-
-def error_for_response(
-    engine: str,
-    response: httpx.Response,
-    *,
-    job_id: str | None = None,
-    what: str = "request",
-    cap: int = 0,
-) -> EngineError:
-    """Translate a non-2xx answer into the error hierarchy. Adapters refine engine-specific codes
-    (node-flow's LEASE_EXPIRED body, StageNext's refusals) before falling back to this."""
-    status = response.status_code
-    problem = parse_problem(response)
-    message = f"{what} answered {status}: {describe(problem, response)}"
-    retry_after = parse_retry_after(response.headers.get("Retry-After"))
-    kwargs: dict[str, Any] = {"engine": engine, "job_id": job_id, "status": status, "problem": problem}
-    if status == 429 or (status == 503 and retry_after is not None):
-        return RateLimitedError(message, retry_after=retry_after, **kwargs)
-    if status == 401:
-        return AuthExpiredError(message, **kwargs)
-    if status == 421:
-        return MisdirectedError(message, **kwargs)
-    if status == 409:
-        return LeaseLostError(message, **kwargs)
-    if status == 413:
-        return PayloadTooLargeError(message, cap=cap, **kwargs)
-    if status >= 500:
-        return EngineUnavailableError(message, retry_after=retry_after, **kwargs)
-    return RejectedError(message, **kwargs)
-
-
-def error_for_transport(
-    engine: str, exc: httpx.HTTPError, *, job_id: str | None = None, what: str = "request"
-) -> EngineError:
-    """A timeout, refused or dropped connection: retryable, the engine may be back shortly."""
-    return EngineUnavailableError(f"{what} failed: {type(exc).__name__}", engine=engine, job_id=job_id)
-
-
-def json_size(value: Any) -> int:
-    """Size in bytes of ``value`` as compact UTF-8 JSON (what a cap is measured against)."""
-    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
 
 
 @runtime_checkable

@@ -9,7 +9,7 @@ Mapping (details in docs/engines/nodeflow.md):
   FAILED_WITH_TERMINAL_ERROR; a failure's stack goes to the task log first.
 - release → report FAILED (node-flow has no release call; a retry starts at once as a new task).
 - 409 ``LEASE_EXPIRED`` → :class:`LeaseLostError`; 403 → :class:`ConfigurationError` naming the
-  scope; everything else through :func:`error_for_response` / :func:`error_for_transport`.
+  scope; everything else through the kit's :class:`~workerless.engines.kit.translate.Translator`.
 
 The lease token, API key, secret and access token are credentials: none of them is ever logged or
 put in an exception message.
@@ -19,24 +19,20 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import socket
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
 from typing import Any, ClassVar, Literal
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import httpx
 
-from workerless.engines.base import (
-    SharedState,
-    error_for_response,
-    error_for_transport,
-    is_loopback,
-    parse_problem,
-)
+from workerless.engines.base import SharedState
+from workerless.engines.kit.resend import Recovery, send_recovering
+from workerless.engines.kit.times import parse_timestamp
+from workerless.engines.kit.translate import Translator, parse_problem
+from workerless.engines.nodeflow.auth import Credentials
+from workerless.engines.nodeflow.config import ENGINE, NodeFlowConfig
 from workerless.errors import (
     ConfigurationError,
     EngineError,
@@ -47,12 +43,9 @@ from workerless.errors import (
 )
 from workerless.model import ActivatedJob, Demand, JobRef, Outcome
 
-__all__ = ["NodeFlowEngine", "from_values", "workflow_key"]
+__all__ = ["NodeFlowEngine", "from_values", "parse_timestamp", "workflow_key"]
 
-ENGINE = "nodeflow"
 REPORT_SCOPE = "tasks:report"
-#: Refresh a service-account token this long before it expires (the SDK's rule).
-REFRESH_MARGIN_SECONDS = 60.0
 #: Longest ``reason`` sent on a report; the whole text (a stack) goes to the task log instead.
 REASON_CAP_CHARS = 4096
 #: Longest log line and most lines per logs call (the emulator's caps; see docs/assumptions.md).
@@ -69,129 +62,18 @@ _LEVELS = {
     "critical": "error",
     "fatal": "error",
 }
-_NAMESPACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-_DOMAIN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-_TOKENISH_RE = re.compile(r"^[\x21-\x7e]+$")  # visible ASCII, no spaces: safe in a header
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("workerless.engines.nodeflow")
 
 
 def workflow_key(job: ActivatedJob) -> str:
     """A downstream idempotency key that is the same for every attempt of one workflow step:
-    ``{workflowId}:{refName or task type}`` ("charge once, however many attempts we make").
+    ``{workflowId}:{refName or task type}`` ("charge once, however many attempts we make"):
+    :attr:`~workerless.model.ActivatedJob.workflow_key`, the one rule for every engine.
 
     The task id (``job.ref.job_id``) is the other choice: stable for one attempt, new per retry.
     """
-    return f"{job.instance_id or ''}:{job.element_id or job.ref.job_type}"
-
-
-def parse_timestamp(value: Any) -> float:
-    """``leaseExpiresAt`` as epoch seconds: ISO 8601 (``...Z`` or an offset), or a number (epoch
-    milliseconds when over 1e11, else seconds). ValueError when it is neither."""
-    if isinstance(value, bool):
-        raise ValueError("a boolean is not a timestamp")
-    if isinstance(value, int | float):
-        return float(value) / 1000.0 if value > 1e11 else float(value)
-    if isinstance(value, str) and value:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        if parsed.tzinfo is None:
-            raise ValueError("timestamp has no time zone")
-        return parsed.timestamp()
-    raise ValueError("not a timestamp")
-
-
-class _Credentials:
-    """Builds the auth header: a fixed X-API-Key, or a Bearer token minted from a service account,
-    cached, refreshed 60 s before expiry. Concurrent callers share one refresh (one lock), so a
-    poller working eight queues does not mint eight tokens the moment one expires."""
-
-    def __init__(
-        self,
-        client: httpx.Client,
-        token_url: str,
-        *,
-        api_key: str | None,
-        key_id: str | None,
-        key_secret: str | None,
-        clock: Callable[[], float],
-    ) -> None:
-        self._client = client
-        self._token_url = token_url
-        self._api_key = api_key
-        self._key_id = key_id
-        self._key_secret = key_secret
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._token: str | None = None
-        self._expires_at = 0.0
-        self._refresh_at = 0.0
-
-    @property
-    def service_account(self) -> bool:
-        return self._api_key is None
-
-    @property
-    def key_name(self) -> str:
-        """The configuration key a refused credential should be looked for under."""
-        return "NF_API_KEY" if self._api_key is not None else "NF_KEY_ID"
-
-    def headers(self) -> dict[str, str]:
-        if self._api_key is not None:
-            return {"X-API-Key": self._api_key}
-        return {"Authorization": f"Bearer {self._bearer()}"}
-
-    def invalidate(self, headers: Mapping[str, str]) -> bool:
-        """Forget the token used for ``headers`` (a 401). False if there is nothing to re-mint."""
-        if self._api_key is not None:
-            return False
-        with self._lock:
-            # Only drop it if nobody has refreshed it since this request was sent.
-            if self._token is not None and headers.get("Authorization") == f"Bearer {self._token}":
-                self._token = None
-        return True
-
-    def _bearer(self) -> str:
-        token = self._token
-        if token is not None and self._clock() < self._refresh_at:
-            return token
-        with self._lock:
-            # Double-checked: whoever waited on the lock finds the token the first caller minted.
-            if self._token is None or self._clock() >= self._refresh_at:
-                self._mint()
-            assert self._token is not None
-            return self._token
-
-    def _mint(self) -> None:
-        what = "service-account token exchange"
-        try:
-            response = self._client.post(self._token_url, json={"keyId": self._key_id, "secret": self._key_secret})
-        except httpx.HTTPError as exc:
-            raise error_for_transport(ENGINE, exc, what=what) from exc
-        if response.status_code in (400, 401, 403):
-            problem = parse_problem(response)
-            raise ConfigurationError(
-                f"node-flow refused the service account in NF_KEY_ID / NF_KEY_SECRET ({response.status_code}"
-                f"{', ' + str(problem['code']) if problem.get('code') else ''}): check both values",
-                key="NF_KEY_SECRET",
-            )
-        if response.status_code >= 300:
-            raise error_for_response(ENGINE, response, what=what)
-        try:
-            body = response.json()
-            token = body["accessToken"]
-            expires_in = float(body["expiresIn"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ResponseShapeError(
-                f"{what} answered without accessToken/expiresIn", engine=ENGINE, field="accessToken"
-            ) from exc
-        if not isinstance(token, str) or not token:
-            raise ResponseShapeError(f"{what} answered an empty accessToken", engine=ENGINE, field="accessToken")
-        now = self._clock()
-        self._token = token
-        self._expires_at = now + expires_in
-        # A token shorter-lived than twice the margin would be refreshed on every call: refresh at
-        # half its life instead.
-        self._refresh_at = self._expires_at - min(REFRESH_MARGIN_SECONDS, expires_in / 2)
+    return job.workflow_key
 
 
 class NodeFlowEngine:
@@ -225,13 +107,15 @@ class NodeFlowEngine:
         self.worker_id = worker_id or f"workerless-{socket.gethostname()}-{os.getpid()}"
         self._clock = clock
         self._ns_url = f"{self.base_url}/v1/ns/{quote(namespace, safe='')}"
-        self._credentials = _Credentials(
+        self._translate = Translator(ENGINE, refine=_refine, secrets=lambda: self._credentials.secrets())
+        self._credentials = Credentials(
             client,
             f"{self.base_url}/v1/auth/token",
             api_key=api_key,
             key_id=key_id,
             key_secret=key_secret,
             clock=clock,
+            translate=self._translate,
         )
 
     # ------------------------------------------------------------------ plumbing
@@ -244,64 +128,51 @@ class NodeFlowEngine:
         return f"{demand.job_type}:{self.domain}" if self.domain else demand.job_type
 
     def _post(self, path: str, body: Mapping[str, Any], *, what: str, job_id: str | None, scope: str) -> httpx.Response:
-        """POST with credentials; a 401 on a Bearer token re-mints once. Returns 2xx answers and
-        raises the translated error for anything else."""
+        """POST with credentials; a 401 on a Bearer token re-mints once (the kit's
+        :func:`~workerless.engines.kit.resend.send_recovering`). Returns 2xx answers and raises the
+        translated error for anything else."""
         url = f"{self._ns_url}{path}"
-        for attempt in (1, 2):
+
+        def send() -> tuple[httpx.Response, dict[str, str]]:
             headers = self._credentials.headers()
             try:
-                response = self._client.post(url, json=dict(body), headers=headers)
+                return self._client.post(url, json=dict(body), headers=headers), headers
             except httpx.HTTPError as exc:
-                raise error_for_transport(ENGINE, exc, job_id=job_id, what=what) from exc
-            if response.status_code < 300:
-                return response
-            if response.status_code == 401:
-                if not self._credentials.service_account:
-                    raise ConfigurationError(
-                        f"node-flow refused the API key in NF_API_KEY on {what} (401"
-                        f"{self._code_suffix(response)}): it is unknown, revoked or expired",
-                        key="NF_API_KEY",
-                    )
-                if attempt == 1 and self._credentials.invalidate(headers):
-                    continue
-            raise self._error(response, what=what, job_id=job_id, scope=scope)
-        raise AssertionError("unreachable")  # pragma: no cover
+                raise self._translate.transport(exc, job_id=job_id, what=what) from exc
+
+        def recover(answer: tuple[httpx.Response, dict[str, str]]) -> Recovery | None:
+            response, headers = answer
+            if response.status_code != 401:
+                return None
+            if not self._credentials.service_account:
+                raise ConfigurationError(
+                    f"node-flow refused the API key in NF_API_KEY on {what} (401"
+                    f"{self._code_suffix(response)}): it is unknown, revoked or expired",
+                    key="NF_API_KEY",
+                )
+
+            def reauthenticate() -> None:
+                self._credentials.invalidate(headers)
+
+            return "reauthenticate", reauthenticate
+
+        response, _ = send_recovering(send, recover)
+        if response.status_code < 300:
+            return response
+        if response.status_code == 403:
+            problem = parse_problem(response)
+            needed = problem.get("requiredScope") if isinstance(problem.get("requiredScope"), str) else scope
+            raise ConfigurationError(
+                f"node-flow refused {what} (403): the credential in {self._credentials.key_name} lacks the scope "
+                f"{needed!r}; grant it to that key or service account",
+                key=self._credentials.key_name,
+            )
+        raise self._translate.response(response, what=what, job_id=job_id)
 
     @staticmethod
     def _code_suffix(response: httpx.Response) -> str:
         code = parse_problem(response).get("code")
         return f", {code}" if isinstance(code, str) and code else ""
-
-    def _error(self, response: httpx.Response, *, what: str, job_id: str | None, scope: str) -> Exception:
-        problem = parse_problem(response)
-        if response.status_code == 403:
-            needed = problem.get("requiredScope") if isinstance(problem.get("requiredScope"), str) else scope
-            return ConfigurationError(
-                f"node-flow refused {what} (403): the credential in {self._credentials.key_name} lacks the scope "
-                f"{needed!r}; grant it to that key or service account",
-                key=self._credentials.key_name,
-            )
-        if response.status_code == 409:
-            code = problem.get("code")
-            return LeaseLostError(
-                f"{what} refused: the lease is gone ({code if isinstance(code, str) else 'conflict'}); another "
-                "worker holds the task or it is finished",
-                engine=ENGINE,
-                job_id=job_id,
-                status=409,
-                problem=problem,
-            )
-        if response.status_code == 413:
-            cap = problem.get("maxBytes")
-            return PayloadTooLargeError(
-                f"{what} answered 413: {problem.get('detail') or 'payload too large'}",
-                engine=ENGINE,
-                cap=cap if isinstance(cap, int) else 0,
-                job_id=job_id,
-                status=413,
-                problem=problem,
-            )
-        return error_for_response(ENGINE, response, job_id=job_id, what=what)
 
     @staticmethod
     def _handle(ref: JobRef) -> tuple[str, str, str]:
@@ -552,20 +423,29 @@ class _MalformedTask(Exception):
     pass
 
 
-def _value(values: Mapping[str, str], key: str) -> str | None:
-    value = values.get(key)
-    if value is None:
-        return None
-    value = value.strip()
-    return value or None
-
-
-def _secret(values: Mapping[str, str], key: str) -> str | None:
-    value = _value(values, key)
-    if value is not None and not _TOKENISH_RE.match(value):
-        # Never echo the value: it is a credential.
-        raise ConfigurationError(f"{key} is malformed: it must be visible ASCII with no spaces", key=key)
-    return value
+def _refine(response: httpx.Response, problem: dict[str, Any], what: str, job_id: str | None) -> EngineError | None:
+    """node-flow's refinement of the shared mapping: its 409 and 413 bodies say what happened."""
+    if response.status_code == 409:
+        code = problem.get("code")
+        return LeaseLostError(
+            f"{what} refused: the lease is gone ({code if isinstance(code, str) else 'conflict'}); another "
+            "worker holds the task or it is finished",
+            engine=ENGINE,
+            job_id=job_id,
+            status=409,
+            problem=problem,
+        )
+    if response.status_code == 413:
+        cap = problem.get("maxBytes")
+        return PayloadTooLargeError(
+            f"{what} answered 413: {problem.get('detail') or 'payload too large'}",
+            engine=ENGINE,
+            cap=cap if isinstance(cap, int) else 0,
+            job_id=job_id,
+            status=413,
+            problem=problem,
+        )
+    return None
 
 
 def from_values(
@@ -575,63 +455,17 @@ def from_values(
     worker_id: str | None = None,
     state: SharedState | None = None,
 ) -> NodeFlowEngine:
-    """Validate node-flow's connection values and build the adapter.
-
-    Keys: NF_URL (the origin; the client appends /v1; https unless loopback), NF_NAMESPACE
-    (default ``default``), NF_API_KEY or NF_KEY_ID + NF_KEY_SECRET, NF_DOMAIN (optional default
-    domain for routes without an explicit engine queue). ``state`` is unused: node-flow holds no
-    engine-side session.
-    """
-    url = _value(values, "NF_URL")
-    if url is None:
-        raise ConfigurationError(
-            "NF_URL is required (the node-flow origin, e.g. https://nodeflow.example.com)", key="NF_URL"
-        )
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigurationError(f"NF_URL must be an http(s) URL with a host, got {url!r}", key="NF_URL")
-    if parts.query or parts.fragment or parts.username or parts.password:
-        raise ConfigurationError("NF_URL must be a plain origin: no credentials, query or fragment", key="NF_URL")
-    if parts.scheme == "http" and not is_loopback(parts.hostname):
-        raise ConfigurationError(
-            f"NF_URL must use https (plain http is allowed only for loopback), got {parts.scheme}://{parts.hostname}",
-            key="NF_URL",
-        )
-    if parts.path.rstrip("/").endswith("/v1"):
-        raise ConfigurationError("NF_URL is the origin: drop the trailing /v1 (the client appends it)", key="NF_URL")
-
-    namespace = _value(values, "NF_NAMESPACE") or "default"
-    if not _NAMESPACE_RE.match(namespace):
-        raise ConfigurationError(
-            f"NF_NAMESPACE {namespace!r} is malformed: letters, digits, '_', '.', '-'", key="NF_NAMESPACE"
-        )
-    domain = _value(values, "NF_DOMAIN")
-    if domain is not None and not _DOMAIN_RE.match(domain):
-        raise ConfigurationError(f"NF_DOMAIN {domain!r} is malformed: letters, digits, '_', '.', '-'", key="NF_DOMAIN")
-
-    api_key = _secret(values, "NF_API_KEY")
-    key_id = _secret(values, "NF_KEY_ID")
-    key_secret = _secret(values, "NF_KEY_SECRET")
-    if api_key is not None and (key_id is not None or key_secret is not None):
-        raise ConfigurationError("set either NF_API_KEY or NF_KEY_ID + NF_KEY_SECRET, not both", key="NF_API_KEY")
-    if api_key is None:
-        if key_id is None and key_secret is None:
-            raise ConfigurationError(
-                "node-flow needs credentials: NF_API_KEY, or NF_KEY_ID + NF_KEY_SECRET (a service account)",
-                key="NF_API_KEY",
-            )
-        if key_id is None:
-            raise ConfigurationError("NF_KEY_ID is required with NF_KEY_SECRET", key="NF_KEY_ID")
-        if key_secret is None:
-            raise ConfigurationError("NF_KEY_SECRET is required with NF_KEY_ID", key="NF_KEY_SECRET")
-
+    """Validate node-flow's connection values (:class:`~workerless.engines.nodeflow.config.NodeFlowConfig`)
+    and build the adapter. ``state`` is unused: node-flow holds no engine-side session."""
+    del state
+    config = NodeFlowConfig.from_values(values)
     return NodeFlowEngine(
         client,
-        base_url=url,
-        namespace=namespace,
-        api_key=api_key,
-        key_id=key_id,
-        key_secret=key_secret,
-        domain=domain,
+        base_url=config.base_url,
+        namespace=config.namespace,
+        api_key=config.api_key,
+        key_id=config.key_id,
+        key_secret=config.key_secret,
+        domain=config.domain,
         worker_id=worker_id,
     )
