@@ -239,7 +239,6 @@ class Pipeline:
         #: single-threaded stand-in for what happens concurrently while a real poller sleeps.
         self.virtual_poller = virtual_poller
         self.on_pause: Callable[[], None] | None = None
-        self._saved_poller_factory: Any = None
         self._descendants_cpu = 0.0
 
     # -- setup ------------------------------------------------------------------------------------
@@ -249,6 +248,7 @@ class Pipeline:
         from workerless.aws.sqs import Queues
         from workerless.engines import build_engine
         from workerless.settings import get_settings
+        from workerless.wiring import Wiring
 
         for key, value in self.env.items():
             self._saved_env[key] = os.environ.get(key)
@@ -256,26 +256,27 @@ class Pipeline:
         runtime.reset()
         settings = get_settings()
         store = JobStore(TABLE, ttl_seconds=settings.record_ttl_seconds, client=self.dynamo)
-        runtime._built["store"] = store  # the runtime singletons, on fakes
-        runtime._built["queues"] = Queues(client=self.sqs)
         client = httpx.Client(transport=self.transport, timeout=10)
         values = self.emulator.engine_values(FAKE_BASE_URL)
-        runtime.set_engine(build_engine(self.engine_name, values, client, state=DynamoState(store)))
+        # The deployment's wiring, on fakes: every function of it shares one (one container each in
+        # AWS; the benchmark's functions run in this process). The virtual poller's clock and pauses
+        # are the wiring's: a pause advances the virtual clock and lets the rest of the deployment run.
+        virtual = self.virtual_poller
+        wiring = Wiring(
+            store=store,
+            queues=Queues(client=self.sqs),
+            engine=build_engine(self.engine_name, values, client, state=DynamoState(store)),
+            clock=self.monotonic if virtual else time.monotonic,
+            sleep=(lambda seconds: self._pause("poller", seconds)) if virtual else time.sleep,
+        )
+        runtime.reset(wiring)
         for job_type, fn in self._handler_fns.items():
             self._lambda_handlers[job_type] = job_handler(job_type)(fn)
-        if self.virtual_poller:
-            from workerless import entrypoints
-
-            self._saved_poller_factory = entrypoints._observed_poller
-            entrypoints._observed_poller = self._virtual_poller_factory(entrypoints._observed_poller)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        from workerless import entrypoints, runtime
+        from workerless import runtime
 
-        if self._saved_poller_factory is not None:
-            entrypoints._observed_poller = self._saved_poller_factory
-            self._saved_poller_factory = None
         runtime.reset()
         for key, value in self._saved_env.items():
             if value is None:
@@ -296,26 +297,6 @@ class Pipeline:
                 self.on_pause()
         finally:
             self.meter.caller = caller
-
-    def _virtual_poller_factory(self, original: Callable[[], Any]) -> Callable[[], Any]:
-        pipeline = self
-
-        def factory() -> Any:
-            base = original()
-
-            class VirtualPoller(base):  # type: ignore[misc,valid-type]
-                def __init__(self, *args: Any, **kwargs: Any) -> None:
-                    super().__init__(*args, **kwargs)
-                    self.clock = pipeline.monotonic
-                    self.sleep = lambda seconds: pipeline._pause("poller", seconds)
-
-                def run(self, *, deadline: float) -> Any:
-                    # The entry point's deadline is on the real monotonic clock: the same time left, virtually.
-                    return super().run(deadline=pipeline.monotonic() + deadline - time.monotonic())
-
-            return VirtualPoller
-
-        return factory
 
     # -- invocations --------------------------------------------------------------------------------
     def _invoke(self, function: str, call: Callable[[], Any]) -> Any:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from workerless import observability, runtime
 from workerless.testing import FakeEngine
+from workerless.wiring import Wiring
 
 from tests.functional.aws import Aws, moto_aws
 from tests.functional.pipeline import Events
@@ -37,7 +38,8 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Aws]:
 
 @pytest.fixture
 def engine(aws: Aws) -> FakeEngine:
-    """An in-memory engine the pipeline's functions use instead of building an adapter."""
+    """An in-memory engine the pipeline's functions use instead of building an adapter: the
+    container's wiring is one built around it (store, queues and the rest from the environment)."""
     fake = FakeEngine()
-    runtime.set_engine(fake)
+    runtime.reset(Wiring(engine=fake))
     return fake

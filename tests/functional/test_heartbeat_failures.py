@@ -29,6 +29,7 @@ from workerless.record import Status
 from workerless.settings import clear_settings, get_settings
 from workerless.testing import FakeEngine
 from workerless.ticket import Ticket, TicketEntry
+from workerless.wiring import Wiring
 
 from tests.functional.aws import Aws, FakeContext
 from tests.functional.pipeline import ROOT
@@ -101,6 +102,11 @@ class SpyQueues:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+def _spied(engine: FakeEngine, spy: SpyQueues) -> Wiring:
+    """The container's store and settings, ``engine``, and the spy for queues: the heartbeat's own wiring."""
+    return Wiring(settings=get_settings(), engine=engine, store=runtime.get_store(), queues=spy)
 
 
 def load_handler(job_type: str) -> Any:
@@ -264,8 +270,7 @@ def test_a_ticket_that_cannot_be_sent_comes_back_in_a_third_of_a_lease(
     monkeypatch.setattr(runtime.get_store(), "get_many", unreadable)
     spy = SpyQueues(runtime.get_queues())
     spy.refuse = True
-    monkeypatch.setitem(runtime._built, "queues", spy)
-    response = entrypoints.heartbeat(ticket_event, FakeContext())
+    response = entrypoints.heartbeat(ticket_event, FakeContext(), wiring=_spied(flaky, spy))
 
     assert response == {"batchItemFailures": [{"itemIdentifier": record["messageId"]}]}
     [(queue_url, receipt, seconds)] = spy.visibility
@@ -287,14 +292,14 @@ def test_no_extend_starts_past_the_invocations_deadline_and_the_rest_is_carried_
     assert len(activated) == len(jobs)
     flaky.extend_pause = 0.05
     spy = SpyQueues(runtime.get_queues())
-    monkeypatch.setitem(runtime._built, "queues", spy)
+    wiring = _spied(flaky, spy)
     records = []
     for n in range(10):
         chunk = activated[n * 30 : (n + 1) * 30]
         body = _ticket(*((j, j.lease_expires_at) for j in chunk))
         records.append({"messageId": f"t{n}", "receiptHandle": f"r{n}", "body": body, "attributes": {}})
 
-    response = entrypoints.heartbeat({"Records": records}, FakeContext(remaining_ms=20_000))
+    response = entrypoints.heartbeat({"Records": records}, FakeContext(remaining_ms=20_000), wiring=wiring)
 
     assert response == {"batchItemFailures": []}
     extended = sum(flaky.extensions.values())

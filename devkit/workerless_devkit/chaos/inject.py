@@ -27,12 +27,16 @@ import time
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from workerless.lease import BeforeRun
+from workerless.lease import BeforeRun, LeaseModel
 
 from workerless_devkit.chaos.ledger import Ledger
 from workerless_devkit.chaos.plan import Fault, FaultPlan, Recorder, SimulatedCrash
+
+if TYPE_CHECKING:
+    from workerless.engines.base import Engine
+    from workerless.model import ActivatedJob, Demand, JobRef, Outcome
 
 _suppress: contextvars.ContextVar[bool] = contextvars.ContextVar("workerless_chaos_suppress", default=False)
 
@@ -280,25 +284,30 @@ _HTTP_FAULTS: tuple[tuple[Fault, dict[str, Any]], ...] = (
 
 
 class ChaosEngine:
-    """Wraps the runtime's engine adapter: injects engine faults before its calls, kills the poller
-    after an activation and a handler after its store, and records activations and accepted reports
-    (the stale-write check)."""
+    """An engine decorator (the chaos wiring's ``engine_decorator``) around the adapter the runtime
+    built: injects engine faults before its calls, kills a handler after its store, and records
+    activations and accepted reports (the stale-write check). Implements the Engine Protocol and
+    delegates each call explicitly."""
 
-    def __init__(self, inner: Any, state: ChaosState) -> None:
-        self.__dict__["_inner"] = inner
-        self.__dict__["_state"] = state
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.__dict__["_inner"], name)
+    def __init__(self, inner: Engine, state: ChaosState) -> None:
+        self._inner = inner
+        self._state = state
 
     @property
-    def inner(self) -> Any:
-        return self.__dict__["_inner"]
+    def inner(self) -> Engine:
+        return self._inner
 
     @property
     def state(self) -> ChaosState:
-        state: ChaosState = self.__dict__["_state"]
-        return state
+        return self._state
+
+    @property
+    def name(self) -> str:
+        return self._inner.name
+
+    @property
+    def lease(self) -> LeaseModel:
+        return self._inner.lease
 
     # -- engine faults --------------------------------------------------------------------------
     def _queue_fault(self, fault: dict[str, Any]) -> None:
@@ -338,7 +347,7 @@ class ChaosEngine:
             state.recorder.note(Fault.ENGINE_421, job_ids=job_ids, where=where)
 
     # -- the Engine protocol --------------------------------------------------------------------
-    def activate(self, demands: Any, lease_seconds: int) -> Any:
+    def activate(self, demands: Sequence[Demand], lease_seconds: int) -> list[ActivatedJob]:
         self._maybe_fault("activate")
         jobs = self.inner.activate(demands, lease_seconds)
         state = self.state
@@ -352,15 +361,15 @@ class ChaosEngine:
                     seen.append(job.ref.key)
         return jobs
 
-    def begin(self, job: Any) -> Any:
+    def begin(self, job: ActivatedJob) -> bool:
         self._maybe_fault("begin", [job.ref.job_id])
         return self.inner.begin(job)
 
-    def extend(self, ref: Any, lease_seconds: int) -> Any:
+    def extend(self, ref: JobRef, lease_seconds: int) -> float:
         self._maybe_fault("extend", [ref.job_id])
         return self.inner.extend(ref, lease_seconds)
 
-    def report(self, ref: Any, outcome: Any) -> Any:
+    def report(self, ref: JobRef, outcome: Outcome) -> None:
         from workerless.errors import LeaseLostError
 
         state = self.state
@@ -369,23 +378,32 @@ class ChaosEngine:
             raise SimulatedCrash("handler process died after storing its result, before reporting it")
         self._maybe_fault("report", [ref.job_id])
         try:
-            result = self.inner.report(ref, outcome)
+            self.inner.report(ref, outcome)
         except LeaseLostError:
             with state.lock:
                 state.refused_stale += 1
             raise
         with state.lock:
             state.accepted.append((ref.key, outcome.kind, time.time()))
-        return result
 
-    def release(self, job: Any, reason: str) -> Any:
+    def release(self, job: ActivatedJob, reason: str) -> None:
         self._maybe_fault("release", [job.ref.job_id])
-        return self.inner.release(job, reason)
+        self.inner.release(job, reason)
 
-    def skip(self, ref: Any) -> Any:
+    def skip(self, ref: JobRef) -> None:
         # An engine whose deliveries acquire their lease (StageNext) acknowledges one refused at
         # acquire (a lost one is a redelivery); elsewhere skip makes no request, so it is no
         # opportunity for an engine fault.
         if self.inner.lease.before_run is BeforeRun.ACQUIRE:
             self._maybe_fault("skip", [ref.job_id])
-        return self.inner.skip(ref)
+        self.inner.skip(ref)
+
+    # No faults here (as before: only the calls above were ever an opportunity for one).
+    def send_logs(self, ref: JobRef, lines: Sequence[Mapping[str, Any]]) -> None:
+        self.inner.send_logs(ref, lines)
+
+    def after_cycle(self, counters: Mapping[str, int]) -> None:
+        self.inner.after_cycle(counters)
+
+    def close(self) -> None:
+        self.inner.close()

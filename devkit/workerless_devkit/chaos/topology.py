@@ -6,7 +6,7 @@ real template's topology and the real example handlers:
 
 - every function: a :class:`SimulatedCrash` leaving it becomes an invocation failure at the Lambda
   boundary (the whole batch returns to its queue after the visibility timeout, as when a Lambda
-  runtime dies); the engine adapter the runtime built is wrapped in :class:`ChaosEngine`;
+  runtime dies); the functions' wiring wraps the engine adapter it builds in :class:`ChaosEngine`;
 - job handlers: the user function is wrapped (crash before / after its side effect, a run past the
   Lambda timeout), and writes the ledger; the Lambda context counts down from ``handler_timeout``,
   which a chaos run also sets as the template's handler Timeouts (``run.chaos_timings``), so local
@@ -21,14 +21,16 @@ import functools
 import hashlib
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workerless_devkit.chaos.inject import ChaosEngine, ChaosState
 from workerless_devkit.chaos.plan import Fault, SimulatedCrash
 from workerless_devkit.local.runtime import LocalTopology
+
+if TYPE_CHECKING:
+    from workerless.wiring import Wiring
 
 log = logging.getLogger("workerless_devkit.chaos")
 
@@ -62,7 +64,6 @@ class ChaosTopology(LocalTopology):
         super().__init__(*args, **kwargs)
         self.chaos = state
         self.handler_timeout = handler_timeout
-        self._engine_lock = threading.Lock()
 
     # -- loading --------------------------------------------------------------------------------
     def _load_functions(self) -> None:
@@ -96,18 +97,17 @@ class ChaosTopology(LocalTopology):
                 for event in spec.sqs_events:
                     state.heartbeat_queue = self.template.queue(event.queue_id).name
 
-    def _ensure_engine(self) -> None:
-        from workerless import runtime
+    def new_wiring(self) -> Wiring:
+        """The functions' wiring: the runtime's own, with the engine adapter it builds wrapped in
+        :class:`ChaosEngine` (under the observer, so injected faults are counted as real ones)."""
+        from workerless.wiring import Wiring
 
-        with self._engine_lock:
-            engine = runtime.get_engine()
-            if not isinstance(engine, ChaosEngine):
-                runtime.set_engine(ChaosEngine(engine, self.chaos))  # type: ignore[arg-type]
+        state = self.chaos
+        return Wiring(engine_decorator=lambda engine: ChaosEngine(engine, state))
 
     def _wrap_function(self, function_id: str, original: Callable[..., Any], kind: str, is_handler: bool) -> Any:
         @functools.wraps(original)
         def invoke(event: Any, context: Any) -> Any:
-            self._ensure_engine()
             if is_handler:
                 context = ScaledContext(context, self.handler_timeout)
             try:

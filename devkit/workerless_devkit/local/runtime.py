@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workerless.errors import ConfigurationError
 from workerless.settings import clear_settings, infer_engine, parse_env_text
@@ -73,6 +73,9 @@ from workerless_devkit.local.template import (
     TemplateError,
     load_template,
 )
+
+if TYPE_CHECKING:
+    from workerless.wiring import Wiring
 
 log = logging.getLogger("workerless_devkit.local")
 
@@ -399,7 +402,7 @@ class LocalTopology:
         from workerless.engines import remove_request_guard
 
         remove_request_guard(_refuse_abandoned_engine_call)
-        self._reset_library()
+        self._reset_library(stopping=True)
         self._restore_environment()
         self._logging.close()
         clear_settings()
@@ -595,19 +598,22 @@ class LocalTopology:
                 self._work_running += 1
                 self._last_activity = time.monotonic()
 
-    @staticmethod
-    def _reset_library() -> None:
-        """Drop the library's per-container singletons (engine, store, queues, boto3 clients, settings).
+    def new_wiring(self) -> Wiring | None:
+        """The wiring the loaded functions share, as one Lambda container's (None: the runtime's
+        default, built on first use). :class:`~workerless_devkit.chaos.topology.ChaosTopology`
+        returns one whose engine injects faults."""
+        return None
+
+    def _reset_library(self, *, stopping: bool = False) -> None:
+        """Start the library's container over (engine, store, queues, boto3 clients, settings):
+        :func:`workerless.runtime.reset`, with :meth:`new_wiring` installed unless ``stopping``.
 
         At start: what a previous run built points at a finished mock and an old environment, and its
         clients lack the loop hooks. At stop: closes the engine's HTTP client.
         """
-        try:
-            from workerless import runtime
-        except ImportError:  # pragma: no cover - the library always has it; local mode must not depend on it
-            clear_settings()
-            return
-        runtime.reset()
+        from workerless import runtime
+
+        runtime.reset(None if stopping else self.new_wiring())
 
     def _create_resources(self) -> None:
         import boto3

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from workerless import observability
 from workerless.errors import (
@@ -46,14 +46,18 @@ from workerless.observability import logger
 from workerless.record import DONE, JobRecord, Status
 from workerless.retry import CALLS
 
+if TYPE_CHECKING:
+    from workerless.engines.base import Engine
+    from workerless.ports import JobStore
+
 
 def process_dead_letter(
     body: str,
     *,
     message_id: str,
     receive_count: int,
-    engine: Any,
-    store: Any,
+    engine: Engine,
+    store: JobStore,
     fail_backoff_seconds: int,
     deadline: float,
 ) -> None:
@@ -107,7 +111,7 @@ def process_dead_letter(
 
 
 def _settle(
-    job: ActivatedJob, record: JobRecord | None, outcome: Outcome, note: str, *, engine: Any, deadline: float
+    job: ActivatedJob, record: JobRecord | None, outcome: Outcome, note: str, *, engine: Engine, deadline: float
 ) -> str:
     """Report ``outcome`` (under the lease, acquired first where it is not held yet); the note to
     keep in the record. Retryable errors propagate (the DLQ tries again later)."""
@@ -135,7 +139,7 @@ def _settle(
     return note
 
 
-def _rejected(job: ActivatedJob, exc: Exception, *, store: Any) -> None:
+def _rejected(job: ActivatedJob, exc: Exception, *, store: JobStore) -> None:
     """A refusal for good: an ERROR line with the reason, the DeadLettersRejected metric, the record
     marked settled; the message is deleted (the caller returns)."""
     ref = job.ref

@@ -1,7 +1,8 @@
 """Lambda entry points for the library's own functions (functions/<name>/app.py imports one).
 
 Each builds nothing at import: settings, engine, table and queues are built on first use and kept
-for the container's life (:mod:`workerless.runtime`).
+for the container's life (:func:`workerless.runtime.current`). Each takes a
+:class:`~workerless.wiring.Wiring` of its own as ``wiring`` instead (tests, the benchmark).
 """
 
 from __future__ import annotations
@@ -11,38 +12,45 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from workerless import observability
 from workerless.observability import logger
 
 if TYPE_CHECKING:
     from workerless.batch import SqsRecord
+    from workerless.wiring import Wiring
 
 #: Kept back from the Lambda's remaining time so the entry point can finish cleanly.
 MARGIN_SECONDS = 3.0
 
 
-def _deadline(context: Any) -> float:
+def _deadline(context: Any, clock: Callable[[], float] = time.monotonic) -> float:
+    """When the invocation must be done by, on ``clock`` (the Lambda's remaining time less the margin)."""
     getter = getattr(context, "get_remaining_time_in_millis", None)
     remaining = float(getter()) / 1000.0 if getter else 60.0
-    return time.monotonic() + max(1.0, remaining - MARGIN_SECONDS)
+    return clock() + max(1.0, remaining - MARGIN_SECONDS)
+
+
+def _wiring(wiring: Wiring | None) -> Wiring:
+    if wiring is not None:
+        return wiring
+    from workerless.runtime import current
+
+    return current()
 
 
 @logger.inject_lambda_context(clear_state=True)
-def poller(event: dict[str, Any], context: Any) -> dict[str, Any]:
+def poller(event: dict[str, Any], context: Any, wiring: Wiring | None = None) -> dict[str, Any]:
     """Scheduled (EventBridge) or ticked (ticker queue): poll, dispatch, keep the tick alive."""
-    with observability.invocation_metrics():
-        return _poll(event, context)
+    wired = _wiring(wiring)
+    with wired.observer.invocation():
+        return _poll(event, context, wired)
 
 
-def _poll(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    from workerless.aws.dynamo import DynamoState
+def _poll(event: dict[str, Any], context: Any, wiring: Wiring) -> dict[str, Any]:
     from workerless.poller import continue_ticker
     from workerless.routes import get_routed_settings
-    from workerless.runtime import get_engine, get_payloads, get_queues, get_store
-    from workerless.settings import get_settings
 
-    settings = get_settings()
-    queues = get_queues()
+    settings = wiring.settings
+    queues = wiring.queues
     records = event.get("Records") or []
     ticks: list[dict[str, Any] | None] = []
     relayed: float | None = None
@@ -60,7 +68,7 @@ def _poll(event: dict[str, Any], context: Any) -> dict[str, Any]:
         else:
             logger.warning("ticker message is not a tick; ignored", extra={"message_id": record.get("messageId")})
     # Keep the tick chain alive before polling, so a failing poll does not break it.
-    state = DynamoState(get_store())
+    state = wiring.state
     if not records:
         ticks.append(None)  # the schedule: the watchdog that restarts a broken tick chain
     for tick in ticks:
@@ -69,13 +77,13 @@ def _poll(event: dict[str, Any], context: Any) -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - the watchdog schedule restarts a broken chain
             logger.exception("could not continue the poller tick; the schedule will restart it")
     from workerless.intent import IntentLog
-    from workerless.poller import DEPTH_REFRESH_SECONDS
+    from workerless.poller import DEPTH_REFRESH_SECONDS, Poller
     from workerless.poller_lock import PollerLock
 
     # The routes: read from Parameter Store at the container's first poll, again every few minutes
     # (WORKERLESS_ROUTES, when set, instead). Only polling needs them: a failed first read fails this
     # invocation after the tick chain has moved on.
-    settings = get_routed_settings(deadline=_deadline(context))
+    settings = get_routed_settings(deadline=_deadline(context), settings=settings)
 
     # One poller at a time: two would each read the same room and MaxInFlight would not be a bound.
     # Taken after the tick chain moved on, so an invocation that finds it held ends here (the next
@@ -96,23 +104,32 @@ def _poll(event: dict[str, Any], context: Any) -> dict[str, Any]:
         )
         # A dead holder's lock blocks polling until it expires, but its unfinished batch need not
         # wait for that: handing jobs back and sending tickets never takes room.
-        recovered = _observed_poller()(
-            settings, observability.observe_engine(get_engine()), queues, intents=intents, payloads=get_payloads()
+        recovered = Poller(
+            settings,
+            wiring.observed_engine,
+            queues,
+            clock=wiring.clock,
+            sleep=wiring.sleep,
+            intents=intents,
+            payloads=wiring.payloads,
         )
         counters = {k: v for k, v in vars(recovered.recover(deadline=_deadline(context))).items() if isinstance(v, int)}
         return {**counters, "lock_held": 1}
-    poller = _observed_poller()(
+    poller = Poller(
         settings,
-        observability.observe_engine(get_engine()),
+        wiring.observed_engine,
         queues,
+        clock=wiring.clock,
+        sleep=wiring.sleep,
         intents=intents,
         lock=lock,
-        payloads=get_payloads(),
+        payloads=wiring.payloads,
     )
     poller.last_dispatch = relayed  # a relay carries on lingering from the last dispatch
     poller.inherit_depths(relay.get("depths"))
     try:
-        report = poller.run(deadline=_deadline(context))
+        # On the wiring's clock: the poll budget and its pauses are measured on it.
+        report = poller.run(deadline=_deadline(context, wiring.clock))
     except Exception:
         lock.release()
         raise
@@ -136,7 +153,7 @@ def _poll(event: dict[str, Any], context: Any) -> dict[str, Any]:
         lock.handed_over()
     else:
         lock.release()
-    observability.poll_report(report)
+    wiring.observer.poll_report(report)
     # An idle tick (nothing taken, nothing failed) logs at DEBUG: at INFO it would be one line every
     # TickSeconds, billed by CloudWatch Logs, that says nothing happened.
     busy = report.activated or report.errors or report.released or report.lock_lost
@@ -144,30 +161,22 @@ def _poll(event: dict[str, Any], context: Any) -> dict[str, Any]:
     return {k: v for k, v in vars(report).items() if isinstance(v, int)}
 
 
-def _observed_poller() -> Any:
-    """The Poller class the entry point builds (a seam: the benchmark puts a virtual clock in it)."""
-    from workerless.poller import Poller
-
-    return Poller
-
-
-def _batch(event: dict[str, Any], handle: Callable[[SqsRecord], object]) -> dict[str, Any]:
+def _batch(event: dict[str, Any], handle: Callable[[SqsRecord], object], wiring: Wiring) -> dict[str, Any]:
     from workerless.batch import process_batch
 
-    with observability.invocation_metrics():
+    with wiring.observer.invocation():
         return dict(process_batch(event, handle))
 
 
 @logger.inject_lambda_context(clear_state=True)
-def heartbeat(event: dict[str, Any], context: Any) -> dict[str, Any]:
+def heartbeat(event: dict[str, Any], context: Any, wiring: Wiring | None = None) -> dict[str, Any]:
     """Extend the leases of the jobs in each ticket and send the ticket on while any is live."""
     from workerless.errors import MessageFormatError
     from workerless.heartbeat import TicketNotSentError, calls_deadline, lease_length, process_ticket
-    from workerless.runtime import get_engine, get_queues, get_store
-    from workerless.settings import get_settings
 
-    settings, store, queues = get_settings(), get_store(), get_queues()
-    engine = observability.observe_engine(get_engine())
+    wired = _wiring(wiring)
+    settings, store, queues = wired.settings, wired.store, wired.queues
+    engine = wired.observed_engine
     # One deadline for the whole batch: no engine call starts after it; later tickets are carried on.
     deadline = calls_deadline(_deadline(context), http_timeout=settings.http_timeout_seconds, now=time.monotonic())
 
@@ -189,18 +198,17 @@ def heartbeat(event: dict[str, Any], context: Any) -> dict[str, Any]:
                     logger.exception("could not shorten the failed ticket's visibility timeout")
             raise
 
-    return _batch(event, handle)
+    return _batch(event, handle, wired)
 
 
 @logger.inject_lambda_context(clear_state=True)
-def deadletter(event: dict[str, Any], context: Any) -> dict[str, Any]:
+def deadletter(event: dict[str, Any], context: Any, wiring: Wiring | None = None) -> dict[str, Any]:
     """Settle every dead-lettered job at the engine (fail it with the reason, or report its stored result)."""
     from workerless.deadletter import process_dead_letter
-    from workerless.runtime import get_engine, get_store
-    from workerless.settings import get_settings
 
-    settings, store = get_settings(), get_store()
-    engine = observability.observe_engine(get_engine())
+    wired = _wiring(wiring)
+    settings, store = wired.settings, wired.store
+    engine = wired.observed_engine
     deadline = _deadline(context)
 
     def handle(record: SqsRecord) -> None:
@@ -214,4 +222,4 @@ def deadletter(event: dict[str, Any], context: Any) -> dict[str, Any]:
             deadline=deadline,
         )
 
-    return _batch(event, handle)
+    return _batch(event, handle, wired)

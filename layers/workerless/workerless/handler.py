@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextvars
 import functools
 from collections.abc import Callable
-from typing import Any, assert_never
+from typing import TYPE_CHECKING, Any, assert_never
 
 from workerless import observability
 from workerless.delivery import Delivery
@@ -24,6 +24,11 @@ from workerless.execution import HandlerFunction
 from workerless.model import ActivatedJob
 from workerless.observability import logger
 from workerless.verdict import Ack, Redeliver
+
+if TYPE_CHECKING:
+    from workerless.engines.base import Engine
+    from workerless.ports import JobStore, PayloadStore
+    from workerless.wiring import Wiring
 
 __all__ = ["HandlerFunction", "JobProcessor", "LambdaHandler", "job_handler"]
 
@@ -45,10 +50,13 @@ class JobProcessor:
         self.backoff_seconds = backoff_seconds
 
     # -- the Lambda entry point ---------------------------------------------------------------------
-    def handle_batch(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+    def handle_batch(self, event: dict[str, Any], context: Any, wiring: Wiring | None = None) -> dict[str, Any]:
+        """Process one SQS batch of this job type; ``wiring``: the container's when None."""
         from workerless.aws.sqs import queue_url_of_arn
         from workerless.batch import SqsRecord, process_batch
-        from workerless.settings import get_settings
+        from workerless.runtime import current
+
+        wired = wiring or current()
 
         # Every record of one batch comes from the function's one event source: its queue.
         sources = {
@@ -64,26 +72,36 @@ class JobProcessor:
                     receive_count=record.receive_count,
                     context=context,
                     receipt_handle=record.receipt_handle,
+                    wiring=wired,
                 )
             finally:
                 _record_queue_url.reset(token)
 
         try:
-            observability.configure_from_settings(get_settings())  # X-Ray on or off (cached settings)
+            observability.configure_from_settings(wired.settings)  # X-Ray on or off (cached settings)
         except Exception:  # noqa: BLE001 - a settings error surfaces below, where the store is built
             logger.debug("settings not readable for observability", exc_info=True)
         # One invocation's metrics, written as EMF lines when the batch is done.
-        with observability.invocation_metrics():
+        with wired.observer.invocation():
             return dict(process_batch(event, record_handler))
 
     # -- one record ---------------------------------------------------------------------------------
     def process(
-        self, body: str, *, message_id: str, receive_count: int, context: Any, receipt_handle: str | None = None
+        self,
+        body: str,
+        *,
+        message_id: str,
+        receive_count: int,
+        context: Any,
+        receipt_handle: str | None = None,
+        wiring: Wiring | None = None,
     ) -> None:
         """Handle one SQS record. Returns normally when nothing more is owed for it (delete it);
         raises when it must be redelivered, or kept in flight while its report is owed
-        (``receipt_handle`` lets the heartbeat delete it then)."""
-        from workerless.runtime import get_engine, get_store
+        (``receipt_handle`` lets the heartbeat delete it then). ``wiring``: the container's when None."""
+        from workerless.runtime import current
+
+        wired = wiring or current()
 
         try:
             job = ActivatedJob.from_message(body)
@@ -115,9 +133,10 @@ class JobProcessor:
                 message_id=message_id,
                 receive_count=receive_count,
                 context=context,
-                engine=observability.observe_engine(get_engine()),
-                store=get_store(),
+                engine=wired.observed_engine,
+                store=wired.store,
                 receipt=receipt_handle,
+                payloads=wired.payloads,
             ).deliver()
         finally:
             logger.thread_safe_remove_keys(list(keys))
@@ -136,9 +155,10 @@ class JobProcessor:
         message_id: str,
         receive_count: int,
         context: Any,
-        engine: Any,
-        store: Any,
+        engine: Engine,
+        store: JobStore,
         receipt: str | None = None,
+        payloads: PayloadStore | None = None,
     ) -> Delivery:
         """The :class:`~workerless.delivery.Delivery` of ``job`` to this processor's function."""
         return Delivery(
@@ -152,6 +172,7 @@ class JobProcessor:
             receipt=receipt,
             queue_url=_record_queue_url.get() if receipt else None,
             backoff_seconds=self.backoff_seconds,
+            payloads=payloads,
         )
 
 
@@ -174,8 +195,8 @@ def job_handler(job_type: str, *, backoff_seconds: int | None = None) -> Callabl
         processor = JobProcessor(job_type, fn, backoff_seconds=backoff_seconds)
 
         @functools.wraps(fn)
-        def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-            return processor.handle_batch(event, context)
+        def lambda_handler(event: dict[str, Any], context: Any, wiring: Wiring | None = None) -> dict[str, Any]:
+            return processor.handle_batch(event, context, wiring)
 
         lambda_handler.processor = processor  # type: ignore[attr-defined]
         lambda_handler.job_type = job_type  # type: ignore[attr-defined]

@@ -49,7 +49,7 @@ from __future__ import annotations
 import functools
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from workerless import observability
 from workerless.aws.clients import call_deadline
@@ -67,6 +67,10 @@ from workerless.report import report_stored
 from workerless.retry import CALLS
 from workerless.settings import Settings
 from workerless.ticket import Ticket, TicketEntry, backoff_seconds
+
+if TYPE_CHECKING:
+    from workerless.engines.base import Engine
+    from workerless.ports import JobStore, Queues
 
 #: Rounds in a row a ticket's processing may fail (each re-sent on the backoff) before it is left to
 #: SQS's redelivery and, after MaxReceiveCount, to the heartbeat dead-letter queue and its alarm.
@@ -93,7 +97,7 @@ def calls_deadline(deadline: float, *, http_timeout: float, now: float) -> float
     return deadline - reserve
 
 
-def lease_length(settings: Settings, engine: Any) -> float:
+def lease_length(settings: Settings, engine: Engine) -> float:
     """The lease a heartbeat extension grants: what we ask for, or the engine's own where its lease
     model says it sets the length."""
     return float(engine.lease.length(float(settings.lease_seconds)))
@@ -114,9 +118,9 @@ def process_ticket(
     body: str,
     *,
     settings: Settings,
-    engine: Any,
-    store: Any,
-    queues: Any,
+    engine: Engine,
+    store: JobStore,
+    queues: Queues,
     deadline: float,
 ) -> list[Ticket]:
     """Handle one ticket; returns the tickets sent on (none when nothing is live any more).
@@ -166,9 +170,9 @@ def _visit(
     records: dict[str, JobRecord],
     *,
     settings: Settings,
-    engine: Any,
-    store: Any,
-    queues: Any,
+    engine: Engine,
+    store: JobStore,
+    queues: Queues,
     deadline: float,
 ) -> _Round:
     visit = _Round()
@@ -238,9 +242,9 @@ def _rereport(
     record: JobRecord,
     *,
     settings: Settings,
-    engine: Any,
-    store: Any,
-    queues: Any,
+    engine: Engine,
+    store: JobStore,
+    queues: Queues,
     deadline: float,
 ) -> str:
     """Re-report a stored outcome whose report the handler left owed: "settled" (accepted, or
@@ -276,7 +280,7 @@ def _rereport(
     return "settled"
 
 
-def _delete_message(job_type: str, record: JobRecord, *, settings: Settings, queues: Any, job_id: str) -> None:
+def _delete_message(job_type: str, record: JobRecord, *, settings: Settings, queues: Queues, job_id: str) -> None:
     """Delete the job message the handler kept in flight while the report was owed, so the route
     stops counting it: in the queue the handler noted with its receipt handle (so the heartbeat
     never reads the routes; a record noted before the queue was, by the route of WORKERLESS_ROUTES
@@ -306,8 +310,8 @@ def _extend(
     visit: _Round,
     *,
     settings: Settings,
-    engine: Any,
-    store: Any,
+    engine: Engine,
+    store: JobStore,
     deadline: float,
     owed: bool = False,
 ) -> None:
@@ -364,7 +368,7 @@ def _successors(ticket: Ticket, visit: _Round, *, cap: float) -> list[tuple[Tick
     return sends
 
 
-def _send(settings: Settings, queues: Any, sends: list[tuple[Ticket, int]]) -> list[Ticket]:
+def _send(settings: Settings, queues: Queues, sends: list[tuple[Ticket, int]]) -> list[Ticket]:
     """Send each ticket (split to the ticket bounds) with its delay; a part SQS refuses is tried
     once more. Raises TicketNotSentError if a part still cannot be sent: the message this round
     came from must then come back, so that no entry loses its heartbeat (the parts already sent
@@ -385,7 +389,7 @@ def _send(settings: Settings, queues: Any, sends: list[tuple[Ticket, int]]) -> l
     return sent
 
 
-def _send_part(queues: Any, queue_url: str, part: Ticket, delay: int) -> None:
+def _send_part(queues: Queues, queue_url: str, part: Ticket, delay: int) -> None:
     try:
         queues.send(queue_url, part.to_json(), delay_seconds=delay)
     except PipelineError as exc:

@@ -65,6 +65,7 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.logging import formatter as _powertools_formatter
 
 if TYPE_CHECKING:
+    from workerless.engines.base import Engine
     from workerless.settings import Settings
 
 
@@ -463,41 +464,10 @@ def engine_error(exc: BaseException, *, operation: str = "") -> None:
     logger.debug("engine call failed", extra={"operation": operation, "status": status})
 
 
-class ObservedEngine:
-    """An engine adapter whose failing calls are counted in ``EngineErrors`` by status.
+def observe_engine(engine: Engine) -> Engine:
+    """``engine`` wrapped in :class:`workerless.observer.ObservedEngine` (once)."""
+    from workerless.observer import ObservedEngine
 
-    Every attribute is the adapter's own; calls that raise an :class:`~workerless.errors.EngineError`
-    are counted and the error re-raised unchanged.
-    """
-
-    def __init__(self, engine: Any) -> None:
-        self.__dict__["_engine"] = engine
-
-    @property
-    def wrapped(self) -> Any:
-        return self.__dict__["_engine"]
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self.__dict__["_engine"], name)
-        if name.startswith("_") or not callable(value):
-            return value
-        from workerless.errors import EngineError
-
-        # Not functools.wraps: it copies the method's attributes on every access (several per job).
-        def call(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return value(*args, **kwargs)
-            except EngineError as exc:
-                engine_error(exc, operation=name)
-                raise
-
-        call.__name__ = call.__qualname__ = name
-        call.__wrapped__ = value  # type: ignore[attr-defined]
-        return call
-
-
-def observe_engine(engine: Any) -> Any:
-    """``engine`` wrapped in :class:`ObservedEngine` (once)."""
     return engine if isinstance(engine, ObservedEngine) else ObservedEngine(engine)
 
 

@@ -40,7 +40,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, assert_never
+from typing import TYPE_CHECKING, Any, TypeVar, assert_never
 
 from workerless import observability
 from workerless.aws.payloads import PayloadError
@@ -59,6 +59,13 @@ from workerless.poller_lock import Dispatches
 from workerless.retry import CALLS, POLL_BACKOFF_FINAL, POLL_BACKOFF_RETRYABLE
 from workerless.settings import Settings
 from workerless.ticket import Ticket, TicketEntry
+
+if TYPE_CHECKING:
+    from workerless.engines.base import Engine
+    from workerless.poller_lock import PollerLock
+    from workerless.ports import Intents, PayloadStore, Queues, SharedState
+
+T = TypeVar("T")
 
 #: Upper bound on cycles in one invocation, whatever the budget (every loop is bounded).
 MAX_CYCLES = 1000
@@ -101,15 +108,15 @@ class Poller:
     def __init__(
         self,
         settings: Settings,
-        engine: Any,
-        queues: Any,
+        engine: Engine,
+        queues: Queues,
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
-        intents: Any = None,
-        lock: Any = None,
+        intents: Intents | None = None,
+        lock: PollerLock | None = None,
         wall: Callable[[], float] | None = None,
-        payloads: Any = None,
+        payloads: PayloadStore | None = None,
     ) -> None:
         self.settings = settings
         self.engine = engine
@@ -145,7 +152,7 @@ class Poller:
         invocation (:meth:`inherit_depths`): it re-reads a route only when the count is due."""
         return {t: [count, round(self._wall(at), 3)] for t, (count, at) in self._depths.items()}
 
-    def inherit_depths(self, depths: Any) -> None:
+    def inherit_depths(self, depths: object) -> None:
         """Counts handed on by the invocation that relayed to this one (see :meth:`depths_for_relay`);
         anything unreadable is left out (that route's count is read again)."""
         if not isinstance(depths, dict):
@@ -281,7 +288,7 @@ class Poller:
             return 0, None
         return self._dispatch(jobs, report, deadline=deadline, intent=intent), None
 
-    def _intent(self, step: Callable[[Any], Any]) -> Any:
+    def _intent(self, step: Callable[[Intents], T]) -> T | None:
         """One step of the intent log; never fails the cycle (the lease is the backstop)."""
         if self.intents is None:
             return None
@@ -360,7 +367,8 @@ class Poller:
         would be over the queue's MaximumMessageSize less the margin (:mod:`workerless.claimcheck`).
         A job larger than WORKERLESS_MAX_PAYLOAD_BYTES is failed at the engine (naming its size and the
         limit) and a job whose payload cannot be written is handed back: neither is in the answer."""
-        if self.payloads is None or not self.payloads.enabled:
+        payloads = self.payloads
+        if payloads is None or not payloads.enabled:
             return batch, [job.to_message() for job in batch]
         known = self.queues.max_message_bytes(queue_url)
         # Unknown (unreadable) limit: plan for the old 256 KiB default, never too high; offloading
@@ -372,7 +380,7 @@ class Poller:
             body = job.to_message()
             size = len(body.encode())
             if size > threshold:
-                offloaded = self._offload(job, size, report, deadline=deadline)
+                offloaded = self._offload(job, size, payloads, report, deadline=deadline)
                 if offloaded is None:
                     continue
                 body = offloaded
@@ -380,7 +388,9 @@ class Poller:
             bodies.append(body)
         return kept, bodies
 
-    def _offload(self, job: ActivatedJob, size: int, report: PollReport, *, deadline: float) -> str | None:
+    def _offload(
+        self, job: ActivatedJob, size: int, payloads: PayloadStore, report: PollReport, *, deadline: float
+    ) -> str | None:
         """The job's message with its variables in the claim check's bucket; None when the job was
         failed (too large for workerless to carry) or handed back (the bucket refused the write)."""
         data = job.variables_json()
@@ -389,7 +399,7 @@ class Poller:
             self._fail_for_good(job, too_large_reason("the job's input", len(data), limit), report, deadline=deadline)
             return None
         try:
-            ref = self.payloads.put(object_key(JOBS_PREFIX, job.ref.job_type), data)
+            ref = payloads.put(object_key(JOBS_PREFIX, job.ref.job_type), data)
         except PayloadError as exc:
             self._hand_back(
                 job, f"could not write the job's variables to the claim check: {exc}", report, deadline=deadline
@@ -484,11 +494,13 @@ class Poller:
             )
 
 
-def _put_back(jobs: list[ActivatedJob], log: Any) -> Any:
+def _put_back(jobs: list[ActivatedJob], log: Intents) -> bool:
     return log.put_back_dispatched(jobs)
 
 
-def continue_ticker(settings: Settings, state: Any, queues: Any, *, tick: dict[str, Any] | None, now: float) -> bool:
+def continue_ticker(
+    settings: Settings, state: SharedState, queues: Queues, *, tick: dict[str, Any] | None, now: float
+) -> bool:
     """Keep the self-rescheduling tick alive: a delayed message to the ticker queue every
     WORKERLESS_TICK_SECONDS, for sub-minute pickup without a long poll.
 

@@ -49,10 +49,13 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workerless.observability import logger
 from workerless.retry import COMPARE_AND_SET, ambient_deadline
+
+if TYPE_CHECKING:
+    from workerless.ports import SharedState
 
 LOCK_KEY = "poller-lock"
 #: A write that keeps meeting a recoverer's writes (the holder is unchanged) gives up after this many
@@ -130,7 +133,7 @@ class PollerLock:
 
     def __init__(
         self,
-        state: Any,
+        state: SharedState,
         *,
         seconds: float,
         window: float,

@@ -14,7 +14,7 @@ re-report of a redelivery) and for the heartbeat (the re-report of a report left
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from workerless import observability
 from workerless.errors import LeaseLostError, PayloadTooLargeError, RetryableEngineError
@@ -22,12 +22,16 @@ from workerless.model import JobRef, Outcome
 from workerless.observability import logger
 from workerless.retry import CALLS
 
+if TYPE_CHECKING:
+    from workerless.engines.base import Engine
+    from workerless.ports import JobStore
+
 #: The lifecycle event of an accepted outcome, by kind.
 EVENTS = {"complete": "completed", "fail": "failed", "throw": "thrown"}
 
 
 def report_stored(
-    ref: JobRef, outcome: Outcome, *, engine: Any, store: Any, deadline: float, lease: str | None = None
+    ref: JobRef, outcome: Outcome, *, engine: Engine, store: JobStore, deadline: float, lease: str | None = None
 ) -> bool:
     """Report the stored ``outcome`` of ``ref`` and record that it landed. True when nothing more is
     owed for it (accepted, or refused with "someone else has it"), False when the engine refused it

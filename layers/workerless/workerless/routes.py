@@ -34,7 +34,9 @@ def clear_routes() -> None:
         _routed.clear()
 
 
-def get_routed_settings(*, deadline: float, clock: Callable[[], float] = time.monotonic) -> Settings:
+def get_routed_settings(
+    *, deadline: float, clock: Callable[[], float] = time.monotonic, settings: Settings | None = None
+) -> Settings:
     """The settings with their routes: WORKERLESS_ROUTES when it is set (an explicit override wins),
     else the parameters under WORKERLESS_ROUTES_PATH, read at the container's first poll and kept,
     then read again once WORKERLESS_ROUTES_REFRESH_SECONDS have passed (0: never again). ``deadline``
@@ -46,8 +48,10 @@ def get_routed_settings(*, deadline: float, clock: Callable[[], float] = time.mo
     (logged) and is tried again after the same interval; a first read that fails raises, and is not
     kept (the next poll tries again): ConfigurationError when the path holds no route or a value is
     not a route (naming the parameter), or the read's ParameterStoreError once its retries are spent.
+    ``settings``: the ones to route (a wiring's own), else the environment's.
     """
-    settings = get_settings()
+    if settings is None:
+        settings = get_settings()
     if settings.routes or not settings.routes_path:
         return settings
     path = settings.routes_path

@@ -11,7 +11,7 @@ Lambda's, so a hung engine call can never outlive the invocation that made it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 # The shared translation and checks live in the engine kit; re-exported here, where the adapters
 # and tests have always found them.
@@ -51,7 +51,12 @@ class Engine(Protocol):
         >>> engine.report(jobs[0].ref, Outcome.complete({"paymentOk": True}))
     """
 
-    name: ClassVar[str]
+    # Read-only properties, not ClassVars: an adapter declares them on its class, and a decorator
+    # (workerless.observer.ObservedEngine, the devkit's ChaosEngine) answers with its inner engine's.
+    @property
+    def name(self) -> str:
+        """The engine's name (``WORKERLESS_ENGINE``)."""
+        ...
 
     @property
     def lease(self) -> LeaseModel:

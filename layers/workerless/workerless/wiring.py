@@ -1,0 +1,211 @@
+"""The composition root: one object that holds everything the pipeline's entry points use.
+
+A :class:`Wiring` holds the settings, the engine adapter, the job store, the queues, the claim
+check, the shared state, the clock, the sleep and the observer. Each piece is built on first use
+(never at import, so a cold start pays only for what its function touches) and kept for the life
+of the wiring: in Lambda one wiring per container (:func:`workerless.runtime.current`), so a warm
+invocation reuses the engine's token, HTTP connection and boto3 clients.
+
+Whatever is passed in is used as given instead of being built: tests, the benchmark, chaos and
+local mode build their own wiring (fakes, spies, a virtual clock, a fault-injecting engine) and
+pass it to the entry points (``entrypoints.poller(event, context, wiring=...)``) or install it as
+the container's (:func:`workerless.runtime.reset`).
+
+Example:
+    >>> from workerless.testing import FakeEngine
+    >>> wiring = Wiring(engine=FakeEngine())
+    >>> wiring.engine.name
+    'fake'
+    >>> wiring.close()
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    import httpx
+
+    from workerless.engines.base import Engine
+    from workerless.observer import Observer
+    from workerless.ports import Clock, JobStore, PayloadStore, Queues, SharedState, Sleep
+    from workerless.settings import Settings
+
+T = TypeVar("T")
+
+
+class Wiring:
+    """The pipeline's dependencies, each built lazily once (thread-safe: local mode runs a
+    container's invocations on several threads).
+
+    ``engine_decorator`` wraps the engine adapter once, when it is first needed (chaos puts its
+    fault-injecting engine there); the observer wraps the result for the pipeline
+    (:attr:`observed_engine`). ``clock`` and ``sleep`` are the poller's: its poll budget, pauses and
+    deadline are on them (the benchmark's virtual poller passes a virtual clock).
+    """
+
+    def __init__(
+        self,
+        *,
+        settings: Settings | None = None,
+        engine: Engine | None = None,
+        store: JobStore | None = None,
+        queues: Queues | None = None,
+        payloads: PayloadStore | None = None,
+        state: SharedState | None = None,
+        observer: Observer | None = None,
+        engine_decorator: Callable[[Engine], Engine] | None = None,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = time.sleep,
+    ) -> None:
+        self._settings = settings
+        self._engine = engine
+        self._store = store
+        self._queues = queues
+        self._payloads = payloads
+        self._state = state
+        self._observer = observer
+        self._observed: Engine | None = None
+        self._decorator = engine_decorator
+        self._http: httpx.Client | None = None  # the engine's client, when this wiring built it
+        self.clock = clock
+        self.sleep = sleep
+        self._lock = threading.RLock()
+
+    def _once(self, attribute: str, build: Callable[[], T]) -> T:
+        """``self.<attribute>``, built by ``build()`` under the lock the first time."""
+        value: T | None = getattr(self, attribute)
+        if value is None:
+            with self._lock:
+                value = getattr(self, attribute)
+                if value is None:
+                    value = build()
+                    setattr(self, attribute, value)
+        return value
+
+    @property
+    def settings(self) -> Settings:
+        """The settings given, else the environment's (cached by :mod:`workerless.settings`, read
+        again after :func:`~workerless.settings.clear_settings`)."""
+        if self._settings is not None:
+            return self._settings
+        from workerless.settings import get_settings
+
+        return get_settings()
+
+    @property
+    def store(self) -> JobStore:
+        """The job store (:class:`workerless.aws.dynamo.JobStore` on the settings' table)."""
+
+        def build() -> JobStore:
+            from workerless.aws.dynamo import JobStore
+
+            settings = self.settings
+            return JobStore(
+                settings.table_name,
+                ttl_seconds=settings.record_ttl_seconds,
+                payloads=self.payloads,
+                max_outcome_bytes=settings.max_payload_bytes,
+            )
+
+        return self._once("_store", build)
+
+    @property
+    def payloads(self) -> PayloadStore:
+        """The claim check's bucket (WORKERLESS_PAYLOAD_BUCKET; disabled without one)."""
+
+        def build() -> PayloadStore:
+            from workerless.aws.payloads import Payloads
+
+            return Payloads(self.settings.payload_bucket)
+
+        return self._once("_payloads", build)
+
+    @property
+    def queues(self) -> Queues:
+        """The SQS queues (:class:`workerless.aws.sqs.Queues`)."""
+
+        def build() -> Queues:
+            from workerless.aws.sqs import Queues
+
+            return Queues()
+
+        return self._once("_queues", build)
+
+    @property
+    def state(self) -> SharedState:
+        """The deployment's shared state: the poller lock, the tick chain, engine sessions
+        (:class:`workerless.aws.dynamo.DynamoState` on the job store's table)."""
+
+        def build() -> SharedState:
+            from workerless.aws.dynamo import DynamoState, JobStore
+
+            store = self.store
+            if not isinstance(store, JobStore):
+                raise TypeError("a wiring whose store is not the DynamoDB JobStore needs its shared state given")
+            return DynamoState(store)
+
+        return self._once("_state", build)
+
+    @property
+    def engine(self) -> Engine:
+        """The engine adapter (built from the settings' engine values), with the wiring's
+        ``engine_decorator`` around it; not observed (see :attr:`observed_engine`)."""
+        return self._once("_engine", self._build_engine)
+
+    def _build_engine(self) -> Engine:
+        from workerless.engines import build_engine, new_http_client
+        from workerless.settings import engine_values, infer_engine
+
+        settings = self.settings
+        values = engine_values()
+        client = new_http_client(settings.http_timeout_seconds)
+        self._http = client  # owned here: closed by close(), whatever the adapter does
+        engine = build_engine(
+            settings.engine or infer_engine(values),
+            values,
+            client,
+            worker_id=settings.worker_id,
+            state=self.state,
+        )
+        return engine if self._decorator is None else self._decorator(engine)
+
+    @property
+    def observer(self) -> Observer:
+        """What counts the pipeline's metrics and wraps its engine (:class:`workerless.observability.Observer`)."""
+
+        def build() -> Observer:
+            from workerless.observer import Observer
+
+            return Observer()
+
+        return self._once("_observer", build)
+
+    @property
+    def observed_engine(self) -> Engine:
+        """:attr:`engine` as the pipeline calls it: through the observer (failed calls counted)."""
+        return self._once("_observed", lambda: self.observer.engine(self.engine))
+
+    def set_engine(self, engine: Engine) -> None:
+        """Use ``engine`` from now on (a test's fake); the wiring's ``engine_decorator`` is not applied."""
+        with self._lock:
+            self._engine = engine
+            self._observed = None
+
+    def close(self) -> None:
+        """Close the engine (if there is one) and the HTTP client this wiring built for it."""
+        from workerless.observability import logger
+
+        with self._lock:
+            engine, self._engine, self._observed = self._engine, None, None
+            client, self._http = self._http, None
+        if engine is not None:
+            try:
+                engine.close()
+            except Exception:  # noqa: BLE001 - closing is best effort (a session shutdown call)
+                logger.warning("engine close failed", exc_info=True)
+        if client is not None:
+            client.close()

@@ -1,0 +1,165 @@
+"""The composition root: a Wiring builds each piece once, uses what it is given, closes what it
+holds; the container's wiring is replaced through runtime.reset; the engine decorators (the
+observer's, chaos's) are typed Engines that delegate every call."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from workerless import runtime
+from workerless.engines.base import Engine
+from workerless.errors import LeaseLostError
+from workerless.model import JobRef
+from workerless.observer import ObservedEngine, Observer
+from workerless.testing import FakeEngine
+from workerless.wiring import Wiring
+from workerless_devkit.chaos.inject import ChaosEngine, ChaosState
+from workerless_devkit.chaos.ledger import Ledger
+from workerless_devkit.chaos.plan import FaultPlan, Recorder
+
+
+class ClosingEngine(FakeEngine):
+    closed = 0
+
+    def close(self) -> None:
+        ClosingEngine.closed += 1
+
+
+def test_given_pieces_are_used_as_given() -> None:
+    engine, queues, store, state = FakeEngine(), object(), object(), object()
+    wiring = Wiring(engine=engine, queues=queues, store=store, state=state)  # type: ignore[arg-type]
+    assert wiring.engine is engine
+    assert wiring.queues is queues
+    assert wiring.store is store
+    assert wiring.state is state
+
+
+def test_each_piece_is_built_once_even_from_several_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[object] = []
+
+    class CountingQueues:
+        def __init__(self) -> None:
+            built.append(self)
+
+    monkeypatch.setattr("workerless.aws.sqs.Queues", CountingQueues)
+    wiring = Wiring()
+    seen: list[object] = []
+    threads = [threading.Thread(target=lambda: seen.append(wiring.queues)) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(built) == 1
+    assert all(queues is built[0] for queues in seen)
+
+
+def test_the_observed_engine_wraps_the_engine_once_and_close_closes_it() -> None:
+    ClosingEngine.closed = 0
+    engine = ClosingEngine()
+    wiring = Wiring(engine=engine)
+    observed = wiring.observed_engine
+    assert isinstance(observed, ObservedEngine)
+    assert observed.wrapped is engine
+    assert wiring.observed_engine is observed
+    wiring.close()
+    assert ClosingEngine.closed == 1
+    wiring.close()
+    assert ClosingEngine.closed == 1, "closed once: the wiring forgets what it closed"
+
+
+def test_set_engine_replaces_the_observed_engine_too() -> None:
+    wiring = Wiring(engine=FakeEngine())
+    first = wiring.observed_engine
+    replacement = FakeEngine()
+    wiring.set_engine(replacement)
+    assert wiring.engine is replacement
+    second = wiring.observed_engine
+    assert second is not first
+    assert isinstance(second, ObservedEngine) and second.wrapped is replacement
+
+
+def test_an_explicit_observer_wraps_the_engine() -> None:
+    wrapped: list[Engine] = []
+
+    class CountingObserver(Observer):
+        def engine(self, engine: Engine) -> Engine:
+            wrapped.append(engine)
+            return engine
+
+    engine = FakeEngine()
+    wiring = Wiring(engine=engine, observer=CountingObserver())
+    assert wiring.observed_engine is engine
+    assert wrapped == [engine]
+
+
+def test_reset_installs_a_wiring_and_closes_the_one_it_replaces() -> None:
+    ClosingEngine.closed = 0
+    first = Wiring(engine=ClosingEngine())
+    runtime.reset(first)
+    assert runtime.current() is first
+    assert runtime.get_engine() is first.engine
+    second = Wiring(engine=FakeEngine())
+    runtime.reset(second)
+    assert runtime.current() is second
+    assert ClosingEngine.closed == 1
+    runtime.reset()
+    assert runtime.current() is not second, "a fresh default wiring after a plain reset"
+
+
+def test_the_engine_decorator_wraps_the_built_engine_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    built = FakeEngine()
+    monkeypatch.setattr("workerless.engines.build_engine", lambda *args, **kwargs: built)
+    monkeypatch.setattr("workerless.settings.engine_values", lambda: {})
+    monkeypatch.setenv("WORKERLESS_ENGINE", "sheptra")
+    decorated: list[Engine] = []
+
+    def decorate(engine: Engine) -> Engine:
+        decorated.append(engine)
+        return ObservedEngine(engine)
+
+    wiring = Wiring(engine_decorator=decorate, state=object())  # type: ignore[arg-type]
+    try:
+        engine = wiring.engine
+        assert isinstance(engine, ObservedEngine) and engine.wrapped is built
+        assert wiring.engine is engine
+        assert decorated == [built]
+    finally:
+        wiring.close()
+        from workerless.settings import clear_settings
+
+        clear_settings()
+
+
+def test_the_observed_engine_counts_failures_and_forwards_everything() -> None:
+    class Refusing(FakeEngine):
+        def extend(self, ref: JobRef, lease_seconds: int) -> float:
+            raise LeaseLostError("gone", engine="fake", status=409)
+
+    engine = Refusing()
+    observed = ObservedEngine(engine)
+    assert isinstance(observed, Engine)
+    assert (observed.name, observed.lease_from, observed.lease_seconds) == ("fake", "activation", None)
+    job_id = engine.add_job("charge", {})
+    (job,) = observed.activate([_demand("charge")], 30)
+    assert job.ref.job_id == job_id
+    with pytest.raises(LeaseLostError):
+        observed.extend(job.ref, 30)
+
+
+def test_the_chaos_engine_is_a_typed_engine_that_delegates() -> None:
+    engine = FakeEngine()
+    state = ChaosState(plan=FaultPlan(seed=1), recorder=Recorder(), ledger=Ledger(), lease_seconds=30)
+    chaos = ChaosEngine(engine, state)
+    assert isinstance(chaos, Engine)
+    assert (chaos.name, chaos.lease_from, chaos.inner) == ("fake", "activation", engine)
+    job_id = engine.add_job("charge", {})
+    (job,) = chaos.activate([_demand("charge")], 30)
+    assert chaos.state.activations == {job_id: [job.ref.key]}
+
+
+def _demand(job_type: str) -> Any:
+    from workerless.model import Demand
+
+    return Demand(job_type, 1)
