@@ -11,6 +11,7 @@ import pytest
 from workerless import runtime
 from workerless.engines.base import Engine
 from workerless.errors import LeaseLostError
+from workerless.lease import ACTIVATION_LEASE
 from workerless.model import JobRef
 from workerless.observer import ObservedEngine, Observer
 from workerless.testing import FakeEngine
@@ -140,7 +141,7 @@ def test_the_observed_engine_counts_failures_and_forwards_everything() -> None:
     engine = Refusing()
     observed = ObservedEngine(engine)
     assert isinstance(observed, Engine)
-    assert (observed.name, observed.lease_from, observed.lease_seconds) == ("fake", "activation", None)
+    assert (observed.name, observed.lease) == ("fake", ACTIVATION_LEASE)
     job_id = engine.add_job("charge", {})
     (job,) = observed.activate([_demand("charge")], 30)
     assert job.ref.job_id == job_id
@@ -153,7 +154,7 @@ def test_the_chaos_engine_is_a_typed_engine_that_delegates() -> None:
     state = ChaosState(plan=FaultPlan(seed=1), recorder=Recorder(), ledger=Ledger(), lease_seconds=30)
     chaos = ChaosEngine(engine, state)
     assert isinstance(chaos, Engine)
-    assert (chaos.name, chaos.lease_from, chaos.inner) == ("fake", "activation", engine)
+    assert (chaos.name, chaos.lease, chaos.inner) == ("fake", ACTIVATION_LEASE, engine)
     job_id = engine.add_job("charge", {})
     (job,) = chaos.activate([_demand("charge")], 30)
     assert chaos.state.activations == {job_id: [job.ref.key]}
