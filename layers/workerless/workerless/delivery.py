@@ -38,7 +38,7 @@ import json
 import os
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar, assert_never
+from typing import TYPE_CHECKING, Any, TypeVar, assert_never
 
 from workerless import observability
 from workerless.errors import MessageFormatError, RetryableEngineError, StoreError
@@ -52,6 +52,10 @@ from workerless.report import report_stored
 from workerless.retry import CALLS, STORE_WRITES, retryable_store_error
 from workerless.settle import acknowledge, acquire_or_leave, hand_back, leave_to_the_engine
 from workerless.verdict import Ack, Claimed, ClaimHeldError, Redeliver, Refused, ReportOwedError, Verdict
+
+if TYPE_CHECKING:
+    from workerless.engines.base import Engine
+    from workerless.ports import JobStore, PayloadStore
 
 T = TypeVar("T")
 
@@ -108,15 +112,15 @@ class Delivery:
         job: ActivatedJob,
         fn: HandlerFunction,
         *,
-        engine: Any,
-        store: Any,
+        engine: Engine,
+        store: JobStore,
         message_id: str,
         receive_count: int = 1,
         context: Any = None,
         receipt: str | None = None,
         queue_url: str | None = None,
         backoff_seconds: int | None = None,
-        payloads: Any = None,
+        payloads: PayloadStore | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.job = job
@@ -217,6 +221,7 @@ class Delivery:
                     return self._held_elsewhere(found)  # nothing to re-report (yet): as for a claim
                 logger.info("result already stored: re-reporting it, not running the handler again")
                 stored = self.store.load_outcome(found)
+                assert stored is not None  # has_outcome: the record holds the outcome or its reference
                 observability.record(job.ref.job_type, "rereported", job_id=job.ref.job_id)
                 return self.report(stored)
             case Decision.DONE:
@@ -380,7 +385,9 @@ class Delivery:
             return Ack("the engine refused the lease")
         if found is not None and found.has_outcome:
             logger.warning("engine granted the lease of a job recorded as settled: reporting its stored outcome")
-            return self.report(self.store.load_outcome(found))
+            stored = self.store.load_outcome(found)
+            assert stored is not None  # has_outcome: the record holds the outcome or its reference
+            return self.report(stored)
         logger.warning("engine granted the lease of a job recorded as not ours: handing the delivery back")
         hand_back(job, engine=engine, deadline=deadline, reason="the job record says this delivery must not run")
         return Ack("the job record says this delivery must not run")

@@ -6,7 +6,7 @@ engine hands out an unacknowledged delivery again after its visibility timeout).
 
 from __future__ import annotations
 
-from typing import Any, assert_never
+from typing import TYPE_CHECKING, assert_never
 
 from workerless.errors import EngineError, RetryableEngineError
 from workerless.lease import HandBack
@@ -14,8 +14,11 @@ from workerless.model import ActivatedJob
 from workerless.observability import logger
 from workerless.retry import CALLS
 
+if TYPE_CHECKING:
+    from workerless.engines.base import Engine
 
-def acknowledge(job: ActivatedJob, *, engine: Any, deadline: float) -> None:
+
+def acknowledge(job: ActivatedJob, *, engine: Engine, deadline: float) -> None:
     """``engine.skip`` with the retry policy. Giving up is logged, not raised: the delivery is then
     unacknowledged, and a begin-leased engine (StageNext's gateway) hands it out again after its
     visibility timeout (60 s); its next delivery is refused at acquire and acknowledged. Failing the
@@ -27,7 +30,7 @@ def acknowledge(job: ActivatedJob, *, engine: Any, deadline: float) -> None:
         logger.warning("could not acknowledge the delivery; the engine hands it out again", extra={"error": str(exc)})
 
 
-def hand_back(job: ActivatedJob, *, engine: Any, deadline: float, reason: str) -> None:
+def hand_back(job: ActivatedJob, *, engine: Engine, deadline: float, reason: str) -> None:
     """Give a delivery the handler will not run back to the engine without a result, as its lease
     model says (:class:`~workerless.lease.HandBack`): released (StageNext requeues it) — never an
     acknowledgement, which would drop a stage whose lease no result settles — or acknowledged where
@@ -46,7 +49,7 @@ def hand_back(job: ActivatedJob, *, engine: Any, deadline: float, reason: str) -
             assert_never(never)
 
 
-def acquire_or_leave(job: ActivatedJob, *, engine: Any, deadline: float) -> bool | None:
+def acquire_or_leave(job: ActivatedJob, *, engine: Engine, deadline: float) -> bool | None:
     """Lease acquire for a delivery that does not hold the claim: whether it was granted; None when
     acquire kept failing retryably and the delivery is left to the engine (the caller returns)."""
     try:
