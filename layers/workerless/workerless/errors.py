@@ -100,6 +100,8 @@ class ConfigurationError(WorkerlessError):
 
     Example:
         >>> raise ConfigurationError("SHEPTRA_API_URL is required in config mode", key="SHEPTRA_API_URL")
+        Traceback (most recent call last):
+        workerless.errors.ConfigurationError: SHEPTRA_API_URL is required in config mode
     """
 
     def __init__(self, message: str, *, key: str | None = None) -> None:
@@ -315,11 +317,14 @@ class TerminalError(JobError):
     """Fail the job with no retries left: the same input will never succeed.
 
     Example:
+        >>> from workerless import Job, job_handler
+        >>> from workerless.testing import assert_failed, run_handler
         >>> @job_handler("charge-payment")
         ... def handler(job: Job) -> dict:
         ...     if job.variables.get("amount", 0) <= 0:
         ...         raise TerminalError("amount must be a positive number")
         ...     return {"paymentOk": True}
+        >>> _ = assert_failed(run_handler(handler, {"amount": 0}), terminal=True)
     """
 
 
@@ -328,6 +333,8 @@ class ThrowError(JobError):
 
     Example:
         >>> raise ThrowError("CARD_DECLINED", "card declined", variables={"reason": "expired"})
+        Traceback (most recent call last):
+        workerless.errors.ThrowError: card declined
     """
 
     def __init__(self, error_code: str, message: str = "", *, variables: dict[str, Any] | None = None) -> None:

@@ -143,8 +143,10 @@ class IntentLog:
     batches of the item it read).
 
     Example:
-        >>> log = IntentLog(lock, lease_seconds=60)          # doctest: +SKIP
-        >>> intent = log.record(jobs); log.dispatched(intent, jobs); log.clear(intent)
+        An illustration (a held :class:`~workerless.poller_lock.PollerLock` and activated jobs)::
+
+            log = IntentLog(lock, lease_seconds=60)
+            intent = log.record(jobs); log.dispatched(intent, jobs); log.clear(intent)
     """
 
     def __init__(

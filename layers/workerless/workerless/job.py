@@ -31,6 +31,8 @@ class Job:
         lambda_context: the Lambda context of the invocation running the handler.
 
     Example:
+        >>> import time
+        >>> from workerless import job_handler
         >>> @job_handler("generate-report")
         ... def handler(job: Job) -> dict:
         ...     for _ in range(60):

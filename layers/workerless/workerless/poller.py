@@ -101,8 +101,9 @@ class PollReport:
 class Poller:
     """One poller invocation's work. Engine, queues and settings are injected (fakes in tests).
 
-    Example:
-        >>> report = Poller(settings, engine, queues).run(deadline=time.monotonic() + 20)  # doctest: +SKIP
+    Example (an illustration: it needs a running engine or AWS, which tests/functional provide)::
+
+        report = Poller(settings, engine, queues).run(deadline=time.monotonic() + 20)
     """
 
     def __init__(

@@ -125,10 +125,12 @@ class PollerLock:
         clock: wall clock (epoch seconds; default time.time): the expiry is read by other containers.
 
     Example:
-        >>> lock = PollerLock(MemoryState(), seconds=30, window=2)    # doctest: +SKIP
-        >>> if lock.acquire():
-        ...     try: poll(lock.dispatches, keep_polling=lock.keep)
-        ...     finally: lock.release()
+        An illustration of its use by the poller (``poll`` stands for the poll loop)::
+
+            lock = PollerLock(MemoryState(), seconds=30, window=2)
+            if lock.acquire():
+                try: poll(lock.dispatches, keep_polling=lock.keep)
+                finally: lock.release()
     """
 
     def __init__(

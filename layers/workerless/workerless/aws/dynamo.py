@@ -48,8 +48,10 @@ class JobStore:
     """Conditional reads and writes of job records.
 
     Example:
-        >>> store = JobStore("workerless-jobs", ttl_seconds=7 * 86400)          # doctest: +SKIP
-        >>> claimed, found = store.claim("sheptra#42#r3", owner="req-1", claim_seconds=60, job_type="charge")
+        An illustration (it needs the table; tests/functional run it on moto)::
+
+            store = JobStore("workerless-jobs", ttl_seconds=7 * 86400)
+            claimed, found = store.claim("sheptra#42#r3", owner="req-1", claim_seconds=60, job_type="charge")
     """
 
     def __init__(

@@ -25,10 +25,11 @@ class Payloads:
     """The claim-check bucket. ``bucket`` None: no bucket configured (nothing is offloaded).
 
     Example:
-        >>> payloads = Payloads("workerless-payloads")                     # doctest: +SKIP
-        >>> ref = payloads.put("jobs/charge-payment/4f1c...", b'{"orderId": "o1"}')
-        >>> payloads.get(ref)
-        b'{"orderId": "o1"}'
+        An illustration (it needs the bucket; tests/functional run it on moto)::
+
+            payloads = Payloads("workerless-payloads")
+            ref = payloads.put("jobs/charge-payment/4f1c...", b'{"orderId": "o1"}')
+            assert payloads.get(ref) == b'{"orderId": "o1"}'
     """
 
     def __init__(self, bucket: str | None, *, client: Any = None) -> None:

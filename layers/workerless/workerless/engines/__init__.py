@@ -57,8 +57,9 @@ def build_engine(
 ) -> Engine:
     """Build the adapter for engine ``name`` from its connection values.
 
-    Example:
-        >>> engine = build_engine("sheptra", {"SHEPTRA_API_URL": "http://127.0.0.1:8080"}, client)  # doctest: +SKIP
+    Example (an illustration: it needs a running engine or AWS, which tests/functional provide)::
+
+        engine = build_engine("sheptra", {"SHEPTRA_API_URL": "http://127.0.0.1:8080"}, client)
     """
     try:
         spec = ENGINES[name]

@@ -46,9 +46,14 @@ class Engine(Protocol):
     """What the pipeline needs from a workflow engine.
 
     Example:
-        >>> engine = build_engine(settings, client)          # doctest: +SKIP
+        >>> from workerless.model import Demand, Outcome
+        >>> from workerless.testing import FakeEngine
+        >>> engine: Engine = FakeEngine()  # or build_engine("sheptra", values, client)
+        >>> job_id = engine.add_job("charge-payment", {"amount": 5})
         >>> jobs = engine.activate([Demand("charge-payment", 10)], lease_seconds=60)
         >>> engine.report(jobs[0].ref, Outcome.complete({"paymentOk": True}))
+        >>> engine.reports[job_id][-1].kind
+        'complete'
     """
 
     # Read-only properties, not ClassVars: an adapter declares them on its class, and a decorator

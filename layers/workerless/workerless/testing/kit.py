@@ -15,7 +15,8 @@ Example:
     ...         raise TerminalError("amount must be positive")
     ...     return {"paymentOk": True}
     >>> assert_completed(run_handler(handler, {"amount": 5}), paymentOk=True)
-    >>> assert_failed(run_handler(handler, {"amount": 0}), terminal=True, message="positive")
+    {'paymentOk': True}
+    >>> _ = assert_failed(run_handler(handler, {"amount": 0}), terminal=True, message="positive")
 """
 
 from __future__ import annotations
@@ -61,8 +62,9 @@ def load_handler(path: str | Path, name: str = "handler") -> Callable[..., Any]:
     file's directory and each one above it: a test in ``tests/unit/`` finds
     ``functions/charge-payment/app.py`` at the project's root whichever directory pytest runs from.
 
-    Example:
-        >>> handler = load_handler("functions/charge-payment/app.py")  # doctest: +SKIP
+    Example (an illustration: it needs a running engine or AWS, which tests/functional provide)::
+
+        handler = load_handler("functions/charge-payment/app.py")
     """
     import importlib.util
     import sys

@@ -80,9 +80,10 @@ def workflow_key(job: ActivatedJob) -> str:
 class NodeFlowEngine:
     """node-flow behind the :class:`~workerless.engines.base.Engine` protocol.
 
-    Example:
-        >>> engine = from_values({"NF_URL": "http://127.0.0.1:3000", "NF_API_KEY": "nf_..."}, client)  # doctest: +SKIP
-        >>> jobs = engine.activate([Demand("charge", 8)], lease_seconds=60)  # doctest: +SKIP
+    Example (an illustration: it needs a running engine or AWS, which tests/functional provide)::
+
+        engine = from_values({"NF_URL": "http://127.0.0.1:3000", "NF_API_KEY": "nf_..."}, client)
+        jobs = engine.activate([Demand("charge", 8)], lease_seconds=60)
     """
 
     name: ClassVar[str] = ENGINE

@@ -14,9 +14,10 @@ What it does, and why:
   429/503: it raises, and the pipeline's single retry policy decides. No secret (client secret,
   access token) ever appears in a log line or an exception message.
 
-Example:
-    >>> engine = from_values(parse_env_text(block), httpx.Client(timeout=10))   # doctest: +SKIP
-    >>> jobs = engine.activate([Demand("charge-payment", 10)], lease_seconds=60)  # doctest: +SKIP
+Example (an illustration: it needs a running engine or AWS, which tests/functional provide)::
+
+    engine = from_values(parse_env_text(block), httpx.Client(timeout=10))
+    jobs = engine.activate([Demand("charge-payment", 10)], lease_seconds=60)
 """
 
 from __future__ import annotations

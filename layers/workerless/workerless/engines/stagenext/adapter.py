@@ -66,13 +66,14 @@ log = logging.getLogger("workerless.engines.stagenext")
 class StageNextEngine:
     """The StageNext adapter. Build it with :func:`from_values`.
 
-    Example:
-        >>> engine = from_values({"STAGENEXT_API_KEY": "..."}, httpx.Client(timeout=10))  # doctest: +SKIP
-        >>> jobs = engine.activate([Demand("billing-charge", 5)], lease_seconds=60)  # doctest: +SKIP
-        >>> if engine.begin(jobs[0]):  # doctest: +SKIP
-        ...     engine.report(jobs[0].ref, Outcome.complete({"ok": True}))
-        ... else:
-        ...     engine.skip(jobs[0].ref)
+    Example (an illustration: it needs a running engine or AWS, which tests/functional provide)::
+
+        engine = from_values({"STAGENEXT_API_KEY": "..."}, httpx.Client(timeout=10))
+        jobs = engine.activate([Demand("billing-charge", 5)], lease_seconds=60)
+        if engine.begin(jobs[0]):
+            engine.report(jobs[0].ref, Outcome.complete({"ok": True}))
+        else:
+            engine.skip(jobs[0].ref)
     """
 
     name: ClassVar[str] = ENGINE
