@@ -14,20 +14,12 @@ from typing import get_args
 from workerless.engines import ENGINE_NAMES, ENGINES
 from workerless.settings import ENGINE_KEY_PREFIXES, EngineName
 
+from tests.unit.runtime_modules import RUNTIME
+from tests.unit.runtime_modules import runtime_modules as _runtime_modules
+
 ROOT = Path(__file__).resolve().parents[2]
-RUNTIME = ROOT / "layers" / "workerless" / "workerless"
 #: The devkit and the third-party packages only it depends on (devkit/pyproject.toml).
 DEVKIT_ONLY = ("workerless_devkit", "moto", "cryptography", "jwt", "ruamel", "samtranslator")
-
-
-def _runtime_modules() -> list[str]:
-    names = []
-    for path in sorted(RUNTIME.rglob("*.py")):
-        parts = list(path.relative_to(RUNTIME.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        names.append(".".join(parts))
-    return names
 
 
 def _imported_names(tree: ast.AST) -> list[str]:

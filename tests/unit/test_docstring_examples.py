@@ -6,21 +6,10 @@ from __future__ import annotations
 
 import doctest
 import importlib
-from pathlib import Path
 
 import pytest
 
-RUNTIME = Path(__file__).resolve().parents[2] / "layers" / "workerless" / "workerless"
-
-
-def _modules() -> list[str]:
-    names = []
-    for path in sorted(RUNTIME.rglob("*.py")):
-        parts = list(path.relative_to(RUNTIME.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        names.append(".".join(parts))
-    return names
+from tests.unit.runtime_modules import runtime_modules as _modules
 
 
 @pytest.mark.parametrize("name", _modules())

@@ -257,21 +257,21 @@ def configure_from_settings(settings: Settings) -> None:
     _Config.xray = settings.xray_tracing
 
 
-def suppress_metrics_while(predicate: Callable[[], bool] | None) -> None:
+def suppress_metrics_while(predicate: Callable[[], bool] | None) -> Callable[[], bool] | None:
     """Write no metrics while ``predicate()`` is true, unless :func:`configure` forces them on or off.
+    Returns the predicate it replaces (``None`` removes it).
 
     Local mode (the devkit) registers "a local invocation is running", so its runs publish nothing a
-    deployment would be billed for; in Lambda nothing registers one. ``None`` removes it.
+    deployment would be billed for; in Lambda nothing registers one.
 
     Example:
-        >>> suppress_metrics_while(lambda: True)
+        >>> previous = suppress_metrics_while(lambda: True)
         >>> metrics_enabled()
         False
-        >>> suppress_metrics_while(None)
-        >>> metrics_enabled()
-        True
+        >>> _ = suppress_metrics_while(previous)
     """
-    _Config.quiet = predicate
+    previous, _Config.quiet = _Config.quiet, predicate
+    return previous
 
 
 def metrics_enabled() -> bool:

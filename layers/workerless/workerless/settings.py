@@ -5,10 +5,9 @@ deployment's shape: table, queues, routes, timings) and :func:`engine_values` (t
 connection values: from Secrets Manager in Lambda, from an env file locally). Tests call
 :func:`clear_settings` after changing the environment.
 
-Example:
-    >>> import os
-    >>> os.environ["WORKERLESS_TABLE"] = "jobs"
-    >>> get_settings().table_name
+Example (what :func:`get_settings` does with ``os.environ``, on a mapping of its own):
+
+    >>> Settings.from_env({"WORKERLESS_TABLE": "jobs"}).table_name
     'jobs'
 """
 
