@@ -96,6 +96,19 @@ def _poll(event: dict[str, Any], context: Any, wiring: Wiring) -> dict[str, Any]
     intents = IntentLog(lock, lease_seconds=settings.lease_seconds)
     # A relay hands its lock on (one conditional write); anything else takes it (a read, a write).
     token = relay.get("lock")
+
+    def new_poller(holding: PollerLock | None) -> Poller:
+        return Poller(
+            settings,
+            wiring.observed_engine,
+            queues,
+            clock=wiring.clock,
+            sleep=wiring.sleep,
+            intents=intents,
+            lock=holding,
+            payloads=wiring.payloads,
+        )
+
     if not (lock.inherit(token) if isinstance(token, dict) else lock.acquire()):
         holder, until = lock.held_by or ("?", 0.0)
         logger.debug(
@@ -104,27 +117,10 @@ def _poll(event: dict[str, Any], context: Any, wiring: Wiring) -> dict[str, Any]
         )
         # A dead holder's lock blocks polling until it expires, but its unfinished batch need not
         # wait for that: handing jobs back and sending tickets never takes room.
-        recovered = Poller(
-            settings,
-            wiring.observed_engine,
-            queues,
-            clock=wiring.clock,
-            sleep=wiring.sleep,
-            intents=intents,
-            payloads=wiring.payloads,
-        )
+        recovered = new_poller(None)  # not the lock's holder
         counters = {k: v for k, v in vars(recovered.recover(deadline=_deadline(context))).items() if isinstance(v, int)}
         return {**counters, "lock_held": 1}
-    poller = Poller(
-        settings,
-        wiring.observed_engine,
-        queues,
-        clock=wiring.clock,
-        sleep=wiring.sleep,
-        intents=intents,
-        lock=lock,
-        payloads=wiring.payloads,
-    )
+    poller = new_poller(lock)
     poller.last_dispatch = relayed  # a relay carries on lingering from the last dispatch
     poller.inherit_depths(relay.get("depths"))
     try:
