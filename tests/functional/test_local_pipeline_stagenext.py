@@ -120,15 +120,19 @@ def test_example_jobs_complete_and_every_result_is_applied_once(serve: Callable[
 def test_gateway_redelivery_of_a_running_job_is_acknowledged_without_running(
     serve: Callable[..., Emulated], events: Events
 ) -> None:
-    """GIVEN a 2 s gateway visibility timeout and a report that runs 5 s
+    """GIVEN a 2 s gateway visibility timeout and a report that runs 20 s
     WHEN the gateway's sweep requeues the unacknowledged delivery and the poller pulls it again
     THEN the second delivery's lease acquire answers lease_held and it is acknowledged without
-    running; the handler ran once, one result was applied, and no delivery is left pending."""
-    emu = serve(lease_seconds=6, visibility_timeout=2)
-    stage_id = emu.emulator.create_job("generate-report", {"seconds": 5})
+    running; the handler ran once, one result was applied, and no delivery is left pending.
 
-    with topology(emu.env_file, job_visibility_seconds=10) as topo:
-        wait_final(topo, emu.state, [stage_id], 30)
+    The run is long so that the redelivery has about 18 s, not 3, in which to be pulled: on a busy
+    machine one poller invocation finishing the batch its predecessor left took 3 s (CI, stop 19),
+    and the report finished before any poll could see the requeued delivery."""
+    emu = serve(lease_seconds=6, visibility_timeout=2)
+    stage_id = emu.emulator.create_job("generate-report", {"seconds": 20})
+
+    with topology(emu.env_file, job_visibility_seconds=60) as topo:
+        wait_final(topo, emu.state, [stage_id], 120)
         # The redelivery was acknowledged: nothing comes back after another visibility period.
         settled = topo.run_until(lambda: emu.emulator.inflight() == [0, 0], max_seconds=60)
         deliveries = emu.state(stage_id)["deliveries"]
