@@ -210,7 +210,7 @@ def test_the_handler_span_continues_the_engines_trace(emitted: list[dict[str, An
 
 
 def test_without_opentelemetry_the_span_is_a_no_op_that_still_names_the_trace(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(observability, "_otel", lambda: None)
+    monkeypatch.setattr(observability.tracing, "_otel", lambda: None)
     job = make_activated_job("t", {}, traceparent=TRACEPARENT)
     with observability.job_span(job) as span:
         assert observability.current_traceparent() is None
@@ -235,10 +235,10 @@ def test_handler_exceptions_pass_through_the_span_and_are_timed(emitted: list[di
 
 
 def test_a_broken_xray_tracer_never_fails_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
-    observability._xray_tracer.cache_clear()
-    monkeypatch.setattr(observability._Config, "xray", True)
+    observability.tracing._xray_tracer.cache_clear()
+    monkeypatch.setattr(observability.switches._Config, "xray", True)
     broken = type("Tracer", (), {"provider": None})()  # in_subsegment is missing: must not fail the job
-    monkeypatch.setattr(observability, "_xray_tracer", lambda: broken)
+    monkeypatch.setattr(observability.tracing, "_xray_tracer", lambda: broken)
     with observability.job_span(make_activated_job("t", {})) as span:
         ran = True
     assert ran and span is not None

@@ -74,7 +74,7 @@ def _poll(event: dict[str, Any], context: Any, wiring: Wiring) -> dict[str, Any]
     for tick in ticks:
         try:
             continue_ticker(settings, state, queues, tick=tick, now=time.time())
-        except Exception:  # noqa: BLE001 - the watchdog schedule restarts a broken chain
+        except Exception:
             logger.exception("could not continue the poller tick; the schedule will restart it")
     from workerless.intent import IntentLog
     from workerless.poller import DEPTH_REFRESH_SECONDS, Poller
@@ -143,7 +143,7 @@ def _poll(event: dict[str, Any], context: Any, wiring: Wiring) -> dict[str, Any]
         try:
             queues.send(settings.ticker_queue_url, body, delay_seconds=poller.relay_delay)
             handed = True
-        except Exception:  # noqa: BLE001 - the tick chain and the schedule still poll
+        except Exception:
             logger.exception("could not relay to a fresh poller invocation")
     if handed:
         lock.handed_over()
@@ -190,7 +190,7 @@ def heartbeat(event: dict[str, Any], context: Any, wiring: Wiring | None = None)
             if settings.heartbeat_queue_url:
                 try:
                     queues.change_visibility(settings.heartbeat_queue_url, record.receipt_handle, retry_in)
-                except Exception:  # noqa: BLE001 - the queue's visibility timeout is the fallback
+                except Exception:
                     logger.exception("could not shorten the failed ticket's visibility timeout")
             raise
 

@@ -58,7 +58,7 @@ def run_job(fn: HandlerFunction, job: Job, *, backoff_seconds: int | None = None
         outcome = Outcome.fail(str(exc) or "terminal error", retries=0, terminal=True, stack=stack)
     except ThrowError as exc:
         outcome = Outcome.throw(exc.error_code, exc.error_message, exc.variables)
-    except Exception as exc:  # noqa: BLE001 - any other exception fails the job, with the stack
+    except Exception as exc:
         stack = traceback.format_exc()
         # The function's log gets it here; engines that keep task logs get it with the report
         # (the adapter writes outcome.stack before reporting, re-reports included).

@@ -79,7 +79,7 @@ class JobProcessor:
 
         try:
             observability.configure_from_settings(wired.settings)  # X-Ray on or off (cached settings)
-        except Exception:  # noqa: BLE001 - a settings error surfaces below, where the store is built
+        except Exception:
             logger.debug("settings not readable for observability", exc_info=True)
         # One invocation's metrics, written as EMF lines when the batch is done.
         with wired.observer.invocation():

@@ -249,7 +249,7 @@ class Poller:
         counters = {k: v for k, v in vars(report).items() if isinstance(v, int)}
         try:
             self.engine.after_cycle(counters)
-        except Exception:  # noqa: BLE001 - liveness reporting must never fail the poller
+        except Exception:
             logger.warning("engine after_cycle hook failed", exc_info=True)
         return report
 
@@ -295,7 +295,7 @@ class Poller:
             return None
         try:
             return step(self.intents)
-        except Exception:  # noqa: BLE001 - a DynamoDB hiccup must not cost the batch its dispatch
+        except Exception:
             logger.warning("poller intent log step failed; a crash now would cost this batch a lease", exc_info=True)
             return None
 
@@ -429,7 +429,7 @@ class Poller:
             offset += len(part.entries)
             try:
                 self.queues.send(self.settings.heartbeat_queue_url, part.to_json(), delay_seconds=part.delay_seconds())
-            except Exception:  # noqa: BLE001 - the other parts still go; these are recovered later
+            except Exception:
                 logger.exception("could not send a heartbeat ticket", extra={"jobs": len(covered)})
                 unsent.extend(covered)
         return unsent

@@ -269,7 +269,7 @@ class PollerLock:
             return True
         try:
             renewed = self.update_batches(None)
-        except Exception:  # noqa: BLE001 - unknown is not ours: stop polling, try to release
+        except Exception:
             logger.warning("could not renew the poller lock; polling stops", exc_info=True)
             return False
         if renewed:
@@ -350,7 +350,7 @@ class PollerLock:
             self._version = None
             if not freed:
                 logger.warning("the poller lock was taken over before this invocation released it")
-        except Exception:  # noqa: BLE001 - the lock frees itself at its expiry
+        except Exception:
             logger.warning("could not release the poller lock; it frees itself at its expiry", exc_info=True)
 
     def _write(self, version: int | None, *, holder: str | None, until: float, now: float, batches: Batches) -> bool:

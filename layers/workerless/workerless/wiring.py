@@ -205,7 +205,7 @@ class Wiring:
         if engine is not None:
             try:
                 engine.close()
-            except Exception:  # noqa: BLE001 - closing is best effort (a session shutdown call)
+            except Exception:
                 logger.warning("engine close failed", exc_info=True)
         if client is not None:
             client.close()

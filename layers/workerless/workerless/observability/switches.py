@@ -1,0 +1,69 @@
+"""Process-wide observability switches: metrics on or off, where EMF lines go, X-Ray."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from workerless.settings import Settings
+
+
+class _Config:
+    """Process-wide switches (see :func:`configure`)."""
+
+    metrics: bool | None = None  # None: on, except while `quiet` says so (a local-mode invocation)
+    quiet: Callable[[], bool] | None = None  # see suppress_metrics_while
+    sink: Callable[[str], None] | None = None  # None: stdout (where Lambda's log capture reads EMF)
+    xray: bool = False
+
+
+def configure(
+    *,
+    metrics: bool | None = None,
+    sink: Callable[[str], None] | None = None,
+    xray: bool | None = None,
+) -> None:
+    """Set the observability switches for this process.
+
+    Args:
+        metrics: True writes EMF metrics everywhere, False nowhere, None (the default) everywhere
+            but inside a local-mode invocation.
+        sink: where each EMF line goes (default: stdout, which Lambda sends to CloudWatch Logs).
+            Tests pass a list's ``append``.
+        xray: add a Powertools Tracer (X-Ray) subsegment around each handler run. Needs the
+            function's ``Tracing: Active`` and ``aws-xray-sdk`` in the layer; off by default.
+    """
+    _Config.metrics = metrics
+    _Config.sink = sink
+    if xray is not None:
+        _Config.xray = xray
+
+
+def configure_from_settings(settings: Settings) -> None:
+    """Apply the deployment's switches: ``xray_tracing`` (``WORKERLESS_XRAY_TRACING``)."""
+    _Config.xray = settings.xray_tracing
+
+
+def suppress_metrics_while(predicate: Callable[[], bool] | None) -> Callable[[], bool] | None:
+    """Write no metrics while ``predicate()`` is true, unless :func:`configure` forces them on or off.
+    Returns the predicate it replaces (``None`` removes it).
+
+    Local mode (the devkit) registers "a local invocation is running", so its runs publish nothing a
+    deployment would be billed for; in Lambda nothing registers one.
+
+    Example:
+        >>> previous = suppress_metrics_while(lambda: True)
+        >>> metrics_enabled()
+        False
+        >>> _ = suppress_metrics_while(previous)
+    """
+    previous, _Config.quiet = _Config.quiet, predicate
+    return previous
+
+
+def metrics_enabled() -> bool:
+    """Whether an invocation started now writes metrics (see :func:`configure`)."""
+    if _Config.metrics is not None:
+        return _Config.metrics
+    return _Config.quiet is None or not _Config.quiet()
