@@ -12,6 +12,7 @@ import pytest
 from workerless import observability
 from workerless.errors import LeaseLostError, RateLimitedError
 from workerless.lease import ACTIVATION_LEASE
+from workerless.model import JobRef
 from workerless.testing import make_activated_job
 from workerless_devkit.local import loop
 
@@ -156,17 +157,18 @@ def test_engine_errors_are_counted_by_status_and_re_raised(emitted: list[dict[st
         def report(self, ref: Any, outcome: Any) -> None:
             return None
 
+    ref = JobRef(engine="fake", job_id="j1", job_type="t")
     engine = observability.observe_engine(Adapter())
     assert observability.observe_engine(engine) is engine
     assert engine.lease is ACTIVATION_LEASE  # not a call: passed through as it is
     with observability.invocation_metrics():
         with pytest.raises(LeaseLostError):
-            engine.extend(None, 5)
+            engine.extend(ref, 5)
         with pytest.raises(LeaseLostError):
-            engine.extend(None, 5)
+            engine.extend(ref, 5)
         with pytest.raises(RateLimitedError):
             engine.activate([], 5)
-        engine.report(None, None)
+        engine.report(ref, None)
     statuses = {doc["Status"]: doc["EngineErrors"] for doc in emitted}
     assert statuses == {"409": [2.0], "429": [1.0]}
 

@@ -62,7 +62,7 @@ def test_the_observed_engine_wraps_the_engine_once_and_close_closes_it() -> None
     wiring = Wiring(engine=engine)
     observed = wiring.observed_engine
     assert isinstance(observed, ObservedEngine)
-    assert observed.wrapped is engine
+    assert observed.inner is engine
     assert wiring.observed_engine is observed
     wiring.close()
     assert ClosingEngine.closed == 1
@@ -78,7 +78,7 @@ def test_set_engine_replaces_the_observed_engine_too() -> None:
     assert wiring.engine is replacement
     second = wiring.observed_engine
     assert second is not first
-    assert isinstance(second, ObservedEngine) and second.wrapped is replacement
+    assert isinstance(second, ObservedEngine) and second.inner is replacement
 
 
 def test_an_explicit_observer_wraps_the_engine() -> None:
@@ -123,7 +123,7 @@ def test_the_engine_decorator_wraps_the_built_engine_once(monkeypatch: pytest.Mo
     wiring = Wiring(engine_decorator=decorate, state=object())  # type: ignore[arg-type]
     try:
         engine = wiring.engine
-        assert isinstance(engine, ObservedEngine) and engine.wrapped is built
+        assert isinstance(engine, ObservedEngine) and engine.inner is built
         assert wiring.engine is engine
         assert decorated == [built]
     finally:

@@ -27,9 +27,10 @@ import time
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from workerless.lease import BeforeRun, LeaseModel
+from workerless.engines.decorator import EngineDecorator
+from workerless.lease import BeforeRun
 
 from workerless_devkit.chaos.ledger import Ledger
 from workerless_devkit.chaos.plan import Fault, FaultPlan, Recorder, SimulatedCrash
@@ -37,6 +38,8 @@ from workerless_devkit.chaos.plan import Fault, FaultPlan, Recorder, SimulatedCr
 if TYPE_CHECKING:
     from workerless.engines.base import Engine
     from workerless.model import ActivatedJob, Demand, JobRef, Outcome
+
+T = TypeVar("T")
 
 _suppress: contextvars.ContextVar[bool] = contextvars.ContextVar("workerless_chaos_suppress", default=False)
 
@@ -283,31 +286,22 @@ _HTTP_FAULTS: tuple[tuple[Fault, dict[str, Any]], ...] = (
 )
 
 
-class ChaosEngine:
+class ChaosEngine(EngineDecorator):
     """An engine decorator (the chaos wiring's ``engine_decorator``) around the adapter the runtime
     built: injects engine faults before its calls, kills a handler after its store, and records
-    activations and accepted reports (the stale-write check). Implements the Engine Protocol and
-    delegates each call explicitly."""
+    activations and accepted reports (the stale-write check)."""
+
+    #: The calls that are an opportunity for an engine fault (send_logs, after_cycle and close never
+    #: were; skip only where it makes a request, see :meth:`around`).
+    FAULTED = frozenset({"activate", "begin", "extend", "report", "release", "skip"})
 
     def __init__(self, inner: Engine, state: ChaosState) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._state = state
-
-    @property
-    def inner(self) -> Engine:
-        return self._inner
 
     @property
     def state(self) -> ChaosState:
         return self._state
-
-    @property
-    def name(self) -> str:
-        return self._inner.name
-
-    @property
-    def lease(self) -> LeaseModel:
-        return self._inner.lease
 
     # -- engine faults --------------------------------------------------------------------------
     def _queue_fault(self, fault: dict[str, Any]) -> None:
@@ -347,9 +341,19 @@ class ChaosEngine:
             state.recorder.note(Fault.ENGINE_421, job_ids=job_ids, where=where)
 
     # -- the Engine protocol --------------------------------------------------------------------
+    def around(self, operation: str, job_ids: Sequence[str], call: Callable[[], T]) -> T:
+        # An engine whose deliveries acquire their lease (StageNext) acknowledges one refused at
+        # acquire (a lost one is a redelivery); elsewhere skip makes no request, so it is no
+        # opportunity for an engine fault.
+        faulted = operation in self.FAULTED and (
+            operation != "skip" or self.inner.lease.before_run is BeforeRun.ACQUIRE
+        )
+        if faulted:
+            self._maybe_fault(operation, job_ids)
+        return call()
+
     def activate(self, demands: Sequence[Demand], lease_seconds: int) -> list[ActivatedJob]:
-        self._maybe_fault("activate")
-        jobs = self.inner.activate(demands, lease_seconds)
+        jobs = super().activate(demands, lease_seconds)
         state = self.state
         with state.lock:
             for job in jobs:
@@ -361,14 +365,6 @@ class ChaosEngine:
                     seen.append(job.ref.key)
         return jobs
 
-    def begin(self, job: ActivatedJob) -> bool:
-        self._maybe_fault("begin", [job.ref.job_id])
-        return self.inner.begin(job)
-
-    def extend(self, ref: JobRef, lease_seconds: int) -> float:
-        self._maybe_fault("extend", [ref.job_id])
-        return self.inner.extend(ref, lease_seconds)
-
     def report(self, ref: JobRef, outcome: Outcome) -> None:
         from workerless.errors import LeaseLostError
 
@@ -376,34 +372,11 @@ class ChaosEngine:
         if _scope_function() in state.handler_ids and state.roll(Fault.CRASH_AFTER_STORE, [ref.job_id]):
             state.recorder.note(Fault.CRASH_AFTER_STORE, job_ids=[ref.job_id], where="report")
             raise SimulatedCrash("handler process died after storing its result, before reporting it")
-        self._maybe_fault("report", [ref.job_id])
         try:
-            self.inner.report(ref, outcome)
+            super().report(ref, outcome)
         except LeaseLostError:
             with state.lock:
                 state.refused_stale += 1
             raise
         with state.lock:
             state.accepted.append((ref.key, outcome.kind, time.time()))
-
-    def release(self, job: ActivatedJob, reason: str) -> None:
-        self._maybe_fault("release", [job.ref.job_id])
-        self.inner.release(job, reason)
-
-    def skip(self, ref: JobRef) -> None:
-        # An engine whose deliveries acquire their lease (StageNext) acknowledges one refused at
-        # acquire (a lost one is a redelivery); elsewhere skip makes no request, so it is no
-        # opportunity for an engine fault.
-        if self.inner.lease.before_run is BeforeRun.ACQUIRE:
-            self._maybe_fault("skip", [ref.job_id])
-        self.inner.skip(ref)
-
-    # No faults here (as before: only the calls above were ever an opportunity for one).
-    def send_logs(self, ref: JobRef, lines: Sequence[Mapping[str, Any]]) -> None:
-        self.inner.send_logs(ref, lines)
-
-    def after_cycle(self, counters: Mapping[str, int]) -> None:
-        self.inner.after_cycle(counters)
-
-    def close(self) -> None:
-        self.inner.close()

@@ -1,0 +1,86 @@
+"""A base for engine decorators: an :class:`~workerless.engines.base.Engine` that forwards every
+call of the Protocol to an inner engine through one hook, :meth:`EngineDecorator.around`.
+
+The runtime's observer (:class:`workerless.observer.ObservedEngine`: failed calls counted) and the
+devkit's chaos engine (faults injected before calls) are both decorators. Each used to spell out the
+ten forwarding methods; here they are written once and typed against the Protocol, so a call the
+Protocol gains is forwarded by every decorator, and one a decorator forgets cannot exist.
+
+Example:
+    >>> from workerless.testing import FakeEngine
+    >>> class Tally(EngineDecorator):
+    ...     calls: list[str] = []
+    ...     def around(self, operation, job_ids, call):
+    ...         self.calls.append(operation)
+    ...         return call()
+    >>> engine = Tally(FakeEngine())
+    >>> engine.activate([], 60)
+    []
+    >>> engine.calls, engine.name == engine.inner.name
+    (['activate'], True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from workerless.engines.base import Engine
+    from workerless.lease import LeaseModel
+    from workerless.model import ActivatedJob, Demand, JobRef, Outcome
+
+T = TypeVar("T")
+
+
+class EngineDecorator:
+    """Forwards every Engine call to ``inner`` through :meth:`around`; subclasses override it (and,
+    for bookkeeping around one call, that call, calling ``super()``)."""
+
+    def __init__(self, inner: Engine) -> None:
+        self._inner = inner
+
+    @property
+    def inner(self) -> Engine:
+        """The engine this one decorates."""
+        return self._inner
+
+    @property
+    def name(self) -> str:
+        return self._inner.name
+
+    @property
+    def lease(self) -> LeaseModel:
+        return self._inner.lease
+
+    def around(self, operation: str, job_ids: Sequence[str], call: Callable[[], T]) -> T:
+        """Make one call of the inner engine: ``operation`` is the Protocol method's name,
+        ``job_ids`` the jobs it concerns (none for activate, after_cycle, close)."""
+        return call()
+
+    def activate(self, demands: Sequence[Demand], lease_seconds: int) -> list[ActivatedJob]:
+        return self.around("activate", (), lambda: self._inner.activate(demands, lease_seconds))
+
+    def begin(self, job: ActivatedJob) -> bool:
+        return self.around("begin", (job.ref.job_id,), lambda: self._inner.begin(job))
+
+    def extend(self, ref: JobRef, lease_seconds: int) -> float:
+        return self.around("extend", (ref.job_id,), lambda: self._inner.extend(ref, lease_seconds))
+
+    def report(self, ref: JobRef, outcome: Outcome) -> None:
+        self.around("report", (ref.job_id,), lambda: self._inner.report(ref, outcome))
+
+    def release(self, job: ActivatedJob, reason: str) -> None:
+        self.around("release", (job.ref.job_id,), lambda: self._inner.release(job, reason))
+
+    def skip(self, ref: JobRef) -> None:
+        self.around("skip", (ref.job_id,), lambda: self._inner.skip(ref))
+
+    def send_logs(self, ref: JobRef, lines: Sequence[Mapping[str, Any]]) -> None:
+        self.around("send_logs", (ref.job_id,), lambda: self._inner.send_logs(ref, lines))
+
+    def after_cycle(self, counters: Mapping[str, int]) -> None:
+        self.around("after_cycle", (), lambda: self._inner.after_cycle(counters))
+
+    def close(self) -> None:
+        self.around("close", (), self._inner.close)
