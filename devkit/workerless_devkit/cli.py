@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+import typing
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
@@ -354,8 +355,8 @@ def _stop_on_signals() -> Iterator[threading.Event]:
 
 
 def emulator_options(engine: str, *, auth: bool | None) -> dict[str, Any]:
-    """The emulator options ``--auth`` asks for: ``auth`` only where ``create()`` takes it as an
-    on/off switch (Sheptra's); a UsageError for an engine without one."""
+    """The emulator options ``--auth`` asks for: ``auth`` only where the emulator ``create()`` builds
+    takes it as an on/off switch (Sheptra's); a UsageError for an engine without one."""
     if auth is None:
         return {}
     try:
@@ -364,7 +365,8 @@ def emulator_options(engine: str, *, auth: bool | None) -> dict[str, Any]:
         raise UsageError(str(exc)) from None
     except ImportError as exc:
         raise UsageError(f"the {engine} emulator cannot be loaded: {exc}") from None
-    parameter = inspect.signature(module.create).parameters.get("auth")
+    emulator_class = typing.get_type_hints(module.create)["return"]
+    parameter = inspect.signature(emulator_class).parameters.get("auth")
     if parameter is None or not isinstance(parameter.default, bool):
         raise UsageError(f"the {engine} emulator has no --auth switch")
     return {"auth": auth}

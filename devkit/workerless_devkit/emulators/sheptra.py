@@ -797,39 +797,11 @@ class SheptraEmulator(EngineEmulator):
         return Response(204)
 
 
-def create(
-    *,
-    auth: bool = True,
-    token_ttl: int = 3600,
-    max_lease_seconds: int = 600,
-    default_lease_seconds: int = 60,
-    long_poll_cap: float = 30.0,
-    client_id: str = "client_demo",
-    client_secret: str | None = None,
-    cluster: str = "cell-a-env",
-    rate_limit: float | None = None,
-    org_id: str = "org_demo",
-    audience: str = "https://engine.sheptra.emulator",
-    issuer: str = "https://authkit.sheptra.emulator/",
-    max_variables_bytes: int = MAX_VARIABLES_BYTES,
-) -> SheptraEmulator:
-    """A Sheptra emulator (not yet serving: call :meth:`SheptraEmulator.serve`).
+def create(**options: Any) -> SheptraEmulator:
+    """A Sheptra emulator (not yet serving: call :meth:`SheptraEmulator.serve`); options: see
+    :class:`SheptraEmulator`.
 
     ``client_secret=None`` draws a random secret; ``rate_limit`` (requests per second across every
     engine call, burst of the same size) answers 429 with Retry-After past it.
     """
-    return SheptraEmulator(
-        auth=auth,
-        token_ttl=token_ttl,
-        max_lease_seconds=max_lease_seconds,
-        default_lease_seconds=default_lease_seconds,
-        long_poll_cap=long_poll_cap,
-        client_id=client_id,
-        client_secret=client_secret,
-        cluster=cluster,
-        rate_limit=rate_limit,
-        org_id=org_id,
-        audience=audience,
-        issuer=issuer,
-        max_variables_bytes=max_variables_bytes,
-    )
+    return SheptraEmulator(**options)

@@ -705,14 +705,19 @@ class StageNextEmulator(EngineEmulator):
             raise HTTPProblem(400, "Bad Request", "executionId is required")
         return execution_id
 
+    def _lease_target(self, req: Request, execution_id: str) -> tuple[Worker, Stage, Execution | None]:
+        """Under the lock, for a lease call: run the clock's sweeps, then the session's worker, the
+        stage the request names (in the worker's application) and its execution, if it has one."""
+        self._tick()
+        worker = self._worker_for_session(req)
+        stage = self._stage_for(req, worker.application)
+        return worker, stage, stage.execution(execution_id)
+
     def _acquire(self, req: Request) -> Response:
         body = req.json_object()
         execution_id = self._execution_id(body)
         with self._lock:
-            self._tick()
-            worker = self._worker_for_session(req)
-            stage = self._stage_for(req, worker.application)
-            execution = stage.execution(execution_id)
+            worker, stage, execution = self._lease_target(req, execution_id)
             reason: str | None = None
             if execution is None:
                 reason = "unknown_execution"
@@ -747,10 +752,7 @@ class StageNextEmulator(EngineEmulator):
         body = req.json_object()
         execution_id = self._execution_id(body)
         with self._lock:
-            self._tick()
-            worker = self._worker_for_session(req)
-            stage = self._stage_for(req, worker.application)
-            execution = stage.execution(execution_id)
+            worker, stage, execution = self._lease_target(req, execution_id)
             reason: str | None = None
             if execution is None:
                 reason = "unknown_execution"
