@@ -167,8 +167,8 @@ def _batch(event: dict[str, Any], handle: Callable[[SqsRecord], object], wiring:
 @logger.inject_lambda_context(clear_state=True)
 def heartbeat(event: dict[str, Any], context: Any, wiring: Wiring | None = None) -> dict[str, Any]:
     """Extend the leases of the jobs in each ticket and send the ticket on while any is live."""
-    from workerless.errors import MessageFormatError
-    from workerless.heartbeat import TicketNotSentError, calls_deadline, lease_length, process_ticket
+    from workerless.errors import MessageFormatError, TicketNotSentError
+    from workerless.heartbeat import calls_deadline, lease_length, process_ticket
 
     wired = _wiring(wiring)
     settings, store, queues = wired.settings, wired.store, wired.queues

@@ -84,6 +84,7 @@ __all__ = [
     "StoreError",
     "TerminalError",
     "ThrowError",
+    "TicketNotSentError",
     "WorkerlessError",
 ]
 
@@ -306,6 +307,15 @@ class ClaimHeldError(PipelineError):
 
 class ClaimStillLiveError(PipelineError):
     """The dead-lettered job's handler still holds a live claim: try again later."""
+
+
+class TicketNotSentError(PipelineError):
+    """A heartbeat ticket's successors could not be sent (SQS refused), or the ticket failed too
+    many rounds in a row: the message it came from must come back in ``retry_in`` seconds."""
+
+    def __init__(self, message: str, *, retry_in: int) -> None:
+        super().__init__(message)
+        self.retry_in = retry_in
 
 
 class JobError(Exception):

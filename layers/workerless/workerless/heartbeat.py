@@ -60,6 +60,7 @@ from workerless.errors import (
     PipelineError,
     RetryableEngineError,
     StoreError,
+    TicketNotSentError,
 )
 from workerless.observability import logger
 from workerless.record import JobRecord, Status
@@ -78,15 +79,6 @@ MAX_TICKET_FAILURES = 8
 #: Kept back from the invocation's deadline when deciding whether to start another engine call:
 #: time to send the tickets after the last call ends.
 SEND_RESERVE_SECONDS = 2.0
-
-
-class TicketNotSentError(PipelineError):
-    """The ticket's successors could not be sent (SQS refused), or the ticket failed too many rounds
-    in a row: the message it came from must come back in ``retry_in`` seconds."""
-
-    def __init__(self, message: str, *, retry_in: int) -> None:
-        super().__init__(message)
-        self.retry_in = retry_in
 
 
 def calls_deadline(deadline: float, *, http_timeout: float, now: float) -> float:
