@@ -87,7 +87,10 @@ def retrying_store(call: Callable[[], T], what: str, *, deadline: float) -> T:
     request) and the last StoreError when time runs out propagate."""
 
     def note(attempt: int, error: Exception) -> None:
-        logger.warning(f"{what} failed; trying again", extra={"error": str(error), "attempt": attempt})
+        # One message for every such retry (a query finds them all); what failed is a field.
+        logger.warning(
+            "job record write failed; trying again", extra={"write": what, "error": str(error), "attempt": attempt}
+        )
 
     return STORE_WRITES.call(call, deadline=deadline, retryable=retryable_store_error, on_retry=note)
 

@@ -52,7 +52,7 @@ from workerless.model import ActivatedJob, Demand, JobRef, Outcome
 
 __all__ = ["SheptraEngine", "from_values"]
 
-log = logging.getLogger("workerless.engines.sheptra")
+logger = logging.getLogger("workerless.engines.sheptra")
 
 
 class _Malformed(Exception):
@@ -172,7 +172,7 @@ class SheptraEngine:
 
                 def resolve_again() -> None:
                     # The environment moved to another cell: the cached baseUrl is wrong.
-                    log.info("sheptra %s answered 421 at %s; resolving the environment again", what, base)
+                    logger.info("sheptra %s answered 421 at %s; resolving the environment again", what, base)
                     self._locator.forget()
 
                 return "resolve", resolve_again
@@ -293,7 +293,7 @@ class SheptraEngine:
         job_id = raw.get("id") if isinstance(raw, dict) else None
         if not isinstance(job_id, str) or not job_id:
             # Nothing to address it by: the engine's lease returns it to the queue on its own.
-            log.error("sheptra activate answered a malformed job without a usable id (%s); left to its lease", bad)
+            logger.error("sheptra activate answered a malformed job without a usable id (%s); left to its lease", bad)
             return
         retries = raw.get("retries") if isinstance(raw, dict) else None
         usable_retries = (
@@ -303,17 +303,17 @@ class SheptraEngine:
         ref = JobRef(
             ENGINE, job_id, job_type if isinstance(job_type, str) and job_type else "?", handle=_label_handle(label)
         )
-        log.error("sheptra activate answered malformed job %s (%s); handing it back", job_id, bad)
+        logger.error("sheptra activate answered malformed job %s (%s); handing it back", job_id, bad)
         self._hand_back(ref, usable_retries, f"workerless could not read this job: {bad}")
 
     def _hand_back(self, ref: JobRef, retries: int | None, message: str) -> None:
         """Fail with retries unchanged and no backoff, so the job is not stuck for a whole lease.
         Best effort: if this fails too, the engine's lease hands the job out again later."""
-        log.warning("sheptra handing back job %s: %s", ref.job_id, message)
+        logger.warning("sheptra handing back job %s: %s", ref.job_id, message)
         try:
             self._fail(ref, message, retries=retries, backoff_seconds=0)
         except (EngineError, ConfigurationError) as exc:
-            log.warning("sheptra could not hand back job %s (%s); it returns when its lease lapses", ref.job_id, exc)
+            logger.warning("sheptra could not hand back job %s (%s); it returns when its lease lapses", ref.job_id, exc)
 
     def begin(self, job: ActivatedJob) -> bool:
         """Sheptra's lease started at activation: nothing to acquire."""

@@ -29,7 +29,7 @@ from workerless.errors import ConfigurationError, RetryableEngineError
 
 __all__ = ["Locator"]
 
-log = logging.getLogger("workerless.engines.sheptra")
+logger = logging.getLogger("workerless.engines.sheptra")
 
 
 class Locator:
@@ -72,7 +72,7 @@ class Locator:
                 # A management-plane outage must never stop a worker that is already configured:
                 # keep polling the baseUrl we have and ask discovery again only after the next
                 # run of consecutive failures, never on every call.
-                log.warning("sheptra discovery failed; keeping the cached baseUrl %s", self.base_url)
+                logger.warning("sheptra discovery failed; keeping the cached baseUrl %s", self.base_url)
             self._reresolve = False
             self._transport_failures = 0
             return self.base_url
@@ -93,7 +93,7 @@ class Locator:
         with self._lock:
             self._transport_failures += 1
             if self._transport_failures >= TRANSPORT_FAILURES_BEFORE_RERESOLVE:
-                log.warning(
+                logger.warning(
                     "sheptra: %d consecutive connection failures at %s; resolving again on the next call",
                     self._transport_failures,
                     self.base_url,
@@ -137,7 +137,7 @@ class Locator:
         if "baseUrl" not in body and isinstance(wrapped, dict):
             body = wrapped  # tolerate {"environment": {...}} around the documented object
         base = check_discovered_base_url(body.get("baseUrl"))
-        log.info("sheptra discovery resolved cluster %s to %s", environment, base)
+        logger.info("sheptra discovery resolved cluster %s to %s", environment, base)
         return base
 
 

@@ -60,7 +60,7 @@ from workerless.model import ActivatedJob, Demand, JobRef, Outcome
 
 __all__ = ["StageNextEngine", "from_values"]
 
-log = logging.getLogger("workerless.engines.stagenext")
+logger = logging.getLogger("workerless.engines.stagenext")
 
 
 class StageNextEngine:
@@ -199,7 +199,7 @@ class StageNextEngine:
                     job = self._pull_one(demand)
                 except RetryableEngineError:
                     if jobs:
-                        log.warning("stagenext pull stopped early; keeping the deliveries already pulled")
+                        logger.warning("stagenext pull stopped early; keeping the deliveries already pulled")
                         return jobs
                     raise
                 except Exception:
@@ -215,7 +215,7 @@ class StageNextEngine:
             try:
                 self._ack(job.ref, requeue=True, what="requeue")
             except Exception:  # noqa: BLE001 - best effort; the visibility sweep requeues it anyway
-                log.warning("stagenext requeue failed", extra={"job_id": job.ref.job_id})
+                logger.warning("stagenext requeue failed", extra={"job_id": job.ref.job_id})
 
     def _pull_one(self, demand: Demand) -> ActivatedJob | None:
         queue = demand.engine_queue
@@ -262,7 +262,7 @@ class StageNextEngine:
             response = self._lease_call(ref, "acquire")
             if response.status_code == 404:
                 self._uncertain.forget(token)
-                log.info("stagenext lease acquire: stage not found; not executing", extra={"job_id": ref.job_id})
+                logger.info("stagenext lease acquire: stage not found; not executing", extra={"job_id": ref.job_id})
                 return False
             if response.status_code != 200:
                 raise self._translate.response(response, job_id=ref.job_id, what="lease acquire")
@@ -283,10 +283,10 @@ class StageNextEngine:
             owned = self._owns_lease(ref)
             self._uncertain.forget(token)
             if owned is not None:
-                log.info("stagenext lease acquire answered lease_held after a lost answer: the lease is ours")
+                logger.info("stagenext lease acquire answered lease_held after a lost answer: the lease is ours")
                 return self._started(ref, owned)
         self._uncertain.forget(token)
-        log.info("stagenext lease not acquired; not executing", extra={"job_id": ref.job_id, "reason": reason})
+        logger.info("stagenext lease not acquired; not executing", extra={"job_id": ref.job_id, "reason": reason})
         return False
 
     def _started(self, ref: JobRef, data: Mapping[str, Any]) -> bool:
@@ -391,18 +391,18 @@ class StageNextEngine:
             failed_acks += 1
             if failed_acks < ACK_TRIES:
                 self._accepted.remember(token, failed_acks)
-                log.warning(
+                logger.warning(
                     "stagenext ack after an accepted result failed; acknowledging again",
                     extra={"job_id": ref.job_id, "error": type(exc).__name__, "status": exc.status},
                 )
                 raise
-            log.warning(
+            logger.warning(
                 "stagenext ack after an accepted result kept failing; the gateway requeues the delivery "
                 "and its next delivery is refused at acquire",
                 extra={"job_id": ref.job_id, "error": type(exc).__name__, "status": exc.status},
             )
         except Exception as exc:  # noqa: BLE001 - the result is accepted; the sweep requeues the delivery
-            log.warning(
+            logger.warning(
                 "stagenext ack after result refused; the delivery will be requeued and refused at acquire",
                 extra={"job_id": ref.job_id, "error": type(exc).__name__},
             )
@@ -439,7 +439,7 @@ class StageNextEngine:
             headers=cookie_header(ref),
         )
         if response.status_code == 404:
-            log.info("stagenext %s: token not held by the gateway replica (404)", what, extra={"job_id": ref.job_id})
+            logger.info("stagenext %s: token not held by the gateway replica (404)", what, extra={"job_id": ref.job_id})
             return False
         if response.status_code not in (200, 202, 204):
             raise self._translate.response(response, job_id=ref.job_id, what=what)
@@ -456,7 +456,7 @@ class StageNextEngine:
         """Hand a pulled delivery straight back to the broker (ack requeue:true): for a delivery
         workerless cannot handle now. It does not reset a lease this worker may hold: such a lease
         lapses unrenewed and StageNext's recovery dispatches the stage again."""
-        log.info("stagenext releasing delivery", extra={"job_id": job.ref.job_id, "reason": reason})
+        logger.info("stagenext releasing delivery", extra={"job_id": job.ref.job_id, "reason": reason})
         self._ack(job.ref, requeue=True, what="requeue")
 
     def send_logs(self, ref: JobRef, lines: Sequence[Mapping[str, Any]]) -> None:
@@ -485,7 +485,7 @@ class StageNextEngine:
             if response.status_code not in (200, 202, 204):
                 raise self._translate.response(response, what="worker shutdown")
         except Exception as exc:  # noqa: BLE001 - closing must not mask the caller's own outcome
-            log.warning("stagenext worker shutdown failed", extra={"error": str(exc)})
+            logger.warning("stagenext worker shutdown failed", extra={"error": str(exc)})
 
 
 def from_values(

@@ -42,7 +42,7 @@ from workerless.retry import SESSION_WAIT
 
 __all__ = ["Sessions", "WorkerSession"]
 
-log = logging.getLogger("workerless.engines.stagenext")
+logger = logging.getLogger("workerless.engines.stagenext")
 
 #: The engine's POST: (path, what, json body, headers) → the answer (transport errors translated).
 Post = Callable[..., httpx.Response]
@@ -163,7 +163,7 @@ class Sessions:
             # Rotate well before expiry: refresh_seconds early, but never later than half-way.
             refresh_at=renew_at(started, ttl, self._config.session_refresh_seconds),
         )
-        log.info("stagenext worker session bootstrapped", extra={"worker_id": worker_id, "ttl_seconds": ttl})
+        logger.info("stagenext worker session bootstrapped", extra={"worker_id": worker_id, "ttl_seconds": ttl})
         return session
 
     def current(self) -> WorkerSession:
@@ -249,7 +249,7 @@ class Sessions:
         ):
             return fresh
         # Our claim lapsed and another container took over; its bootstrap replaces our token.
-        log.warning("stagenext session rotation claim was taken over; re-reading the shared session")
+        logger.warning("stagenext session rotation claim was taken over; re-reading the shared session")
         return None
 
     def _release_claim(self, state: SharedState, nonce: str, base: dict[str, Any]) -> None:

@@ -19,7 +19,7 @@ from workerless.model import JobRef
 
 __all__ = ["Telemetry"]
 
-log = logging.getLogger("workerless.engines.stagenext")
+logger = logging.getLogger("workerless.engines.stagenext")
 
 
 class Telemetry:
@@ -74,7 +74,7 @@ class Telemetry:
             try:
                 self.flush()
             except Exception as exc:  # noqa: BLE001 - telemetry must not fail a job
-                log.warning("stagenext events flush failed", extra={"error": str(exc)})
+                logger.warning("stagenext events flush failed", extra={"error": str(exc)})
 
     def flush(self) -> None:
         """POST /workers/events in batches of at most STAGENEXT_EVENTS_MAX_BATCH. A failed batch is
@@ -95,7 +95,7 @@ class Telemetry:
 
             response, _ = self._sessions.call(send)
             if response.status_code not in (200, 202, 204):
-                log.warning("stagenext dropped %d lifecycle events (%d)", len(batch), response.status_code)
+                logger.warning("stagenext dropped %d lifecycle events (%d)", len(batch), response.status_code)
 
     def after_cycle(self, counters: Mapping[str, int]) -> None:
         """Report liveness (POST /workers/heartbeat) with the counters summed since the last report,
@@ -128,7 +128,7 @@ class Telemetry:
             if response.status_code not in (200, 202, 204):
                 raise self._translate.response(response, what="worker heartbeat")
         except Exception as exc:  # noqa: BLE001 - liveness reporting must never fail a poller cycle
-            log.warning("stagenext worker heartbeat failed", extra={"error": str(exc)})
+            logger.warning("stagenext worker heartbeat failed", extra={"error": str(exc)})
             return  # the counters stay summed for the next cycle's try
         with self._lock:
             self._liveness_at = now
