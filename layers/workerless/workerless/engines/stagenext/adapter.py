@@ -49,12 +49,7 @@ from workerless.engines.stagenext.deliveries import (
 )
 from workerless.engines.stagenext.session import Sessions, WorkerSession
 from workerless.engines.stagenext.telemetry import Telemetry
-from workerless.errors import (
-    ConfigurationError,
-    EngineUnavailableError,
-    LeaseLostError,
-    RetryableEngineError,
-)
+from workerless.errors import ConfigurationError, EngineUnavailableError, LeaseLostError, RetryableEngineError
 from workerless.lease import BEGIN_LEASE, LeaseModel
 from workerless.model import ActivatedJob, Demand, JobRef, Outcome
 
