@@ -87,7 +87,7 @@ def test_a_dead_pollers_batch_is_handed_back_even_while_its_lock_still_blocks_po
     dead = PollerLock(state(), seconds=30, window=2)
     assert dead.acquire()
     jobs = fake.activate([Demand("charge-payment", 3)], 60)
-    assert IntentLog(dead, lease_seconds=60, clock=lambda: time.time() - 60).record(jobs)
+    assert IntentLog(dead, lease_seconds=60, clock=lambda: time.time() - 60).write(jobs)
     dead_until = state().get(LOCK_KEY)["until"]
 
     report = entrypoints.poller(tick_event(), FakeContext())

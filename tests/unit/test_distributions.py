@@ -72,3 +72,14 @@ def test_the_engine_registry_is_the_one_list_of_engines() -> None:
     assert set(ENGINE_KEY_PREFIXES) == set(ENGINES)
     emulators = ROOT / "devkit" / "workerless_devkit" / "emulators"
     assert all((emulators / f"{name}.py").is_file() or (emulators / name).is_dir() for name in ENGINE_NAMES)
+
+
+#: A runtime module does one thing: past this many lines it is doing two (split it, as poller.py
+#: was split into poller, giveback and ticker).
+MAX_RUNTIME_MODULE_LINES = 500
+
+
+def test_no_runtime_module_is_longer_than_the_bound() -> None:
+    lengths = {str(p.relative_to(ROOT)): len(p.read_text(encoding="utf-8").splitlines()) for p in RUNTIME.rglob("*.py")}
+    assert lengths, "no runtime modules found"
+    assert {path: n for path, n in lengths.items() if n > MAX_RUNTIME_MODULE_LINES} == {}

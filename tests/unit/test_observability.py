@@ -42,11 +42,11 @@ def test_lifecycle_steps_are_counted_by_service_and_failures_per_job_type(emitte
     THEN completions are counted service-wide only (one custom metric, not one per route), a rare
     failure count per job type with its service roll-up, and steps without a metric not at all."""
     with observability.invocation_metrics():
-        observability.record("charge-payment", "completed", job_id="1")
-        observability.record("send-receipt", "completed", job_id="2")
-        observability.record("send-receipt", "lease_lost", job_id="3")
-        observability.record("send-receipt", "started", job_id="3")  # logged, not a metric
-        observability.record("send-receipt", "no-such-step", job_id="4")  # logged, not a metric
+        observability.emit("charge-payment", "completed", job_id="1")
+        observability.emit("send-receipt", "completed", job_id="2")
+        observability.emit("send-receipt", "lease_lost", job_id="3")
+        observability.emit("send-receipt", "started", job_id="3")  # logged, not a metric
+        observability.emit("send-receipt", "no-such-step", job_id="4")  # logged, not a metric
 
     assert len(emitted) == 2
     service, receipt = sorted(emitted, key=lambda d: d.get("JobType", ""))
@@ -62,7 +62,7 @@ def test_lifecycle_steps_are_counted_by_service_and_failures_per_job_type(emitte
 def test_every_metric_is_one_of_the_fixed_set_and_a_zero_count_is_not_published(emitted: list[dict[str, Any]]) -> None:
     with observability.invocation_metrics():
         for step in observability.EVENTS:
-            observability.record("t", step, job_id="1")
+            observability.emit("t", step, job_id="1")
         observability.add_metric(observability.POLL_ERRORS, 0)
     names = {m["Name"] for doc in emitted for m in doc["_aws"]["CloudWatchMetrics"][0]["Metrics"]}
     assert names == set(observability.EVENT_METRICS.values())
@@ -75,7 +75,7 @@ def test_an_outcome_logs_at_info_and_a_step_on_the_way_at_debug(monkeypatch: pyt
     monkeypatch.setattr(observability.logger, "info", lambda msg, **kw: seen.append(("INFO", msg)))
     monkeypatch.setattr(observability.logger, "debug", lambda msg, **kw: seen.append(("DEBUG", msg)))
     for step in ("activated", "dispatched", "started", "completed"):
-        observability.record("t", step, job_id="1")
+        observability.emit("t", step, job_id="1")
     assert seen == [
         ("DEBUG", "job activated"),
         ("DEBUG", "job dispatched"),
@@ -95,7 +95,7 @@ def test_distributions_keep_every_value_and_split_past_the_emf_cap(emitted: list
 
 
 def test_nothing_is_written_outside_an_invocation_or_when_empty(emitted: list[dict[str, Any]]) -> None:
-    observability.record("t", "completed", job_id="1")
+    observability.emit("t", "completed", job_id="1")
     with observability.invocation_metrics():
         pass
     assert emitted == []
@@ -109,7 +109,7 @@ def test_local_mode_invocations_write_no_metrics_by_default() -> None:
     try:
         assert observability.metrics_enabled() is False
         with observability.invocation_metrics() as buffer:
-            observability.record("t", "completed", job_id="1")
+            observability.emit("t", "completed", job_id="1")
         assert buffer is None
     finally:
         loop.exit_scope(token)
@@ -123,7 +123,7 @@ def test_powertools_metrics_disabled_is_honoured(
 ) -> None:
     monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
     with observability.invocation_metrics():
-        observability.record("t", "completed", job_id="1")
+        observability.emit("t", "completed", job_id="1")
     assert emitted == []
 
 
@@ -253,7 +253,7 @@ def test_a_failing_sink_never_fails_the_invocation() -> None:
     observability.configure(metrics=True, sink=sink)
     try:
         with observability.invocation_metrics():
-            observability.record("t", "completed", job_id="1")
+            observability.emit("t", "completed", job_id="1")
     finally:
         observability.configure(metrics=None, sink=None)
 
@@ -311,7 +311,7 @@ def test_an_invalid_metric_is_dropped_with_a_warning_and_the_others_still_writte
     monkeypatch.setattr(observability.logger, "warning", lambda msg, **kw: warned.append(msg))
     with observability.invocation_metrics():
         observability.add_metric(name, value, unit)
-        observability.record("t", "completed", job_id="1")
+        observability.emit("t", "completed", job_id="1")
     (doc,) = emitted
     assert doc["JobsCompleted"] == [1.0]
     assert [m["Name"] for m in doc["_aws"]["CloudWatchMetrics"][0]["Metrics"]] == ["JobsCompleted"]

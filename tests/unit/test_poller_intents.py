@@ -366,7 +366,7 @@ def test_the_owner_steps_need_no_read() -> None:
     [job] = world.engine.activate([Demand("charge-payment", 1)], 60)
     log = IntentLog(lock, lease_seconds=60, clock=world.clock)
     reads, writes = world.state.reads, world.state.writes
-    intent = log.record([job])
+    intent = log.write([job])
     log.dispatched(intent, [job])
     log.clear(intent)
     assert (world.state.reads - reads, world.state.writes - writes) == (0, 2)

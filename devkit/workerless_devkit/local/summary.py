@@ -1,7 +1,7 @@
 """Per-job-type counters that local mode prints.
 
 The pipeline reports each lifecycle step (activated, completed, failed, thrown, lease lost,
-skipped, ...) through :func:`workerless.observability.record`; a running
+skipped, ...) through :func:`workerless.observability.emit`; a running
 :class:`~workerless_devkit.local.LocalTopology` subscribes to those events and counts them here.
 :func:`record` is a dict increment under a lock that never raises.
 

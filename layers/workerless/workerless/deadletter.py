@@ -106,7 +106,7 @@ def process_dead_letter(
         _rejected(job, exc, store=store)
         return
     store.mark_reported(job.key, note=note)
-    observability.record(ref.job_type, "dead_lettered", job_id=ref.job_id)
+    observability.emit(ref.job_type, "dead_lettered", job_id=ref.job_id)
     logger.warning("dead-lettered job settled at the engine", extra={"job_id": ref.job_id, "note": note})
 
 
@@ -154,7 +154,7 @@ def _rejected(job: ActivatedJob, exc: Exception, *, store: JobStore) -> None:
             "status": status,
         },
     )
-    observability.record(ref.job_type, "dead_letter_rejected", job_id=ref.job_id, status=status)
+    observability.emit(ref.job_type, "dead_letter_rejected", job_id=ref.job_id, status=status)
     try:
         store.mark_reported(job.key, note=f"engine refused the dead-letter settlement: {type(exc).__name__} {status}")
     except StoreError as error:

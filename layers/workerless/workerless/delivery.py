@@ -174,7 +174,7 @@ class Delivery:
             verdict = self.begin()
             if verdict is not None:
                 return verdict
-            observability.record(
+            observability.emit(
                 self.job.ref.job_type, "started", job_id=self.job.ref.job_id, receive_count=self.receive_count
             )
             outcome = self.run()
@@ -225,7 +225,7 @@ class Delivery:
                 logger.info("result already stored: re-reporting it, not running the handler again")
                 stored = self.store.load_outcome(found)
                 assert stored is not None  # has_outcome: the record holds the outcome or its reference
-                observability.record(job.ref.job_type, "rereported", job_id=job.ref.job_id)
+                observability.emit(job.ref.job_type, "rereported", job_id=job.ref.job_id)
                 return self.report(stored)
             case Decision.DONE:
                 logger.info("job already reported: acknowledging the redelivery")
@@ -236,7 +236,7 @@ class Delivery:
                 logger.info("job no longer ours (%s): not running it", found.status.value if found else "?")
                 verdict = self._settle_unrun(found)
                 if isinstance(verdict, Ack):
-                    observability.record(job.ref.job_type, "skipped", job_id=job.ref.job_id)
+                    observability.emit(job.ref.job_type, "skipped", job_id=job.ref.job_id)
                 return verdict
             case Decision.RETRY_LATER | Decision.RUN:
                 # RUN: the claim expired between our conditional write and decide(): another
@@ -301,7 +301,7 @@ class Delivery:
         # Begin leases: handed back, not acknowledged (no result goes with it): its next delivery is
         # refused at acquire and acknowledged then. Activation leases: the engine has the job.
         hand_back(job, engine=self.engine, deadline=self.deadline, reason="lease lost while the handler ran")
-        observability.record(job.ref.job_type, "lease_lost", job_id=job.ref.job_id)
+        observability.emit(job.ref.job_type, "lease_lost", job_id=job.ref.job_id)
         return Ack("lease lost while the handler ran")
 
     def report(self, outcome: Outcome) -> Verdict:
@@ -325,7 +325,7 @@ class Delivery:
             logger.warning(
                 "report owed and not noted for the heartbeat: SQS redelivers it after its visibility timeout"
             )
-        observability.record(job.ref.job_type, "report_owed", job_id=job.ref.job_id)
+        observability.emit(job.ref.job_type, "report_owed", job_id=job.ref.job_id)
         return Redeliver(ReportOwedError(f"report of job {job.ref.job_id} still owed"))
 
     # -- the lease model's choices ------------------------------------------------------------------
@@ -347,7 +347,7 @@ class Delivery:
                     if not begun:
                         logger.info("another delivery of this execution holds the lease: acknowledging this one")
                         acknowledge(job, engine=engine, deadline=deadline)
-                        observability.record(job.ref.job_type, "skipped", job_id=job.ref.job_id)
+                        observability.emit(job.ref.job_type, "skipped", job_id=job.ref.job_id)
                         return Ack("another delivery holds the lease")
                     # The claim holder has not acquired yet (or died before it could): this delivery
                     # now holds the lease but not the claim, so it must not run. It is handed back
@@ -407,14 +407,14 @@ class Delivery:
             # Another delivery holds the engine's lease (a redelivery of a job already running).
             store.mark(job.key, Status.SKIPPED, reason="engine refused the lease", job_type=job.ref.job_type)
             acknowledge(job, engine=engine, deadline=self.deadline)
-            observability.record(job.ref.job_type, "skipped", job_id=job.ref.job_id)
+            observability.emit(job.ref.job_type, "skipped", job_id=job.ref.job_id)
             return Ack("the engine refused the lease")
         if not self._mark_begun():
             # Our claim expired and was taken while we acquired: our result could not be stored, so
             # running would be wasted. The delivery is handed back (no result goes with it); the lease
             # we hold lapses unrenewed and the engine runs the job again as a new execution.
             hand_back(job, engine=engine, deadline=self.deadline, reason="the claim changed hands during lease acquire")
-            observability.record(job.ref.job_type, "skipped", job_id=job.ref.job_id)
+            observability.emit(job.ref.job_type, "skipped", job_id=job.ref.job_id)
             return Ack("the claim changed hands during lease acquire")
         return None
 

@@ -46,8 +46,8 @@ def poller(event: dict[str, Any], context: Any, wiring: Wiring | None = None) ->
 
 
 def _poll(event: dict[str, Any], context: Any, wiring: Wiring) -> dict[str, Any]:
-    from workerless.poller import continue_ticker
     from workerless.routes import get_routed_settings
+    from workerless.ticker import continue_ticker
 
     settings = wiring.settings
     queues = wiring.queues

@@ -267,7 +267,7 @@ def _rereport(
         return "final"
     if not settled:
         return "owed"
-    observability.record(ref.job_type, "rereported", job_id=ref.job_id)
+    observability.emit(ref.job_type, "rereported", job_id=ref.job_id)
     _delete_message(ref.job_type, record, settings=settings, queues=queues, job_id=ref.job_id)
     return "settled"
 
@@ -328,7 +328,7 @@ def _extend(
             )
             visit.again.append(entry)
             return
-        observability.record(ref.job_type, "lease_lost", job_id=ref.job_id)
+        observability.emit(ref.job_type, "lease_lost", job_id=ref.job_id)
         logger.info("lease lost: marked so the handler stops", extra={"job_id": ref.job_id})
         return
     except RetryableEngineError as exc:
@@ -339,7 +339,7 @@ def _extend(
     except FinalEngineError as exc:
         logger.error("lease extension rejected; no longer extending", extra={"job_id": ref.job_id, "error": str(exc)})
         return
-    observability.record(ref.job_type, "extended", job_id=ref.job_id)
+    observability.emit(ref.job_type, "extended", job_id=ref.job_id)
     (visit.failing if owed else visit.keep).append(TicketEntry(ref, expiry))
 
 

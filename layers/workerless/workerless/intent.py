@@ -146,7 +146,7 @@ class IntentLog:
         An illustration (a held :class:`~workerless.poller_lock.PollerLock` and activated jobs)::
 
             log = IntentLog(lock, lease_seconds=60)
-            intent = log.record(jobs); log.dispatched(intent, jobs); log.clear(intent)
+            intent = log.write(jobs); log.dispatched(intent, jobs); log.clear(intent)
     """
 
     def __init__(
@@ -165,12 +165,12 @@ class IntentLog:
         self._taken: list[str] = []
 
     # -- the owner's three steps ----------------------------------------------------------------
-    def record(self, jobs: Sequence[ActivatedJob]) -> str | None:
+    def write(self, jobs: Sequence[ActivatedJob]) -> str | None:
         """Write the batch as ``activated``; its id, or None when it could not be written (then
         ``lock.held`` tells whether the lock is still ours)."""
         intent_id = uuid.uuid4().hex[:16]
         entry = encode_batch(intent_id, self.clock(), "activated", jobs)
-        ok = self._update(lambda batches: [*batches, entry], what="record")
+        ok = self._update(lambda batches: [*batches, entry], what="write")
         return intent_id if ok else None
 
     def dispatched(self, intent_id: str | None, jobs: Sequence[ActivatedJob]) -> None:

@@ -42,7 +42,7 @@ class ObservedEngine(EngineDecorator):
 class Observer:
     """What the wiring's entry points observe through: the engine they call, one invocation's
     metrics, a poller invocation's counts. The lifecycle steps themselves go through
-    :func:`workerless.observability.record` wherever they happen."""
+    :func:`workerless.observability.emit` wherever they happen."""
 
     def engine(self, engine: Engine) -> Engine:
         """``engine`` as the pipeline calls it (:class:`ObservedEngine`, once)."""

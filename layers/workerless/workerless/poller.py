@@ -37,33 +37,26 @@ from __future__ import annotations
 
 import functools
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar, assert_never
+from typing import TYPE_CHECKING, TypeVar
 
-from workerless import observability
+from workerless import giveback, observability
 from workerless.aws.payloads import PayloadError
 from workerless.aws.sqs import FALLBACK_MESSAGE_BYTES
 from workerless.claimcheck import JOBS_PREFIX, message_threshold, object_key, too_large_reason
-from workerless.errors import (
-    ConfigurationError,
-    EngineError,
-    FinalEngineError,
-    RetryableEngineError,
-)
-from workerless.lease import HandBack
-from workerless.model import ActivatedJob, Demand, Outcome
+from workerless.errors import ConfigurationError, EngineError, RetryableEngineError
+from workerless.model import ActivatedJob, Demand
 from workerless.observability import logger
 from workerless.poller_lock import Dispatches
-from workerless.retry import CALLS, POLL_BACKOFF_FINAL, POLL_BACKOFF_RETRYABLE
+from workerless.retry import POLL_BACKOFF_FINAL, POLL_BACKOFF_RETRYABLE
 from workerless.settings import Settings
 from workerless.ticket import Ticket, TicketEntry
 
 if TYPE_CHECKING:
     from workerless.engines.base import Engine
     from workerless.poller_lock import PollerLock
-    from workerless.ports import Intents, PayloadStore, Queues, SharedState
+    from workerless.ports import Intents, PayloadStore, Queues
 
 T = TypeVar("T")
 
@@ -71,7 +64,6 @@ T = TypeVar("T")
 MAX_CYCLES = 1000
 #: Time kept back from the Lambda's remaining time when deciding whether to poll again.
 SAFETY_MARGIN_SECONDS = 3.0
-TICKER_STATE_KEY = "ticker"
 #: While work keeps arriving the poller keeps polling until nothing was dispatched for this long.
 LINGER_SECONDS = 5.0
 #: While lingering, an empty or capacity-bound poll ends the invocation and relays to a fresh one
@@ -277,7 +269,7 @@ class Poller:
         report.activated += len(jobs)
         # Written down before dispatch, so a poller that dies now does not cost the jobs a lease. The
         # write is to the lock's item, compare-and-set: it also tells whether the lock is still ours.
-        intent = self._intent(lambda log: log.record(jobs))
+        intent = self._intent(lambda log: log.write(jobs))
         if (intent is None and not self._keep_lock(report)) or (self.lock is not None and not self.lock.held):
             # The lock was taken over while the engine answered (a cycle slower than half the lock):
             # the new holder counts room without these jobs, so they go straight back.
@@ -324,7 +316,7 @@ class Poller:
         by_type: dict[str, list[ActivatedJob]] = {}
         for job in jobs:
             by_type.setdefault(job.ref.job_type, []).append(job)
-            observability.record(job.ref.job_type, "activated", job_id=job.ref.job_id)
+            observability.emit(job.ref.job_type, "activated", job_id=job.ref.job_id)
         sent: list[ActivatedJob] = []
         for job_type, batch in by_type.items():
             route = self.settings.route(job_type)
@@ -341,7 +333,7 @@ class Poller:
                 if failure is None:
                     sent.append(job)
                     sent_here += 1
-                    observability.record(job_type, "dispatched", job_id=job.ref.job_id)
+                    observability.emit(job_type, "dispatched", job_id=job.ref.job_id)
                 elif failure.oversized:
                     # It can never fit an SQS message: fail it for good, with the cap in the reason.
                     self._fail_for_good(job, failure.reason, report, deadline=deadline)
@@ -406,7 +398,7 @@ class Poller:
                 job, f"could not write the job's variables to the claim check: {exc}", report, deadline=deadline
             )
             return None
-        observability.record(job.ref.job_type, "offloaded", job_id=job.ref.job_id, bytes=len(data))
+        observability.emit(job.ref.job_type, "offloaded", job_id=job.ref.job_id, bytes=len(data))
         return job.to_message(payload=ref)
 
     def _send_ticket(self, jobs: list[ActivatedJob]) -> list[ActivatedJob]:
@@ -436,97 +428,14 @@ class Poller:
 
     def _hand_back(self, job: ActivatedJob, reason: str, report: PollReport, *, deadline: float) -> None:
         report.released += 1
-        observability.record(job.ref.job_type, "released", job_id=job.ref.job_id)
+        observability.emit(job.ref.job_type, "released", job_id=job.ref.job_id)
         logger.warning("handing the job back to the engine", extra={"job_id": job.ref.job_id, "reason": reason})
-        self._release(job, reason, deadline=deadline)
+        giveback.release(self.engine, job, reason, deadline=deadline)
 
     def _fail_for_good(self, job: ActivatedJob, reason: str, report: PollReport, *, deadline: float) -> None:
-        """Fail a job that can never be queued, with the reason (no retries: it would only come back
-        as large). A lease not held until acquired (a begin lease) is acquired here first: a result
-        for an execution that is not running is discarded, and the acknowledgement after it would
-        drop the job for good. Refused: acknowledged without a result (the seeds allow that); not
-        settled (acquire or report kept failing): handed back as the lease model says."""
         report.released += 1
-        logger.error("failing a job that cannot be queued", extra={"job_id": job.ref.job_id, "reason": reason})
-        model = self.engine.lease
-        if not model.held(None):
-            try:
-                begun = CALLS.call(lambda: self.engine.begin(job), deadline=deadline)
-            except EngineError as exc:
-                self._requeue(job, f"could not acquire its lease to fail it: {exc}", deadline=deadline)
-                return
-            if not begun:
-                logger.info("lease refused: acknowledging the delivery", extra={"job_id": job.ref.job_id})
-                try:
-                    CALLS.call(lambda: self.engine.skip(job.ref), deadline=deadline)
-                except EngineError as exc:
-                    logger.warning("could not acknowledge; the gateway requeues it", extra={"error": str(exc)})
-                return
-        try:
-            CALLS.call(
-                lambda: self.engine.report(job.ref, Outcome.fail(reason, retries=0, terminal=True)),
-                deadline=deadline,
-            )
-        except (FinalEngineError, RetryableEngineError) as exc:
-            match model.hand_back:
-                case HandBack.RELEASE:
-                    self._requeue(job, f"could not report its failure: {exc}", deadline=deadline)
-                case HandBack.ACKNOWLEDGE:
-                    logger.error("could not fail the job; it returns when its lease lapses", extra={"error": str(exc)})
-                case never:
-                    assert_never(never)
-            return
-        observability.record(job.ref.job_type, "failed", job_id=job.ref.job_id, reason=reason)
-
-    def _requeue(self, job: ActivatedJob, reason: str, *, deadline: float) -> None:
-        """Hand a delivery back to the engine at once (a begin-leased engine requeues it)."""
-        logger.error("handing the delivery back", extra={"job_id": job.ref.job_id, "reason": reason})
-        self._release(job, reason, deadline=deadline)
-
-    def _release(self, job: ActivatedJob, reason: str, *, deadline: float) -> None:
-        """``Engine.release`` under the retry policy; giving up is logged: the job then returns when
-        its lease lapses (a begin lease: when the engine's visibility timeout requeues the delivery)."""
-        try:
-            CALLS.call(lambda: self.engine.release(job, reason), deadline=deadline)
-        except EngineError as exc:
-            logger.error(
-                "could not hand the job back; it returns when its lease (or the gateway's visibility) lapses",
-                extra={"job_id": job.ref.job_id, "error": str(exc)},
-            )
+        giveback.fail_for_good(self.engine, job, reason, deadline=deadline)
 
 
 def _put_back(jobs: list[ActivatedJob], log: Intents) -> bool:
     return log.put_back_dispatched(jobs)
-
-
-def continue_ticker(
-    settings: Settings, state: SharedState, queues: Queues, *, tick: dict[str, Any] | None, now: float
-) -> bool:
-    """Keep the self-rescheduling tick alive: a delayed message to the ticker queue every
-    WORKERLESS_TICK_SECONDS, for sub-minute pickup without a long poll.
-
-    ``tick`` is the message that invoked us (``{"chain": id, "seq": n}``), None for the schedule.
-    Exactly one chain lives, and each tick is continued once: the state record holds the chain id
-    and the last sequence number, written with compare-and-set. A redelivered or forked tick (an
-    old ``seq``, another ``chain``) is not continued. The schedule (the watchdog) starts a new
-    chain only when the last tick is overdue. Returns whether a tick was sent.
-    """
-    if not settings.tick_seconds or not settings.ticker_queue_url:
-        return False
-    current = state.get(TICKER_STATE_KEY)
-    overdue = current is None or now - float(current.get("last_tick", 0)) > 2 * settings.tick_seconds + 10
-    if tick is None:
-        if not overdue:
-            return False
-        chain, seq = uuid.uuid4().hex, 0
-    else:
-        chain, seq = str(tick.get("chain")), int(tick.get("seq", 0))
-        in_step = current is not None and current.get("chain") == chain and int(current.get("seq", -1)) == seq
-        if not in_step and not (current is None or overdue):
-            logger.info("stale or duplicate tick not continued", extra={"chain": chain, "seq": seq})
-            return False
-    version = None if current is None else int(current["version"])
-    if not state.put(TICKER_STATE_KEY, {"chain": chain, "seq": seq + 1, "last_tick": now}, expected_version=version):
-        return False  # another invocation moved the chain first
-    queues.send(settings.ticker_queue_url, {"chain": chain, "seq": seq + 1}, delay_seconds=settings.tick_seconds)
-    return True

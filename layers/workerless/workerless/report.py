@@ -47,7 +47,7 @@ def report_stored(
         # 409: the lease lapsed and someone else has (or finished) the job. Not a failure.
         logger.info("engine says someone else finished this job: result not applied", extra={"job_id": ref.job_id})
         store.mark_reported(ref.key, note="lease lost at report", lease=lease)
-        observability.record(ref.job_type, "lease_lost", job_id=ref.job_id)
+        observability.emit(ref.job_type, "lease_lost", job_id=ref.job_id)
         return True
     except PayloadTooLargeError as exc:
         replacement = Outcome.fail(
@@ -60,6 +60,6 @@ def report_stored(
         logger.warning("report not accepted yet", extra={"job_id": ref.job_id, "error": str(exc)})
         return False
     store.mark_reported(ref.key, lease=lease)
-    observability.record(ref.job_type, EVENTS[outcome.kind], job_id=ref.job_id)
+    observability.emit(ref.job_type, EVENTS[outcome.kind], job_id=ref.job_id)
     logger.debug("job reported", extra={"job_id": ref.job_id, "outcome": outcome.kind})
     return True

@@ -2,7 +2,7 @@
 
 **Logs.** One Powertools Logger for the library (JSON). While a job is handled, its lines carry the
 job id, type, engine, instance id, the engine's traceparent and the trace id as correlation keys.
-:func:`record` writes one line per job lifecycle step (``"job completed"``, with ``lifecycle``,
+:func:`emit` writes one line per job lifecycle step (``"job completed"``, with ``lifecycle``,
 ``job_type`` and ``job_id``), never one per HTTP call: a job's *outcome* (:data:`OUTCOMES`:
 completed, failed, thrown, lease lost, ...) at INFO, the steps on the way (activated, dispatched,
 started, extended) at DEBUG. CloudWatch Logs bills every byte ingested: at INFO a job that
@@ -13,7 +13,7 @@ the one dimension ``service``; only the rare failure counts (:data:`PER_TYPE`) a
 ``JobType`` (with the roll-up ``service``), and ``EngineErrors`` carries ``Status``. CloudWatch
 bills every metric name x dimension set as a custom metric for each hour in which it is published,
 so a count of 0 is not published (a missing datapoint reads as 0: the alarms treat missing data as
-not breaching) and an idle poller invocation publishes nothing. :func:`record` counts the steps
+not breaching) and an idle poller invocation publishes nothing. :func:`emit` counts the steps
 that have a metric (:data:`EVENT_METRICS`); :func:`add_metric` takes the others (pickup latency,
 handler duration, poll errors, engine errors by status). Per-type throughput and durations come
 from AWS's own free metrics (each route has its own queue and function: ``AWS/SQS``,
@@ -47,7 +47,7 @@ Listeners (local mode's summary, tests) subscribe to lifecycle steps with :func:
 
 from __future__ import annotations
 
-from workerless.observability.lifecycle import EVENTS, OUTCOMES, STEPS, Listener, add_listener, record, remove_listener
+from workerless.observability.lifecycle import EVENTS, OUTCOMES, STEPS, Listener, add_listener, emit, remove_listener
 from workerless.observability.logs import JsonFormatter, logger
 from workerless.observability.metrics import (
     ENGINE_ERRORS,
@@ -101,6 +101,7 @@ __all__ = [
     "configure_from_settings",
     "current_traceparent",
     "emf_document",
+    "emit",
     "engine_error",
     "flush",
     "invocation_metrics",
@@ -109,7 +110,6 @@ __all__ = [
     "metrics_enabled",
     "observe_engine",
     "poll_report",
-    "record",
     "remove_listener",
     "suppress_metrics_while",
     "trace_id_of",

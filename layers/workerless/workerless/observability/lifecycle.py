@@ -49,7 +49,7 @@ def remove_listener(listener: Listener) -> None:
             _listeners.remove(listener)
 
 
-def record(job_type: str, event: str, **fields: Any) -> None:
+def emit(job_type: str, event: str, **fields: Any) -> None:
     """Note one lifecycle step of one job: one log line (INFO for an outcome, DEBUG for a step on the
     way), one count where the step has a metric, every listener.
 
