@@ -137,7 +137,7 @@ def test_example_tasks_complete_and_a_terminal_failure_is_never_retried(
     assert "next_task_id" not in failed, "a terminal failure schedules no retry"
     assert emulator.job_state(declined)["task_ids"] == [declined]
     assert failed["attempts"] == 1
-    assert "amount must be a positive number, got 0" in failed["error_message"]
+    assert "invalid input for ChargeInput: amount: Input should be greater than 0" in failed["error_message"]
 
     assert summary["charge-payment"]["completed"] == 4
     assert summary["charge-payment"]["failed"] == 1
@@ -279,23 +279,23 @@ def test_logs_reach_the_task_in_order_followed_by_the_failure_stack(
 def test_a_terminal_failure_has_its_stack_in_the_task_log_before_it_is_reported(
     serve: Serve, tmp_path: Path, events: Events
 ) -> None:
-    """GIVEN the example charge-payment handler and a charge of 0 (it raises TerminalError)
+    """GIVEN the example charge-payment handler and a charge above its limit (it raises TerminalError)
     THEN, as for any other exception, the failure's stack is in the task's log, written before the
     task was reported FAILED_WITH_TERMINAL_ERROR (seed 002: "the lines explaining a failure are
     there when someone opens the failed task")."""
     emulator, _url, env_file = serve()
-    task_id = emulator.create_job("charge-payment", {"orderId": "bad", "amount": 0}, retries=3)
+    task_id = emulator.create_job("charge-payment", {"orderId": "bad", "amount": 10**7}, retries=3)
 
     with topology(env_file, job_visibility_seconds=10) as topo:
         wait_final(topo, emulator.job_state, [task_id], 20)
 
     state = emulator.task_state(task_id)
     assert state["state"] == "failed"
-    assert "amount must be a positive number" in (state["error_message"] or "")
+    assert "above the single-charge limit" in (state["error_message"] or "")
     stacks = [e for e in state["log_entries"] if e["message"].startswith("Traceback (most recent call last):")]
     assert len(stacks) == 1, f"one stack in the task log: {state['log_entries']}"
     assert stacks[0]["level"] == "error"
-    assert "TerminalError: amount must be a positive number, got 0" in stacks[0]["message"]
+    assert "TerminalError: amount 1e+07 is above the single-charge limit" in stacks[0]["message"]
     reported = [e["at"] for e in state["history"] if e["event"] == "failed_terminal"]
     assert len(reported) == 1
     assert stacks[0]["at"] <= reported[0], "the stack is written before the failure is reported"

@@ -56,8 +56,14 @@ class SqsRecord:
         )
 
 
-def process_batch(event: Mapping[str, Any], handle: Callable[[SqsRecord], object]) -> BatchResponse:
+def process_batch(
+    event: Mapping[str, Any], handle: Callable[[SqsRecord], object], *, concurrency: int = 1
+) -> BatchResponse:
     """``handle`` every record of the SQS ``event`` in order; the partial batch response.
+
+    ``concurrency`` above 1 (async handlers: the route's ``concurrency=``) handles up to that many
+    records at once, each on its own thread; every record still runs its own steps in order, and
+    the response names exactly the records whose callable raised, in the batch's order.
 
     Raises MessageFormatError when ``event`` is not an SQS event (no ``Records`` list) or a record
     has no ``messageId``: the invocation fails and Lambda retries the whole batch, which is what it
@@ -67,13 +73,22 @@ def process_batch(event: Mapping[str, Any], handle: Callable[[SqsRecord], object
     if not isinstance(records, list):
         raise MessageFormatError("not an SQS event: no Records list", field="Records")
     parsed = [SqsRecord.from_event(r) if isinstance(r, Mapping) else _not_a_record() for r in records]
-    failures: list[dict[str, str]] = []
-    for record in parsed:
-        try:
-            handle(record)
-        except Exception:  # noqa: BLE001 - a failed record is reported, never dropped; the callable logs why
-            failures.append({"itemIdentifier": record.message_id})
-    return {"batchItemFailures": failures}
+    if concurrency > 1 and len(parsed) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(concurrency, len(parsed))) as pool:
+            failed = list(pool.map(lambda record: _failed(handle, record), parsed))
+    else:
+        failed = [_failed(handle, record) for record in parsed]
+    return {"batchItemFailures": [{"itemIdentifier": r.message_id} for r, bad in zip(parsed, failed) if bad]}
+
+
+def _failed(handle: Callable[[SqsRecord], object], record: SqsRecord) -> bool:
+    try:
+        handle(record)
+    except Exception:  # noqa: BLE001 - a failed record is reported, never dropped; the callable logs why
+        return True
+    return False
 
 
 def _not_a_record() -> SqsRecord:

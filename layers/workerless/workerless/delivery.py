@@ -50,6 +50,7 @@ from workerless.observability import logger
 from workerless.record import Decision, JobRecord, Status, decide
 from workerless.report import report_stored
 from workerless.retry import CALLS, STORE_WRITES, retryable_store_error
+from workerless.typed import HandlerSpec
 from workerless.settle import acknowledge, acquire_or_leave, hand_back, leave_to_the_engine
 from workerless.verdict import Ack, Claimed, ClaimHeldError, Redeliver, Refused, ReportOwedError, Verdict
 
@@ -125,9 +126,11 @@ class Delivery:
         backoff_seconds: int | None = None,
         payloads: PayloadStore | None = None,
         clock: Callable[[], float] = time.time,
+        spec: HandlerSpec | None = None,
     ) -> None:
         self.job = job
         self.fn = fn
+        self.spec = spec
         self.engine = engine
         self.store = store
         self.message_id = message_id
@@ -278,7 +281,7 @@ class Delivery:
             log_sink=functools.partial(self.engine.send_logs, activated.ref),
             logger=logger,
         )
-        return run_job(self.fn, job, backoff_seconds=self.backoff_seconds)
+        return run_job(self.fn, job, backoff_seconds=self.backoff_seconds, spec=self.spec)
 
     def store_outcome(self, outcome: Outcome) -> Outcome | None:
         """Store before reporting, so a lost report is re-sent, never re-computed. The outcome to

@@ -3,7 +3,11 @@
 :class:`~workerless.delivery.Delivery`) and by :func:`workerless.testing.run_handler`, so a handler's
 tests see the outcomes its deployment reports.
 
-- a dict completes the job with those variables; None completes it with none;
+- a dict completes the job with those variables; None completes it with none; a pydantic model
+  completes it with ``model_dump(by_alias=True, mode="json")``;
+- variables that do not fit a typed handler's input model (``Job[Model]``) fail it terminally,
+  before the handler runs, the message naming each bad field;
+- an ``async def`` handler is run to completion on its own event loop;
 - anything else returned (or variables that are not JSON) fails it, with ``retries - 1``;
 - :class:`~workerless.errors.TerminalError` fails it with no retries left;
 - :class:`~workerless.errors.ThrowError` throws the business error;
@@ -20,35 +24,48 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import traceback
 from collections.abc import Callable
 from typing import Any
+
+from pydantic import BaseModel
 
 from workerless import observability
 from workerless.errors import TerminalError, ThrowError
 from workerless.job import Job
 from workerless.model import Outcome
 from workerless.observability import logger
+from workerless.typed import HandlerSpec, InputValidationError, spec_of
 
-#: What a handler module defines: ``fn(job) -> dict`` (or None).
+#: What a handler module defines: ``fn(job) -> dict`` (or None, or a pydantic model), or ``async def``.
 HandlerFunction = Callable[[Job], Any]
 
 
-def run_job(fn: HandlerFunction, job: Job, *, backoff_seconds: int | None = None) -> Outcome:
+def run_job(
+    fn: HandlerFunction, job: Job[Any], *, backoff_seconds: int | None = None, spec: HandlerSpec | None = None
+) -> Outcome:
     """Run ``fn`` once on ``job`` inside the job's span and return its :class:`Outcome`; the job's
     log lines are flushed to its sink before this returns, raised or not.
 
     ``backoff_seconds``: the backoff of a failure (None: WORKERLESS_FAIL_BACKOFF_SECONDS, read only
-    when the run fails). Exceptions are the function's business: every ``Exception`` becomes an
+    when the run fails). ``spec``: the function's input model and kind (default: read from its
+    annotations, cached). Exceptions are the function's business: every ``Exception`` becomes an
     outcome (a ``BaseException`` propagates: the process is going down).
     """
     activated = job.activated
+    spec = spec if spec is not None else spec_of(fn)
     retries_after_failure = None if activated.retries is None else max(0, activated.retries - 1)
     try:
         # A span whose parent is the engine's traceparent; pickup latency and run time metrics.
         with observability.job_span(activated):
-            result = fn(job)
+            job._set_input(spec.parse(activated.variables))
+            result = asyncio.run(fn(job)) if spec.is_async else fn(job)
+    except InputValidationError as exc:
+        # The same variables always fail the same way: no retry could help.
+        logger.error("job input is invalid", extra={"error": str(exc)})
+        outcome = Outcome.fail(str(exc), retries=0, terminal=True)
     except TerminalError as exc:
         # As for any other exception: the stack goes to the function's log here and, where the
         # engine keeps task logs (node-flow), to the task's log before the failure is reported,
@@ -79,6 +96,8 @@ def run_job(fn: HandlerFunction, job: Job, *, backoff_seconds: int | None = None
 def _completion(result: Any, retries_after_failure: int | None, backoff_seconds: int | None) -> Outcome:
     if result is None:
         return Outcome.complete({})
+    if isinstance(result, BaseModel):
+        result = result.model_dump(by_alias=True, mode="json")
     if not isinstance(result, dict):
         return Outcome.fail(
             f"handler returned {type(result).__name__}, not a JSON object (dict) of variables",

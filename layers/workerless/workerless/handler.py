@@ -17,11 +17,14 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, assert_never
 
+from pydantic import BaseModel
+
 from workerless import observability
 from workerless.delivery import Delivery
 from workerless.errors import MessageFormatError
 from workerless.execution import HandlerFunction
 from workerless.model import ActivatedJob
+from workerless.typed import spec_of
 from workerless.observability import logger
 from workerless.verdict import Ack, Redeliver
 
@@ -38,16 +41,33 @@ __all__ = ["HandlerFunction", "JobProcessor", "LambdaHandler", "job_handler"]
 _record_queue_url: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "workerless_record_queue_url", default=None
 )
+#: An async handler's default bound on the jobs of one batch run at once: SQS's largest batch.
+DEFAULT_ASYNC_CONCURRENCY = 10
 LambdaHandler = Callable[[dict[str, Any], Any], dict[str, Any]]
 
 
 class JobProcessor:
     """Runs one job type's handler over SQS records. Built once per container by :func:`job_handler`."""
 
-    def __init__(self, job_type: str, fn: HandlerFunction, *, backoff_seconds: int | None = None) -> None:
+    def __init__(
+        self,
+        job_type: str,
+        fn: HandlerFunction,
+        *,
+        backoff_seconds: int | None = None,
+        input: type[BaseModel] | None = None,  # noqa: A002 - the decorator's public keyword
+        concurrency: int | None = None,
+    ) -> None:
         self.job_type = job_type
         self.fn = fn
         self.backoff_seconds = backoff_seconds
+        #: The input model and kind of ``fn``, read once per container.
+        self.spec = spec_of(fn, input)
+        if concurrency is not None and concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        #: How many jobs of one batch run at once: an async handler's default is the largest SQS
+        #: batch (10); a sync handler runs its batch one job after another unless told otherwise.
+        self.concurrency = concurrency if concurrency is not None else (DEFAULT_ASYNC_CONCURRENCY if self.spec.is_async else 1)
 
     # -- the Lambda entry point ---------------------------------------------------------------------
     def handle_batch(self, event: dict[str, Any], context: Any, wiring: Wiring | None = None) -> dict[str, Any]:
@@ -83,7 +103,7 @@ class JobProcessor:
             logger.debug("settings not readable for observability", exc_info=True)
         # One invocation's metrics, written as EMF lines when the batch is done.
         with wired.observer.invocation():
-            return dict(process_batch(event, record_handler))
+            return dict(process_batch(event, record_handler, concurrency=self.concurrency))
 
     # -- one record ---------------------------------------------------------------------------------
     def process(
@@ -173,11 +193,23 @@ class JobProcessor:
             queue_url=_record_queue_url.get() if receipt else None,
             backoff_seconds=self.backoff_seconds,
             payloads=payloads,
+            spec=self.spec,
         )
 
 
-def job_handler(job_type: str, *, backoff_seconds: int | None = None) -> Callable[[HandlerFunction], LambdaHandler]:
+def job_handler(
+    job_type: str,
+    *,
+    backoff_seconds: int | None = None,
+    input: type[BaseModel] | None = None,  # noqa: A002 - reads as the handler's input model
+    concurrency: int | None = None,
+) -> Callable[[HandlerFunction], LambdaHandler]:
     """Turn ``fn(job) -> dict`` into the Lambda entry point for one job type.
+
+    ``fn(job: Job[Model])`` (or ``input=Model``) validates the variables against the pydantic
+    ``Model`` before ``fn`` runs (``job.input``); invalid ones fail the job terminally, naming each
+    field. ``fn`` may return a pydantic model, and may be ``async def``: then up to ``concurrency``
+    jobs of one batch (default 10) run at once.
 
     Returning a dict completes the job with those variables; raising :class:`TerminalError` fails
     it with no retries left; raising :class:`ThrowError` throws a business error; any other
@@ -192,7 +224,9 @@ def job_handler(job_type: str, *, backoff_seconds: int | None = None) -> Callabl
     """
 
     def decorate(fn: HandlerFunction) -> LambdaHandler:
-        processor = JobProcessor(job_type, fn, backoff_seconds=backoff_seconds)
+        processor = JobProcessor(
+            job_type, fn, backoff_seconds=backoff_seconds, input=input, concurrency=concurrency
+        )
 
         @functools.wraps(fn)
         def lambda_handler(event: dict[str, Any], context: Any, wiring: Wiring | None = None) -> dict[str, Any]:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import threading
+import typing
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from workerless.model import ActivatedJob
 
@@ -17,8 +18,15 @@ LOG_FLUSH_LINES = 50
 LOG_FLUSH_SECONDS = 2.0
 
 
-class Job:
+#: The type of a typed handler's validated input (``Job[ChargeInput]``).
+InputT = TypeVar("InputT")
+
+
+class Job(Generic[InputT]):
     """One job, as a handler sees it.
+
+    ``Job[Model]`` (``Model`` a pydantic model) makes :attr:`input` the variables validated against
+    ``Model`` before the handler runs; plain ``Job`` leaves :attr:`input` None.
 
     Attributes:
         id: the engine's job / task / stage id.
@@ -64,6 +72,7 @@ class Job:
         self._lines: list[dict[str, Any]] = []
         self._last_flush = clock()
         self._lock = threading.Lock()
+        self._input: Any = None
 
     # -- what the engine said -------------------------------------------------------------------
     @property
@@ -81,6 +90,15 @@ class Job:
     @property
     def variables(self) -> dict[str, Any]:
         return self._activated.variables
+
+    @property
+    def input(self) -> InputT:
+        """The variables validated against the handler's input model (``Job[Model]`` or the
+        decorator's ``input=``); None for an untyped handler. :attr:`variables` stays the raw dict."""
+        return typing.cast(InputT, self._input)
+
+    def _set_input(self, value: Any) -> None:
+        self._input = value
 
     @property
     def retries(self) -> int | None:

@@ -199,7 +199,9 @@ def run_handler(
 
     processor: JobProcessor | None = getattr(handler, "processor", None)
     fn: Callable[[Job], Any] = handler
+    spec = None
     if processor is not None:
+        spec = processor.spec
         if job_type is not None and job_type != processor.job_type:
             raise ValueError(f"handler is for job type {processor.job_type!r}, not {job_type!r}")
         fn = processor.fn
@@ -231,7 +233,7 @@ def run_handler(
         log_sink=lambda batch: lines.extend(dict(line) for line in batch),
         logger=logger,
     )
-    return run_job(fn, run, backoff_seconds=backoff_seconds)
+    return run_job(fn, run, backoff_seconds=backoff_seconds, spec=spec)
 
 
 # ------------------------------------------------------------------------------------------------
