@@ -3,7 +3,6 @@ missing orderId, a non-positive amount) fail the job terminally before this code
 naming each bad field. A charge above the single-charge limit can never succeed either: terminal."""
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat
-
 from workerless import Job, TerminalError, job_handler
 
 #: The largest amount one charge may take (the provider refuses more, whatever the retry).

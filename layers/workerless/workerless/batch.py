@@ -80,7 +80,9 @@ def process_batch(
             failed = list(pool.map(lambda record: _failed(handle, record), parsed))
     else:
         failed = [_failed(handle, record) for record in parsed]
-    return {"batchItemFailures": [{"itemIdentifier": r.message_id} for r, bad in zip(parsed, failed) if bad]}
+    return {
+        "batchItemFailures": [{"itemIdentifier": r.message_id} for r, bad in zip(parsed, failed, strict=True) if bad]
+    }
 
 
 def _failed(handle: Callable[[SqsRecord], object], record: SqsRecord) -> bool:

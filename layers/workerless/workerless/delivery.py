@@ -50,8 +50,8 @@ from workerless.observability import logger
 from workerless.record import Decision, JobRecord, Status, decide
 from workerless.report import report_stored
 from workerless.retry import CALLS, STORE_WRITES, retryable_store_error
-from workerless.typed import HandlerSpec
 from workerless.settle import acknowledge, acquire_or_leave, hand_back, leave_to_the_engine
+from workerless.typed import HandlerSpec
 from workerless.verdict import Ack, Claimed, ClaimHeldError, Redeliver, Refused, ReportOwedError, Verdict
 
 if TYPE_CHECKING:

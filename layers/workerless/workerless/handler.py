@@ -24,8 +24,8 @@ from workerless.delivery import Delivery
 from workerless.errors import MessageFormatError
 from workerless.execution import HandlerFunction
 from workerless.model import ActivatedJob
-from workerless.typed import spec_of
 from workerless.observability import logger
+from workerless.typed import spec_of
 from workerless.verdict import Ack, Redeliver
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ class JobProcessor:
         fn: HandlerFunction,
         *,
         backoff_seconds: int | None = None,
-        input: type[BaseModel] | None = None,  # noqa: A002 - the decorator's public keyword
+        input: type[BaseModel] | None = None,
         concurrency: int | None = None,
     ) -> None:
         self.job_type = job_type
@@ -67,7 +67,9 @@ class JobProcessor:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         #: How many jobs of one batch run at once: an async handler's default is the largest SQS
         #: batch (10); a sync handler runs its batch one job after another unless told otherwise.
-        self.concurrency = concurrency if concurrency is not None else (DEFAULT_ASYNC_CONCURRENCY if self.spec.is_async else 1)
+        self.concurrency = (
+            concurrency if concurrency is not None else (DEFAULT_ASYNC_CONCURRENCY if self.spec.is_async else 1)
+        )
 
     # -- the Lambda entry point ---------------------------------------------------------------------
     def handle_batch(self, event: dict[str, Any], context: Any, wiring: Wiring | None = None) -> dict[str, Any]:
@@ -201,7 +203,7 @@ def job_handler(
     job_type: str,
     *,
     backoff_seconds: int | None = None,
-    input: type[BaseModel] | None = None,  # noqa: A002 - reads as the handler's input model
+    input: type[BaseModel] | None = None,
     concurrency: int | None = None,
 ) -> Callable[[HandlerFunction], LambdaHandler]:
     """Turn ``fn(job) -> dict`` into the Lambda entry point for one job type.
@@ -224,9 +226,7 @@ def job_handler(
     """
 
     def decorate(fn: HandlerFunction) -> LambdaHandler:
-        processor = JobProcessor(
-            job_type, fn, backoff_seconds=backoff_seconds, input=input, concurrency=concurrency
-        )
+        processor = JobProcessor(job_type, fn, backoff_seconds=backoff_seconds, input=input, concurrency=concurrency)
 
         @functools.wraps(fn)
         def lambda_handler(event: dict[str, Any], context: Any, wiring: Wiring | None = None) -> dict[str, Any]:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import threading
-import typing
 import time
+import typing
 from collections.abc import Callable, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic
+
+from typing_extensions import TypeVar
 
 from workerless.model import ActivatedJob
 
@@ -19,7 +21,7 @@ LOG_FLUSH_SECONDS = 2.0
 
 
 #: The type of a typed handler's validated input (``Job[ChargeInput]``).
-InputT = TypeVar("InputT")
+InputT = TypeVar("InputT", default=Any)
 
 
 class Job(Generic[InputT]):
