@@ -156,3 +156,58 @@ def test_a_crash_is_a_readable_traceback_and_a_job_log_line_is_printed_once(
     assert "Traceback (most recent call last):" in err and "ZeroDivisionError: division by zero" in err
     assert 'crash/app.py", line 7, in handler' in err
     assert not [line for line in err.splitlines() if line.startswith("{")]  # readable, not JSON
+
+
+def test_an_async_typed_handler_runs_as_the_wrapper_runs_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """GIVEN an ``async def`` handler taking ``Job[Model]`` and returning a model
+    THEN invoke completes with the model's aliased dump, and invalid input is the terminal failure
+    naming each field (exit 1: the job would fail, not 3: the handler itself is fine)."""
+    functions = tmp_path / "functions"
+    (functions / "ship-parcel").mkdir(parents=True)
+    (functions / "ship-parcel" / "app.py").write_text(
+        textwrap.dedent("""
+        from __future__ import annotations
+
+        import asyncio
+
+        from pydantic import BaseModel, ConfigDict, Field
+
+        from workerless import Job, job_handler
+
+        class Parcel(BaseModel):
+            parcel_id: str = Field(alias="parcelId")
+            weight_kg: float = Field(alias="weightKg", gt=0)
+
+        class Shipped(BaseModel):
+            model_config = ConfigDict(populate_by_name=True)
+            tracking: str = Field(alias="trackingNumber")
+
+        @job_handler("ship-parcel")
+        async def handler(job: Job[Parcel]) -> Shipped:
+            await asyncio.sleep(0)
+            job.log(f"shipping {job.input.parcel_id}")
+            return Shipped(tracking=f"T-{job.input.parcel_id}")
+        """)
+    )
+    code, out, err = run(
+        capsys,
+        "invoke",
+        "ship-parcel",
+        "--variables",
+        '{"parcelId": "p1", "weightKg": 2}',
+        "--functions-dir",
+        str(functions),
+    )
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["outcome"] == {"kind": "complete", "variables": {"trackingNumber": "T-p1"}}
+    assert report["logs"] == ["shipping p1"]
+
+    code, out, _ = run(
+        capsys, "invoke", "ship-parcel", "--variables", '{"weightKg": "heavy"}', "--functions-dir", str(functions)
+    )
+    assert code == 1
+    outcome = json.loads(out)["outcome"]
+    assert (outcome["kind"], outcome["terminal"], outcome["retries"]) == ("fail", True, 0)
+    assert "parcelId: Field required" in outcome["message"]
+    assert "weightKg: Input should be a valid number" in outcome["message"]
