@@ -388,3 +388,33 @@ def idle_invocations(tick_seconds: int = 20, repeats: int = 20) -> dict[str, Any
         # The custom metrics the idle invocations published (each is billed for every idle hour).
         "custom_metrics": idle_metrics,
     }
+
+
+def async_vs_sync_route(jobs: int = 20, io_seconds: float = 0.2, batch: int = 10) -> dict[str, Any]:
+    """Jobs a second per handler invocation of an I/O-bound route (each job waits ``io_seconds``),
+    sync (``time.sleep``: one job after another) beside async (``asyncio.sleep``: the batch's jobs
+    concurrently, up to the route's ``concurrency``, 10 by default). Wall time of the handler
+    invocations only (poller and heartbeat excluded), batches of ``batch``."""
+    import asyncio
+
+    def sync_io(job: Any) -> dict[str, Any]:
+        time.sleep(io_seconds)
+        return {"ok": True}
+
+    async def async_io(job: Any) -> dict[str, Any]:
+        await asyncio.sleep(io_seconds)
+        return {"ok": True}
+
+    results: dict[str, Any] = {"io_seconds_per_job": io_seconds, "batch_size": batch, "jobs": jobs}
+    for name, fn in (("sync", sync_io), ("async", async_io)):
+        with quiet_logs(), Pipeline("sheptra", {"io-route": fn}, max_in_flight=jobs, batch_size=batch) as p:
+            p.create_jobs("io-route", jobs)
+            run_until_done(p)
+            wall = p.invocations.wall["io-route"]
+            invocations = p.invocations.count["io-route"]
+        results[name] = {
+            "invocations": invocations,
+            "handler_wall_s": round(wall, 3),
+            "jobs_per_second_per_invocation": round(jobs / wall, 2) if wall else None,
+        }
+    return results

@@ -116,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
 
     log("4/6 adapter CPU per job beside the seed's minimal worker")
     results["cpu_per_job"] = measure.cpu_per_job(max(200, int(1000 * scale)), repeats=3)
+    # An I/O-bound route, sync beside async: jobs a second per handler invocation (issue 15).
+    results["async_vs_sync_route"] = measure.async_vs_sync_route(20 if args.quick else 50, io_seconds=0.2)
 
     log("5/6 cold start (python -X importtime, fresh interpreters)")
     results["cold_start"] = cold_start.cold_start(runs=3 if args.quick else 7)
