@@ -5,7 +5,6 @@ outside that range (or not a number) fails the job terminally before this code r
 import time
 
 from pydantic import BaseModel, Field
-
 from workerless import Job, job_handler
 
 MAX_SECONDS = 600
