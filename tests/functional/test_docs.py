@@ -393,9 +393,9 @@ def test_every_test_file_the_docs_write_is_under_make_tests_testpaths() -> None:
     # ``file=tests/...`` block must sit under one of pyproject's testpaths.
     import tomllib
 
-    testpaths = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["pytest"][
-        "ini_options"
-    ]["testpaths"]
+    testpaths = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["pytest"]["ini_options"][
+        "testpaths"
+    ]
     written = [
         (page_id(path), name)
         for path in PAGES
