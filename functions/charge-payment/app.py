@@ -2,7 +2,7 @@
 missing orderId, a non-positive amount) fail the job terminally before this code runs, the message
 naming each bad field. A charge above the single-charge limit can never succeed either: terminal."""
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from workerless import Job, TerminalError, job_handler
 
 #: The largest amount one charge may take (the provider refuses more, whatever the retry).
@@ -11,7 +11,14 @@ MAX_CHARGE = 1_000_000
 
 class ChargeInput(BaseModel):
     order_id: str = Field(alias="orderId")
-    amount: PositiveFloat
+    amount: float
+
+    @field_validator("amount")
+    @classmethod
+    def _positive(cls, amount: float) -> float:
+        if amount <= 0:
+            raise ValueError("must be a positive number")
+        return amount
 
 
 class ChargeResult(BaseModel):
