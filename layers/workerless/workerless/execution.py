@@ -26,11 +26,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import traceback
 from collections.abc import Callable
 from typing import Any
-
-from pydantic import BaseModel
 
 from workerless import observability
 from workerless.errors import TerminalError, ThrowError
@@ -96,8 +95,12 @@ def run_job(
 def _completion(result: Any, retries_after_failure: int | None, backoff_seconds: int | None) -> Outcome:
     if result is None:
         return Outcome.complete({})
-    if isinstance(result, BaseModel):
-        result = result.model_dump(by_alias=True, mode="json")
+    # A model can only exist once pydantic is imported: a plain handler never pays for the import.
+    if "pydantic" in sys.modules:
+        from pydantic import BaseModel
+
+        if isinstance(result, BaseModel):
+            result = result.model_dump(by_alias=True, mode="json")
     if not isinstance(result, dict):
         return Outcome.fail(
             f"handler returned {type(result).__name__}, not a JSON object (dict) of variables",

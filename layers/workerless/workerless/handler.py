@@ -17,8 +17,6 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, assert_never
 
-from pydantic import BaseModel
-
 from workerless import observability
 from workerless.delivery import Delivery
 from workerless.errors import MessageFormatError
@@ -29,6 +27,8 @@ from workerless.typed import spec_of
 from workerless.verdict import Ack, Redeliver
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from workerless.engines.base import Engine
     from workerless.ports import JobStore, PayloadStore
     from workerless.wiring import Wiring

@@ -14,9 +14,10 @@ import inspect
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ValidationError
+if TYPE_CHECKING:  # pydantic is imported only by typed handlers: a plain handler's cold start skips it
+    from pydantic import BaseModel, ValidationError
 
 __all__ = ["HandlerSpec", "InputValidationError", "describe_validation_error", "spec_of"]
 
@@ -36,6 +37,8 @@ class HandlerSpec:
         """The validated input model (None for an untyped handler). Raises InputValidationError."""
         if self.input_model is None:
             return None
+        from pydantic import ValidationError
+
         try:
             return self.input_model.model_validate(dict(variables))
         except ValidationError as exc:
@@ -57,6 +60,8 @@ def spec_of(fn: Callable[..., Any], input_model: type[BaseModel] | None = None) 
     """The :class:`HandlerSpec` of ``fn``: ``input_model`` when given, else the model its first
     parameter is annotated with (``Job[Model]``). Cached per function: one inspection per container."""
     if input_model is not None:
+        from pydantic import BaseModel
+
         if not (isinstance(input_model, type) and issubclass(input_model, BaseModel)):
             raise TypeError(f"input= must be a pydantic model class, got {input_model!r}")
         return HandlerSpec(input_model, inspect.iscoroutinefunction(fn))
@@ -81,6 +86,9 @@ def _annotated_model(fn: Callable[..., Any]) -> type[BaseModel] | None:
         return None
     hint = hints.get(params[0].name)
     args = typing.get_args(hint)
-    if args and isinstance(args[0], type) and issubclass(args[0], BaseModel):
-        return args[0]
+    if args and isinstance(args[0], type):
+        from pydantic import BaseModel
+
+        if issubclass(args[0], BaseModel):
+            return args[0]
     return None
