@@ -75,7 +75,7 @@ from workerless.observability.switches import (
     metrics_enabled,
     suppress_metrics_while,
 )
-from workerless.observability.tracing import JobSpan, current_traceparent, job_span, trace_id_of
+from workerless.observability.tracing import JobSpan, correlation_keys, current_traceparent, job_span, trace_id_of
 
 __all__ = [
     "ENGINE_ERRORS",
@@ -113,4 +113,5 @@ __all__ = [
     "remove_listener",
     "suppress_metrics_while",
     "trace_id_of",
+    "correlation_keys",
 ]
