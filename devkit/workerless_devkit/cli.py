@@ -219,10 +219,7 @@ def cmd_local(args: argparse.Namespace) -> int:
     with _stop_on_signals() as stop, topology, _status_reporter(topology, args.status_every):
         try:
             if args.until_idle is not None:
-                cap = args.max_seconds if args.max_seconds is not None else 3600.0
-                topology.run_until_idle(args.until_idle, cap, stop=stop)
-                # Idle because nothing could be polled is not idle: the functions cannot work.
-                problem = topology.engine_health.never_answered()
+                problem = _run_until_idle(topology, args, stop)
                 if problem is not None:
                     code = EXIT_FAILED
             elif not topology.wait(stop, args.max_seconds):
@@ -237,11 +234,35 @@ def cmd_local(args: argparse.Namespace) -> int:
     return 130 if stop.is_set() and args.until_idle is not None else code
 
 
+def _run_until_idle(topology: Any, args: argparse.Namespace, stop: threading.Event) -> str | None:
+    """Run until idle; what makes the run a failure although idle (the engine never answered), or None.
+    Raises IdleTimeout past --max-seconds."""
+    cap = args.max_seconds if args.max_seconds is not None else 3600.0
+    started = time.monotonic()
+    topology.run_until_idle(args.until_idle, cap, stop=stop)
+    health = topology.engine_health
+    if _talks_to_engine(topology) and not health.tried() and not stop.is_set():
+        # Idle before the first poll ended (a slow start, a long schedule): not a verdict yet.
+        print("idle, but no poll has reached the engine yet: waiting for one...", file=sys.stderr)
+        if not topology.run_until(
+            lambda: health.tried() or stop.is_set(), max(0.0, cap - (time.monotonic() - started))
+        ):
+            return f"no poll reached the engine within --max-seconds {cap:g}"
+        if health.never_answered() is None and not stop.is_set():  # it answered: its jobs may be flowing now
+            topology.run_until_idle(args.until_idle, max(0.0, cap - (time.monotonic() - started)), stop=stop)
+    # Idle because nothing could be polled is not idle: the functions cannot work.
+    return health.never_answered()
+
+
+def _talks_to_engine(topology: Any) -> bool:
+    return "WORKERLESS_ENGINE" in topology.template.environment()
+
+
 def _check_engine_values(topology: Any, env_file: str | None) -> None:
     """Refuse to run functions that cannot work: a template whose functions talk to an engine
     (WORKERLESS_ENGINE in their environment) needs its connection values, valid by the adapter's own
     rules, before anything starts (else every poll fails and the run ends "idle" with no jobs)."""
-    if "WORKERLESS_ENGINE" not in topology.template.environment():
+    if not _talks_to_engine(topology):
         return
     if env_file is None:
         raise UsageError(

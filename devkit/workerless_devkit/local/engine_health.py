@@ -11,11 +11,11 @@ Example:
     >>> import logging
     >>> health = EngineHealth()
     >>> record = logging.LogRecord("workerless", logging.WARNING, __file__, 1, "poll failed; backing off", None, None)
-    >>> record.error = "token mint failed: ConnectError (POST http://127.0.0.1:9/oauth2/token) engine=sheptra"
+    >>> record.error = "token mint failed: ConnectError (POST http://127.0.0.1:9/oauth2/token)"
     >>> health.filter(record)
     True
-    >>> health.never_answered()
-    'the engine never answered: 1 failed poll(s), last: token mint failed: ConnectError (POST http://127.0.0.1:9/oauth2/token) engine=sheptra'
+    >>> print(health.never_answered())
+    the engine never answered: 1 failed poll(s), last: token mint failed: ConnectError (POST http://127.0.0.1:9/oauth2/token)
 """
 
 from __future__ import annotations
@@ -52,6 +52,11 @@ class EngineHealth(logging.Filter):
                 if error:
                     self.last_error = str(error)
         return True
+
+    def tried(self) -> bool:
+        """Whether any engine call has ended yet (answered, or a poll failed)."""
+        with self._lock:
+            return bool(self.answered or self.failed)
 
     def never_answered(self) -> str | None:
         """What went wrong when polls failed and none succeeded, else None."""

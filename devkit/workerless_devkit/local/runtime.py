@@ -58,8 +58,8 @@ from workerless.settings import clear_settings, infer_engine, parse_env_text
 
 from workerless_devkit.local import limits, loop, rules
 from workerless_devkit.local.context import LocalLambdaContext
-from workerless_devkit.local.iam.enforce import IamEnforcer
 from workerless_devkit.local.engine_health import EngineHealth
+from workerless_devkit.local.iam.enforce import IamEnforcer
 from workerless_devkit.local.logs import LogFormat, local_logging
 from workerless_devkit.local.summary import Summary, get_summary, reset_summary
 from workerless_devkit.local.template import (

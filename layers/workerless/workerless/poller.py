@@ -264,7 +264,8 @@ class Poller:
         except EngineError as exc:
             report.errors += 1
             logger.error(
-                "poll rejected; backing off", extra={"engine": self.engine.name, "error": str(exc), "status": exc.status}
+                "poll rejected; backing off",
+                extra={"engine": self.engine.name, "error": str(exc), "status": exc.status},
             )
             return 0, POLL_BACKOFF_FINAL
         if not jobs:

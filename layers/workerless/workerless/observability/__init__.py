@@ -99,6 +99,7 @@ __all__ = [
     "add_metric",
     "configure",
     "configure_from_settings",
+    "correlation_keys",
     "current_traceparent",
     "emf_document",
     "emit",
@@ -113,5 +114,4 @@ __all__ = [
     "remove_listener",
     "suppress_metrics_while",
     "trace_id_of",
-    "correlation_keys",
 ]
