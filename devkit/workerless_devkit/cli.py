@@ -237,10 +237,12 @@ def cmd_local(args: argparse.Namespace) -> int:
 def _run_until_idle(topology: Any, args: argparse.Namespace, stop: threading.Event) -> str | None:
     """Run until idle; what makes the run a failure although idle (the engine never answered), or None.
     Raises IdleTimeout past --max-seconds."""
+    from workerless_devkit.local.engine_health import EngineHealth
+
     cap = args.max_seconds if args.max_seconds is not None else 3600.0
     started = time.monotonic()
     topology.run_until_idle(args.until_idle, cap, stop=stop)
-    health = topology.engine_health
+    health: EngineHealth = topology.engine_health
     if _talks_to_engine(topology) and not health.tried() and not stop.is_set():
         # Idle before the first poll ended (a slow start, a long schedule): not a verdict yet.
         print("idle, but no poll has reached the engine yet: waiting for one...", file=sys.stderr)
