@@ -376,6 +376,38 @@ def test_relative_links_between_pages_resolve() -> None:
             assert (path.parent / target).exists(), f"{page_id(path)} links to missing {target}"
 
 
+def test_readme_layout_names_every_docs_page() -> None:
+    # A newcomer finds the docs through the README's layout block; a page missing from it is a page
+    # nobody reads. Top-level pages are named by stem, subdirectories by "name/".
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    line = next(row for row in readme.splitlines() if row.startswith("docs/ "))
+    named = {word.strip() for word in line.split(None, 1)[1].split(",")}
+    for entry in sorted((ROOT / "docs").iterdir()):
+        expected = entry.name + "/" if entry.is_dir() else entry.stem
+        if entry.is_dir() or entry.suffix == ".md":
+            assert expected in named, f"README's layout does not list docs/{expected} (it lists {named})"
+
+
+def test_every_test_file_the_docs_write_is_under_make_tests_testpaths() -> None:
+    # The docs tell a user where to put a handler's test; `make test` must then run it, so each
+    # ``file=tests/...`` block must sit under one of pyproject's testpaths.
+    import tomllib
+
+    testpaths = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["pytest"]["ini_options"][
+        "testpaths"
+    ]
+    written = [
+        (page_id(path), name)
+        for path in PAGES
+        for name in re.findall(r"```python file=(tests/\S+)", path.read_text(encoding="utf-8"))
+    ]
+    assert written, "no page writes a test file any more; this test checks nothing"
+    for page, name in written:
+        assert any(name.startswith(prefix.rstrip("/") + "/") for prefix in testpaths), (
+            f"{page} tells the user to write {name}, which `make test` (testpaths {testpaths}) does not collect"
+        )
+
+
 def test_operating_names_every_alarm_and_metric() -> None:
     text = (ROOT / "docs" / "operating.md").read_text(encoding="utf-8")
     source = (ROOT / "template.yaml").read_text(encoding="utf-8")

@@ -3,6 +3,7 @@ explanation printed for a job that did not finish."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from workerless_devkit.chaos.inject import ChaosState
@@ -30,10 +31,11 @@ def test_sure_respects_a_kinds_budget() -> None:
     assert [plan.roll(Fault.SQS_ERROR) for _ in range(3)] == [True, False, False]
 
 
-def _result(jobs: dict[str, dict[str, Any]], recorder: Recorder) -> RunResult:
+def _result(jobs: dict[str, dict[str, Any]], recorder: Recorder, *, late: tuple[str, ...] = ()) -> RunResult:
     state = ChaosState(plan=FaultPlan(), recorder=recorder, ledger=Ledger(), lease_seconds=5)
     state.activations["stg_1"] = ["stagenext#stg_1#exe_a"]
-    figures: Any = None
+    # explain() reads only the ids of the jobs past their deadline from the figures.
+    figures: Any = SimpleNamespace(stuck_jobs=list(late))
     return RunResult(figures, state, jobs, {}, emulator=None)
 
 
@@ -62,6 +64,26 @@ def test_explain_tells_the_story_of_each_job_that_is_not_final_in_time_order() -
     assert "renew_refused" in lines[3] and "not_running" in lines[3]
     assert lines[4] == "  activations: ['stagenext#stg_1#exe_a']"
     assert "stg_2" not in text, "a final job needs no explanation"
+
+
+def test_explain_also_tells_the_story_of_a_job_final_past_its_deadline() -> None:
+    """GIVEN a job completed, but later than the run's deadline (counted as stuck)
+    THEN explain() tells its story too, marked late: a figure that fails must come with its cause."""
+    recorder = Recorder()
+    recorder.note(Fault.SQS_ERROR, job_ids=["stg_1"], where="PollerFunction:send")
+    at = recorder.injections[0].at
+    jobs = {
+        "stg_1": {"type": "send-receipt", "state": "completed", "history": [{"event": "completed", "at": at + 95}]},
+        "stg_2": {"type": "send-receipt", "state": "completed", "history": [{"event": "completed", "at": at + 1}]},
+    }
+
+    text = explain(_result(jobs, recorder, late=("stg_1",)))
+
+    lines = text.splitlines()
+    assert lines[0] == "job stg_1 (send-receipt) is completed (late):"
+    assert "FAULT sqs_error at PollerFunction:send" in lines[1]
+    assert "completed" in lines[2] and lines[2].strip().startswith("95.00")
+    assert "stg_2" not in text
 
 
 def test_a_second_completed_run_counts_as_a_duplicate_only_under_the_same_lease() -> None:

@@ -86,6 +86,8 @@ class Figures:
     engine_attempts: int
     runs_stopped_at_timeout: int = 0
     problems: list[str] = field(default_factory=list)
+    #: The ids behind ``stuck_past_deadline``: never final, or final later than the deadline.
+    stuck_jobs: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -397,12 +399,12 @@ def _figures(
     for task_id, at in first_activated.items():
         root = root_of.get(task_id, task_id)
         first_act_root[root] = min(first_act_root.get(root, at), at)
-    stuck = 0
+    stuck: list[str] = []
     for job_id in ids:
         start = first_act_root.get(job_id)
         end = final_at.get(job_id)
         if end is None or (start is not None and end - start > config.deadline_seconds):
-            stuck += 1
+            stuck.append(job_id)
     recover = []
     hit: dict[str, float] = {}
     for task_id, at in state.recorder.first_hit().items():
@@ -426,7 +428,7 @@ def _figures(
         lost=lost,
         duplicate_completions=state.ledger.duplicate_completions,
         stale_writes_accepted=stale,
-        stuck_past_deadline=stuck,
+        stuck_past_deadline=len(stuck),
         completed=counts["completed"],
         failed=counts["failed"],
         thrown=counts["thrown"],
@@ -443,6 +445,7 @@ def _figures(
         engine_attempts=attempts,
         runs_stopped_at_timeout=state.timed_out,
         problems=problems,
+        stuck_jobs=stuck,
     )
 
 
@@ -452,15 +455,17 @@ def _history(states: dict[str, dict[str, Any]], job_id: str) -> list[str]:
 
 
 def explain(result: RunResult) -> str:
-    """For every job that is not final, what the engine saw and which faults hit it, in time order
-    (seconds from the run's first fault): what the next person needs to diagnose a lost job."""
+    """For every job that is not final or was final past its deadline, what the engine saw and which
+    faults hit it, in time order (seconds from the run's first fault): what the next person needs to
+    diagnose a lost or a late job."""
     injections = result.state.recorder.injections
     t0 = min((i.at for i in injections), default=0.0)
     lines: list[str] = []
+    late = set(result.figures.stuck_jobs)
     for job_id, job in result.jobs.items():
-        if job["state"] in FINAL:
+        if job["state"] in FINAL and job_id not in late:
             continue
-        lines.append(f"job {job_id} ({job.get('type')}) is {job['state']}:")
+        lines.append(f"job {job_id} ({job.get('type')}) is {job['state']}{' (late)' if job_id in late else ''}:")
         events = [
             (float(e.get("at") or 0.0), json.dumps(e, default=str, sort_keys=True)) for e in job.get("history") or []
         ]

@@ -77,7 +77,7 @@ class Response:
 
 
 class HTTPProblem(Exception):
-    """Raise from a handler to answer with RFC 9457 problem+json."""
+    """An RFC 9457 problem+json answer: raise it from a handler, or take its ``response``."""
 
     def __init__(
         self,
@@ -90,28 +90,18 @@ class HTTPProblem(Exception):
         problem_type: str = "about:blank",
     ) -> None:
         super().__init__(f"{status} {title}: {detail}")
-        self.response = problem(status, title, detail, headers=headers, extra=extra, problem_type=problem_type)
+        body: dict[str, Any] = {"type": problem_type, "title": title, "status": status}
+        if detail:
+            body["detail"] = detail
+        body.update(extra or {})
+        self.response = Response(
+            status, json.dumps(body).encode(), {"Content-Type": "application/problem+json", **(headers or {})}
+        )
 
 
 def json_response(body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
     data = json.dumps(body).encode()
     return Response(status, data, {"Content-Type": "application/json", **(headers or {})})
-
-
-def problem(
-    status: int,
-    title: str,
-    detail: str | None = None,
-    *,
-    headers: Mapping[str, str] | None = None,
-    extra: Mapping[str, Any] | None = None,
-    problem_type: str = "about:blank",
-) -> Response:
-    body: dict[str, Any] = {"type": problem_type, "title": title, "status": status}
-    if detail:
-        body["detail"] = detail
-    body.update(extra or {})
-    return Response(status, json.dumps(body).encode(), {"Content-Type": "application/problem+json", **(headers or {})})
 
 
 Handler = Callable[[Request], Response]
@@ -152,7 +142,7 @@ class _Fault:
             return Response(self.status, self.raw.encode(), {"Content-Type": self.content_type, **self.headers})
         if self.body is not None:
             return json_response(self.body, self.status, self.headers)
-        return problem(self.status, "Injected fault", None, headers=self.headers)
+        return HTTPProblem(self.status, "Injected fault", None, headers=self.headers).response
 
 
 class Router:
@@ -307,14 +297,16 @@ def _make_handler(router: Router) -> type[BaseHTTPRequestHandler]:
             split = urlsplit(self.path)
             length = int(self.headers.get("Content-Length") or 0)
             if length > MAX_BODY:
-                self._send(problem(413, "Content Too Large", f"body over {MAX_BODY} bytes"))
+                self._send(HTTPProblem(413, "Content Too Large", f"body over {MAX_BODY} bytes").response)
                 self.close_connection = True
                 return
             body = self.rfile.read(length) if length else b""
             found = router.match(self.command, split.path)
             if found is None:
                 status = 405 if router.allowed(split.path) else 404
-                self._send(problem(status, "Method Not Allowed" if status == 405 else "Not Found", split.path))
+                self._send(
+                    HTTPProblem(status, "Method Not Allowed" if status == 405 else "Not Found", split.path).response
+                )
                 return
             pattern, params, fn = found
             query = {k: v[-1] for k, v in parse_qs(split.query).items()}
@@ -434,11 +426,11 @@ def _dispatch_in_process(
 ) -> Response | None:
     """The server's dispatch for one in-process request; None: the connection is dropped."""
     if len(body) > MAX_BODY:
-        return problem(413, "Content Too Large", f"body over {MAX_BODY} bytes")
+        return HTTPProblem(413, "Content Too Large", f"body over {MAX_BODY} bytes").response
     found = router.match(method, path)
     if found is None:
         status = 405 if router.allowed(path) else 404
-        return problem(status, "Method Not Allowed" if status == 405 else "Not Found", path)
+        return HTTPProblem(status, "Method Not Allowed" if status == 405 else "Not Found", path).response
     pattern, params, fn = found
     query = {k: v[-1] for k, v in parse_qs(query_text).items()}
     request = Request(method, path, pattern, params, query, dict(headers.items()), body)
@@ -451,7 +443,7 @@ def _call(fn: Handler, request: Request) -> Response:
     except HTTPProblem as exc:
         return exc.response
     except Exception as exc:  # noqa: BLE001 - an emulator bug must answer 500, not hang the client
-        return problem(500, "Internal Server Error", f"{type(exc).__name__}: {exc}")
+        return HTTPProblem(500, "Internal Server Error", f"{type(exc).__name__}: {exc}").response
 
 
 def _answer(router: Router, request: Request, fn: Handler) -> Response | None:
@@ -473,4 +465,8 @@ def _answer(router: Router, request: Request, fn: Handler) -> Response | None:
     injected = fault.answer()
     if injected is not None:
         return injected
-    return _call(fn, request) if not fault.after else problem(502, "Bad Gateway", "answer lost (injected fault)")
+    return (
+        _call(fn, request)
+        if not fault.after
+        else HTTPProblem(502, "Bad Gateway", "answer lost (injected fault)").response
+    )

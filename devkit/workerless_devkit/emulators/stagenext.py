@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workerless_devkit.emulators.core import EngineEmulator, JobRegistry, JobSpec, pick
-from workerless_devkit.emulators.http import HTTPProblem, Request, Response, json_response, problem
+from workerless_devkit.emulators.http import HTTPProblem, Request, Response, json_response
 
 __all__ = ["RESULT_BODY_CAP", "RESULT_STRING_CAP", "StageNextEmulator", "create"]
 
@@ -604,12 +604,12 @@ class StageNextEmulator(EngineEmulator):
             while True:
                 self._tick()
                 if len(self._held[replica]) >= self.max_inflight:
-                    return problem(
+                    return HTTPProblem(
                         429,
                         "Too Many Requests",
                         f"GATEWAY_MAX_INFLIGHT ({self.max_inflight}) pending deliveries on this API process",
                         headers={"Retry-After": "1", **cookie},
-                    )
+                    ).response
                 delivered = self._deliver(app, queue, replica)
                 if delivered is not None:
                     return json_response(delivered, 200, cookie)

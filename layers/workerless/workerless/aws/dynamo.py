@@ -143,6 +143,23 @@ class JobStore:
                 retryable=False,
             ) from exc
 
+    def _update_if(self, key: str, update: str, condition: str, names: dict[str, str], values: dict[str, Any]) -> bool:
+        """One conditional UpdateItem on ``key``'s record; False (nothing written) when the
+        condition refused it. Every other failure is a :class:`StoreError`, as from :meth:`_call`."""
+        try:
+            self._call(
+                "update_item",
+                TableName=self.table,
+                Key={"pk": {"S": key}},
+                UpdateExpression=update,
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+            )
+        except _ConditionFailed:
+            return False
+        return True
+
     def get(self, key: str) -> JobRecord | None:
         answer = self._call("get_item", TableName=self.table, Key={"pk": {"S": key}}, ConsistentRead=True)
         item = answer.get("Item")
@@ -222,23 +239,17 @@ class JobStore:
         The heartbeat renews a begin-leased job only once this is set. False when the claim is no
         longer this delivery's (nothing is written then).
         """
-        try:
-            self._call(
-                "update_item",
-                TableName=self.table,
-                Key={"pk": {"S": key}},
-                UpdateExpression="SET begun_at = :now",
-                ConditionExpression="#s = :claimed AND #owner = :owner",
-                ExpressionAttributeNames={"#s": "status", "#owner": "owner"},
-                ExpressionAttributeValues={
-                    ":claimed": {"S": Status.CLAIMED.value},
-                    ":owner": {"S": owner},
-                    ":now": {"N": repr(self._clock())},
-                },
-            )
-        except _ConditionFailed:
-            return False
-        return True
+        return self._update_if(
+            key,
+            "SET begun_at = :now",
+            "#s = :claimed AND #owner = :owner",
+            {"#s": "status", "#owner": "owner"},
+            {
+                ":claimed": {"S": Status.CLAIMED.value},
+                ":owner": {"S": owner},
+                ":now": {"N": repr(self._clock())},
+            },
+        )
 
     def release(self, key: str, *, owner: str) -> bool:
         """Give up this delivery's claim before its engine lease began (a failed lease acquire), so
@@ -248,25 +259,19 @@ class JobStore:
         takes over an expired claim at once, and the handlers' roles need no DeleteItem (an
         UpdateItem, which they already hold; one write unit either way).
         """
-        try:
-            self._call(
-                "update_item",
-                TableName=self.table,
-                Key={"pk": {"S": key}},
-                UpdateExpression="SET claim_expires_at = :expired, released_at = :now",
-                ConditionExpression="#s = :claimed AND #owner = :owner AND attribute_not_exists(begun_at)",
-                ExpressionAttributeNames={"#s": "status", "#owner": "owner"},
-                ExpressionAttributeValues={
-                    ":claimed": {"S": Status.CLAIMED.value},
-                    ":owner": {"S": owner},
-                    # Epoch 0: expired for any clock, so no container's skew can keep the claim alive.
-                    ":expired": {"N": "0"},
-                    ":now": {"N": repr(self._clock())},
-                },
-            )
-        except _ConditionFailed:
-            return False
-        return True
+        return self._update_if(
+            key,
+            "SET claim_expires_at = :expired, released_at = :now",
+            "#s = :claimed AND #owner = :owner AND attribute_not_exists(begun_at)",
+            {"#s": "status", "#owner": "owner"},
+            {
+                ":claimed": {"S": Status.CLAIMED.value},
+                ":owner": {"S": owner},
+                # Epoch 0: expired for any clock, so no container's skew can keep the claim alive.
+                ":expired": {"N": "0"},
+                ":now": {"N": repr(self._clock())},
+            },
+        )
 
     def store_outcome(self, key: str, *, owner: str, outcome: Outcome, job_type: str = "job") -> JobRecord | None:
         """Store the result, only while this delivery still holds the claim (an outcome too large for
@@ -373,35 +378,18 @@ class JobStore:
             removed.append("receipt_queue")
         if removed:
             update += " REMOVE " + ", ".join(removed)
-        try:
-            self._call(
-                "update_item",
-                TableName=self.table,
-                Key={"pk": {"S": key}},
-                UpdateExpression=update,
-                ConditionExpression="#s = :stored",
-                ExpressionAttributeNames={"#s": "status"},
-                ExpressionAttributeValues=values,
-            )
-        except _ConditionFailed:
-            return False
-        return True
+        return self._update_if(key, update, "#s = :stored", {"#s": "status"}, values)
 
     def clear_owed(self, key: str) -> None:
         """Stop the heartbeat re-reporting a stored result (the engine refused it for good: the SQS
         redelivery and the dead-letter path settle it, as before the report was owed)."""
-        try:
-            self._call(
-                "update_item",
-                TableName=self.table,
-                Key={"pk": {"S": key}},
-                UpdateExpression="REMOVE report_owed_at, receipt, receipt_queue",
-                ConditionExpression="#s = :stored",
-                ExpressionAttributeNames={"#s": "status"},
-                ExpressionAttributeValues={":stored": {"S": Status.STORED.value}},
-            )
-        except _ConditionFailed:
-            return
+        self._update_if(
+            key,
+            "REMOVE report_owed_at, receipt, receipt_queue",
+            "#s = :stored",
+            {"#s": "status"},
+            {":stored": {"S": Status.STORED.value}},
+        )
 
     def mark(self, key: str, status: Status, *, reason: str, job_type: str, lease: str = "") -> bool:
         """Mark LOST or SKIPPED, unless a result is already stored or reported. True if written.
@@ -430,19 +418,7 @@ class JobStore:
             )
             names["#lease"] = "lease"
             values[":lease"] = {"S": lease}
-        try:
-            self._call(
-                "update_item",
-                TableName=self.table,
-                Key={"pk": {"S": key}},
-                UpdateExpression=update,
-                ConditionExpression=condition,
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
-            )
-        except _ConditionFailed:
-            return False
-        return True
+        return self._update_if(key, update, condition, names, values)
 
 
 class _ConditionFailed(Exception):
