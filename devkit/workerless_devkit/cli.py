@@ -215,11 +215,13 @@ def cmd_local(args: argparse.Namespace) -> int:
     print(_describe(topology), file=sys.stderr)
     _check_engine_values(topology, env_file)
     code = EXIT_OK
+    problem: str | None = None
     with _stop_on_signals() as stop, topology, _status_reporter(topology, args.status_every):
         try:
             if args.until_idle is not None:
-                cap = args.max_seconds if args.max_seconds is not None else 3600.0
-                topology.run_until_idle(args.until_idle, cap, stop=stop)
+                problem = _run_until_idle(topology, args, stop)
+                if problem is not None:
+                    code = EXIT_FAILED
             elif not topology.wait(stop, args.max_seconds):
                 print(f"workerless: --max-seconds {args.max_seconds:g} reached", file=sys.stderr)
         except IdleTimeout as exc:
@@ -227,14 +229,42 @@ def cmd_local(args: argparse.Namespace) -> int:
             code = EXIT_FAILED
         print("draining...", file=sys.stderr)
     _print_report(topology)
+    if problem is not None:  # last, where a CI log's reader looks
+        print(f"workerless: {problem}", file=sys.stderr)
     return 130 if stop.is_set() and args.until_idle is not None else code
+
+
+def _run_until_idle(topology: Any, args: argparse.Namespace, stop: threading.Event) -> str | None:
+    """Run until idle; what makes the run a failure although idle (the engine never answered), or None.
+    Raises IdleTimeout past --max-seconds."""
+    from workerless_devkit.local.engine_health import EngineHealth
+
+    cap = args.max_seconds if args.max_seconds is not None else 3600.0
+    started = time.monotonic()
+    topology.run_until_idle(args.until_idle, cap, stop=stop)
+    health: EngineHealth = topology.engine_health
+    if _talks_to_engine(topology) and not health.tried() and not stop.is_set():
+        # Idle before the first poll ended (a slow start, a long schedule): not a verdict yet.
+        print("idle, but no poll has reached the engine yet: waiting for one...", file=sys.stderr)
+        if not topology.run_until(
+            lambda: health.tried() or stop.is_set(), max(0.0, cap - (time.monotonic() - started))
+        ):
+            return f"no poll reached the engine within --max-seconds {cap:g}"
+        if health.never_answered() is None and not stop.is_set():  # it answered: its jobs may be flowing now
+            topology.run_until_idle(args.until_idle, max(0.0, cap - (time.monotonic() - started)), stop=stop)
+    # Idle because nothing could be polled is not idle: the functions cannot work.
+    return health.never_answered()
+
+
+def _talks_to_engine(topology: Any) -> bool:
+    return "WORKERLESS_ENGINE" in topology.template.environment()
 
 
 def _check_engine_values(topology: Any, env_file: str | None) -> None:
     """Refuse to run functions that cannot work: a template whose functions talk to an engine
     (WORKERLESS_ENGINE in their environment) needs its connection values, valid by the adapter's own
     rules, before anything starts (else every poll fails and the run ends "idle" with no jobs)."""
-    if "WORKERLESS_ENGINE" not in topology.template.environment():
+    if not _talks_to_engine(topology):
         return
     if env_file is None:
         raise UsageError(
@@ -466,9 +496,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 for i in range(args.jobs)
             ]
             progress = _Progress(emulator, ids, started)
+            print("starting the functions locally (embedded SQS and DynamoDB)...", flush=True)
             with _stop_on_signals() as stop, topology:
                 finished = topology.run_until(lambda: progress.update() or stop.is_set(), args.max_seconds)
                 finished = finished and not stop.is_set()
+                # Leaving the topology waits for invocations still running (bounded): say so, it can take seconds.
+                print("draining: waiting for running invocations to end...", flush=True)
             states = progress.states()
     finally:
         running.stop()
@@ -511,7 +544,10 @@ def _demo_parameters(template: Path, args: argparse.Namespace) -> dict[str, str]
 
 
 class _Progress:
-    """Polls the emulator's job states and prints a line whenever the counts change."""
+    """Polls the emulator's job states and prints a line whenever the counts change, and one saying
+    what it waits for when they have not changed for :attr:`QUIET_SECONDS` (a pause is not a hang)."""
+
+    QUIET_SECONDS = 5.0
 
     def __init__(self, emulator: Any, ids: list[str], started: float) -> None:
         self._emulator = emulator
@@ -519,6 +555,7 @@ class _Progress:
         self._started = started
         self._last: tuple[tuple[str, int], ...] = ()
         self._states: dict[str, str] = {}
+        self._printed = started
 
     def states(self) -> dict[str, str]:
         return dict(self._states)
@@ -536,6 +573,15 @@ class _Progress:
             shown = ", ".join(f"{state} {n}" for state, n in sorted(counts.items()))
             done = sum(n for state, n in counts.items() if state in TERMINAL_STATES)
             print(f"[{time.monotonic() - self._started:5.1f}s] {done}/{len(self._ids)} done  ({shown})", flush=True)
+            self._printed = time.monotonic()
+        elif time.monotonic() - self._printed >= self.QUIET_SECONDS:
+            waiting = sum(1 for state in self._states.values() if state not in TERMINAL_STATES)
+            print(
+                f"[{time.monotonic() - self._started:5.1f}s] waiting for {waiting} job(s): a failed attempt comes "
+                "back after its queue's visibility timeout (10 s here), a new one at the next poller tick",
+                flush=True,
+            )
+            self._printed = time.monotonic()
         return all(state in TERMINAL_STATES for state in self._states.values())
 
 
@@ -655,9 +701,10 @@ def _add_daily_loop_commands(commands: Any) -> None:
 def _add_log_format(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log-format",
-        choices=("auto", "readable", "json"),
+        choices=("auto", "readable", "text", "json"),
         default="auto",
-        help="the functions' log lines: one short line each (readable) or as CloudWatch gets them (json); "
+        help="the functions' log lines: one short line each (readable, or its alias text) or as CloudWatch gets "
+        "them (json); "
         "auto: readable on a terminal, json otherwise",
     )
 
@@ -665,7 +712,7 @@ def _add_log_format(parser: argparse.ArgumentParser) -> None:
 def _log_format(args: argparse.Namespace) -> Literal["json", "readable"]:
     if args.log_format == "auto":
         return "readable" if sys.stdout.isatty() else "json"
-    return "readable" if args.log_format == "readable" else "json"
+    return "json" if args.log_format == "json" else "readable"
 
 
 def _add_aws_options(parser: argparse.ArgumentParser) -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Literal
+from typing import Any, Literal
 
 from aws_lambda_powertools.logging import formatter as _powertools_formatter
 from workerless import observability
@@ -34,7 +34,7 @@ from workerless_devkit.local import loop
 LogFormat = Literal["json", "readable"]
 
 #: Record fields shown after the message in the readable format, in this order.
-_DETAILS = ("error", "reason", "status", "message_id", "attempt")
+_DETAILS = ("error", "reason", "error_code", "status", "message_id", "attempt")
 
 
 class InvocationFilter(logging.Filter):
@@ -52,13 +52,35 @@ class InvocationFilter(logging.Filter):
 
 
 class ReadableFormatter(logging.Formatter):
-    """``HH:MM:SS.mmm <function> <job type> <job id>  <message>  key=value ...`` for a terminal."""
+    """``HH:MM:SS.mmm <function> <job type> <job id>  <message>  key=value ...`` for a terminal.
+
+    It stands in for the Powertools formatter on the logger's handler, and the logger calls that
+    formatter's own methods (``append_keys``, ``clear_state`` at each invocation): those go to
+    ``inner``, the formatter replaced, whose keys are kept (and read here), so putting the JSON one
+    back loses nothing.
+    """
+
+    def __init__(self, inner: logging.Formatter | None = None) -> None:
+        super().__init__()
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for what logging.Formatter lacks: the Powertools formatter's key methods.
+        inner = self.__dict__.get("_inner")
+        if inner is None:
+            raise AttributeError(name)
+        return getattr(inner, name)
 
     def format(self, record: logging.LogRecord) -> str:
         # The handler wrapper's correlation keys (job type and id) are Powertools' thread-safe keys, in
         # a context variable of the thread that logs, not on the record (the JSON formatter reads them
-        # the same way).
-        fields = {**_powertools_formatter._get_context().get(), **record.__dict__}
+        # the same way); the logger's persistent keys are the inner formatter's.
+        persistent = getattr(self._inner, "log_format", None)
+        fields = {
+            **(persistent if isinstance(persistent, dict) else {}),
+            **_powertools_formatter._get_context().get(),
+            **record.__dict__,
+        }
         when = self.formatTime(record, "%H:%M:%S") + f".{int(record.msecs):03d}"
         who = fields.get("function_id") or fields.get("function_name") or record.name
         job = " ".join(str(v) for v in (fields.get("job_type"), fields.get("job_id")) if v)
@@ -71,25 +93,29 @@ class ReadableFormatter(logging.Formatter):
 
 
 @contextmanager
-def local_logging(level: str, log_format: LogFormat) -> Iterator[None]:
+def local_logging(level: str, log_format: LogFormat, *watchers: logging.Filter) -> Iterator[None]:
     """While a topology runs: the runtime's logger at the template's level (POWERTOOLS_LOG_LEVEL,
     which Powertools read at import, before local mode applied the template's environment), each
-    line stamped with its invocation, and in ``log_format``."""
+    line stamped with its invocation, and in ``log_format``; ``watchers`` see every record too."""
     logger = observability.logger
     handler = logger.registered_handler
     library = logging.getLogger(logger.name)  # a filter here sees every record, whichever handler writes it
     saved_level, saved_formatter = logger.log_level, handler.formatter
     stamp = InvocationFilter()
     library.addFilter(stamp)
+    for watcher in watchers:
+        library.addFilter(watcher)
     try:
         logger.setLevel(level.upper())
     except ValueError:
         logger.setLevel(logging.INFO)
     if log_format == "readable":
-        handler.setFormatter(ReadableFormatter())
+        handler.setFormatter(ReadableFormatter(saved_formatter))
     try:
         yield
     finally:
         library.removeFilter(stamp)
+        for watcher in watchers:
+            library.removeFilter(watcher)
         handler.setFormatter(saved_formatter)
         logger.setLevel(saved_level)

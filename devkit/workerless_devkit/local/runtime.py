@@ -58,6 +58,7 @@ from workerless.settings import clear_settings, infer_engine, parse_env_text
 
 from workerless_devkit.local import limits, loop, rules
 from workerless_devkit.local.context import LocalLambdaContext
+from workerless_devkit.local.engine_health import EngineHealth
 from workerless_devkit.local.iam.enforce import IamEnforcer
 from workerless_devkit.local.logs import LogFormat, local_logging
 from workerless_devkit.local.summary import Summary, get_summary, reset_summary
@@ -250,6 +251,8 @@ class LocalTopology:
         self._last_activity = time.monotonic()
         self._invocations: Counter[str] = Counter()
         self._errors: Counter[str] = Counter()
+        #: Whether the engine answered the poller (``workerless local --until-idle`` fails if never).
+        self.engine_health = EngineHealth()
         self._stopped_loops: list[StoppedLoop] = []
         self._limits = limits.LimitState()
 
@@ -357,13 +360,14 @@ class LocalTopology:
         self._mock.start()
         self._started = True
         limits.activate(self._limits)
-        from workerless.engines import add_request_guard
+        from workerless.engines import add_request_guard, add_response_watcher
 
         add_request_guard(_refuse_abandoned_engine_call)
+        add_response_watcher(self.engine_health.answered_by)
         try:
             self._apply_environment()
             level = self.environment.get("POWERTOOLS_LOG_LEVEL") or "INFO"
-            self._logging.enter_context(local_logging(level, self.log_format))
+            self._logging.enter_context(local_logging(level, self.log_format, self.engine_health))
             self._create_resources()
             if self.engine_secret:
                 self._create_engine_secret()
@@ -399,9 +403,10 @@ class LocalTopology:
         self._accepting = False
         self._listen(False)
         limits.deactivate(self._limits)
-        from workerless.engines import remove_request_guard
+        from workerless.engines import remove_request_guard, remove_response_watcher
 
         remove_request_guard(_refuse_abandoned_engine_call)
+        remove_response_watcher(self.engine_health.answered_by)
         self._reset_library(stopping=True)
         self._restore_environment()
         self._logging.close()

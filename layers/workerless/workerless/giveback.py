@@ -70,4 +70,4 @@ def fail_for_good(engine: Engine, job: ActivatedJob, reason: str, *, deadline: f
             case never:
                 assert_never(never)
         return
-    observability.emit(job.ref.job_type, "failed", job_id=job.ref.job_id, reason=reason)
+    observability.emit(job.ref.job_type, "failed", **observability.correlation_keys(job), reason=reason)

@@ -257,11 +257,16 @@ class Poller:
             raise
         except RetryableEngineError as exc:
             report.errors += 1
-            logger.warning("poll failed; backing off", extra={"error": str(exc), "status": exc.status})
+            logger.warning(
+                "poll failed; backing off", extra={"engine": self.engine.name, "error": str(exc), "status": exc.status}
+            )
             return 0, max(POLL_BACKOFF_RETRYABLE, exc.retry_after or 0.0)
         except EngineError as exc:
             report.errors += 1
-            logger.error("poll rejected; backing off", extra={"error": str(exc), "status": exc.status})
+            logger.error(
+                "poll rejected; backing off",
+                extra={"engine": self.engine.name, "error": str(exc), "status": exc.status},
+            )
             return 0, POLL_BACKOFF_FINAL
         if not jobs:
             report.empty_polls += 1
@@ -316,7 +321,7 @@ class Poller:
         by_type: dict[str, list[ActivatedJob]] = {}
         for job in jobs:
             by_type.setdefault(job.ref.job_type, []).append(job)
-            observability.emit(job.ref.job_type, "activated", job_id=job.ref.job_id)
+            observability.emit(job.ref.job_type, "activated", **observability.correlation_keys(job))
         sent: list[ActivatedJob] = []
         for job_type, batch in by_type.items():
             route = self.settings.route(job_type)
@@ -333,7 +338,7 @@ class Poller:
                 if failure is None:
                     sent.append(job)
                     sent_here += 1
-                    observability.emit(job_type, "dispatched", job_id=job.ref.job_id)
+                    observability.emit(job_type, "dispatched", **observability.correlation_keys(job))
                 elif failure.oversized:
                     # It can never fit an SQS message: fail it for good, with the cap in the reason.
                     self._fail_for_good(job, failure.reason, report, deadline=deadline)
@@ -398,7 +403,7 @@ class Poller:
                 job, f"could not write the job's variables to the claim check: {exc}", report, deadline=deadline
             )
             return None
-        observability.emit(job.ref.job_type, "offloaded", job_id=job.ref.job_id, bytes=len(data))
+        observability.emit(job.ref.job_type, "offloaded", **observability.correlation_keys(job), bytes=len(data))
         return job.to_message(payload=ref)
 
     def _send_ticket(self, jobs: list[ActivatedJob]) -> list[ActivatedJob]:
@@ -428,8 +433,11 @@ class Poller:
 
     def _hand_back(self, job: ActivatedJob, reason: str, report: PollReport, *, deadline: float) -> None:
         report.released += 1
-        observability.emit(job.ref.job_type, "released", job_id=job.ref.job_id)
-        logger.warning("handing the job back to the engine", extra={"job_id": job.ref.job_id, "reason": reason})
+        observability.emit(job.ref.job_type, "released", **observability.correlation_keys(job))
+        logger.warning(
+            "handing the job back to the engine",
+            extra={"job_type": job.ref.job_type, **observability.correlation_keys(job), "reason": reason},
+        )
         giveback.release(self.engine, job, reason, deadline=deadline)
 
     def _fail_for_good(self, job: ActivatedJob, reason: str, report: PollReport, *, deadline: float) -> None:

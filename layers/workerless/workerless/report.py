@@ -30,6 +30,29 @@ if TYPE_CHECKING:
 EVENTS = {"complete": "completed", "fail": "failed", "throw": "thrown"}
 
 
+#: A reason longer than this is cut in the log line (the engine gets it whole).
+REASON_LOG_CHARS = 1000
+
+
+def outcome_fields(outcome: Outcome) -> dict[str, object]:
+    """The log fields that say why a job failed or threw (none for a completed job): the line of
+    the outcome is where a reader of the function's log looks for the reason.
+
+    Example:
+        >>> outcome_fields(Outcome.fail("amount must be positive", retries=0, terminal=True))
+        {'reason': 'amount must be positive', 'terminal': True, 'retries': 0}
+    """
+    if outcome.kind == "complete":
+        return {}
+    fields: dict[str, object] = {"reason": (outcome.message or "")[:REASON_LOG_CHARS]}
+    if outcome.kind == "throw":
+        fields["error_code"] = outcome.error_code
+    else:
+        fields["terminal"] = outcome.terminal
+        fields["retries"] = outcome.retries
+    return fields
+
+
 def report_stored(
     ref: JobRef, outcome: Outcome, *, engine: Engine, store: JobStore, deadline: float, lease: str | None = None
 ) -> bool:
@@ -60,6 +83,6 @@ def report_stored(
         logger.warning("report not accepted yet", extra={"job_id": ref.job_id, "error": str(exc)})
         return False
     store.mark_reported(ref.key, lease=lease)
-    observability.emit(ref.job_type, EVENTS[outcome.kind], job_id=ref.job_id)
+    observability.emit(ref.job_type, EVENTS[outcome.kind], job_id=ref.job_id, **outcome_fields(outcome))
     logger.debug("job reported", extra={"job_id": ref.job_id, "outcome": outcome.kind})
     return True

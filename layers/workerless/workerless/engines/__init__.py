@@ -94,6 +94,27 @@ def _run_request_guards(request: httpx.Request) -> None:
         guard()
 
 
+#: Called with every response an engine client receives (any status). Empty in Lambda; local mode
+#: adds one to tell "the engine answered" from "nothing is listening at that URL".
+_response_watchers: list[Callable[[httpx.Response], None]] = []
+
+
+def add_response_watcher(watcher: Callable[[httpx.Response], None]) -> None:
+    """Call ``watcher(response)`` on every engine response (idempotent); it must not raise."""
+    if watcher not in _response_watchers:
+        _response_watchers.append(watcher)
+
+
+def remove_response_watcher(watcher: Callable[[httpx.Response], None]) -> None:
+    if watcher in _response_watchers:
+        _response_watchers.remove(watcher)
+
+
+def _run_response_watchers(response: httpx.Response) -> None:
+    for watcher in tuple(_response_watchers):
+        watcher(response)
+
+
 def new_http_client(timeout_seconds: float) -> httpx.Client:
     """The HTTP client every adapter gets: explicit timeouts shorter than any Lambda's, and a
     small keep-alive pool (a warm container reuses its connection to the engine)."""
@@ -105,5 +126,5 @@ def new_http_client(timeout_seconds: float) -> httpx.Client:
         limits=httpx.Limits(max_connections=20, max_keepalive_connections=10),
         follow_redirects=False,
         headers={"User-Agent": "workerless/0.1"},
-        event_hooks={"request": [_run_request_guards]},
+        event_hooks={"request": [_run_request_guards], "response": [_run_response_watchers]},
     )

@@ -75,7 +75,7 @@ from workerless.observability.switches import (
     metrics_enabled,
     suppress_metrics_while,
 )
-from workerless.observability.tracing import JobSpan, current_traceparent, job_span, trace_id_of
+from workerless.observability.tracing import JobSpan, correlation_keys, current_traceparent, job_span, trace_id_of
 
 __all__ = [
     "ENGINE_ERRORS",
@@ -99,6 +99,7 @@ __all__ = [
     "add_metric",
     "configure",
     "configure_from_settings",
+    "correlation_keys",
     "current_traceparent",
     "emf_document",
     "emit",

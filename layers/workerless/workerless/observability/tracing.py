@@ -7,11 +7,14 @@ import functools
 import re
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workerless.observability.logs import logger
 from workerless.observability.metrics import HANDLER_DURATION, PICKUP_LATENCY, SERVICE, add_metric
 from workerless.observability.switches import _Config
+
+if TYPE_CHECKING:
+    from workerless.model import ActivatedJob
 
 _TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 
@@ -29,6 +32,24 @@ def trace_id_of(traceparent: str | None) -> str | None:
     if found is None or found.group(1) == "ff" or set(found.group(2)) == {"0"} or set(found.group(3)) == {"0"}:
         return None
     return found.group(2)
+
+
+def correlation_keys(job: ActivatedJob) -> dict[str, str | None]:
+    """A job's correlation keys for a log line, the handler's own (job id, engine, instance id,
+    trace id): the poller's and the handler's lines of one job are found by the same keys.
+
+    Example:
+        >>> from workerless.model import ActivatedJob, JobRef
+        >>> ref = JobRef("sheptra", "7", "charge-payment")
+        >>> correlation_keys(ActivatedJob(ref, {}, 0, 0, instance_id="wf-1"))
+        {'job_id': '7', 'engine': 'sheptra', 'instance_id': 'wf-1', 'trace_id': None}
+    """
+    return {
+        "job_id": job.ref.job_id,
+        "engine": job.ref.engine,
+        "instance_id": job.instance_id,
+        "trace_id": trace_id_of(job.traceparent),
+    }
 
 
 @functools.cache

@@ -132,7 +132,8 @@ def _tried(exc: httpx.HTTPError) -> str:
         request = exc.request
     except RuntimeError:  # an error raised without its request
         return ""
-    return f" ({request.method} {request.url.copy_with(query=None, fragment=None)})"
+    # Without its query and user info: either may carry a credential.
+    return f" ({request.method} {request.url.copy_with(query=None, fragment=None, userinfo=b'')})"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,67 @@
+"""Whether the engine answered a local run at all.
+
+A poller whose every poll fails keeps backing off and returns normally (in Lambda that is right: the
+engine may be back next tick), so a local run against an engine that is down, or a URL pointing at
+nothing, used to end "idle" with no jobs and exit 0. :class:`EngineHealth` counts the HTTP responses
+the engine clients receive (:meth:`answered_by`, a response watcher: any status is an answer) and, as
+a logging filter, the failed polls and the last one's error (the adapters' translated error, which
+names the URL tried), so ``workerless local --until-idle`` can end non-zero naming what it tried.
+
+Example:
+    >>> import logging
+    >>> health = EngineHealth()
+    >>> record = logging.LogRecord("workerless", logging.WARNING, __file__, 1, "poll failed; backing off", None, None)
+    >>> record.error = "token mint failed: ConnectError (POST http://127.0.0.1:9/oauth2/token)"
+    >>> health.filter(record)
+    True
+    >>> print(health.never_answered())
+    the engine never answered: 1 failed poll(s), last: token mint failed: ConnectError (POST http://127.0.0.1:9/oauth2/token)
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import httpx
+
+#: The poller's messages for a failed poll (workerless.poller.Poller.cycle).
+_POLL_FAILURES = ("poll failed; backing off", "poll rejected; backing off")
+
+
+class EngineHealth(logging.Filter):
+    """Polls answered and failed over a local run; as a logging filter, it keeps the last poll error."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self.answered = 0
+        self.failed = 0
+        self.last_error: str | None = None
+
+    def answered_by(self, response: httpx.Response) -> None:
+        """A response watcher (workerless.engines.add_response_watcher): the engine answered."""
+        with self._lock:
+            self.answered += 1
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage() in _POLL_FAILURES:
+            error = getattr(record, "error", None)
+            with self._lock:
+                self.failed += 1
+                if error:
+                    self.last_error = str(error)
+        return True
+
+    def tried(self) -> bool:
+        """Whether any engine call has ended yet (answered, or a poll failed)."""
+        with self._lock:
+            return bool(self.answered or self.failed)
+
+    def never_answered(self) -> str | None:
+        """What went wrong when polls failed and none succeeded, else None."""
+        with self._lock:
+            if self.answered or not self.failed:
+                return None
+            detail = f", last: {self.last_error}" if self.last_error else ""
+            return f"the engine never answered: {self.failed} failed poll(s){detail}"
