@@ -11,13 +11,13 @@ MAX_CHARGE = 1_000_000
 
 class ChargeInput(BaseModel):
     order_id: str = Field(alias="orderId")
-    amount: float
+    amount: int | float
 
     @field_validator("amount")
     @classmethod
     def _positive(cls, amount: float) -> float:
         if amount <= 0:
-            raise ValueError("must be a positive number")
+            raise ValueError(f"amount must be a positive number, got {amount!r}")
         return amount
 
 

@@ -35,7 +35,7 @@ def test_an_example_handler_completes_or_fails_terminally(
     assert (outcome["kind"], outcome["terminal"], outcome["retries"]) == ("fail", True, 0)
     # Typed input: every bad field named (pydantic's words), before the handler runs.
     assert "orderId: Field required" in outcome["message"]
-    assert "amount: Value error, must be a positive number" in outcome["message"]
+    assert "amount: Value error, amount must be a positive number" in outcome["message"]
 
 
 def test_throw_a_plain_exception_and_variables_from_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

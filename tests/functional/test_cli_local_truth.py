@@ -135,4 +135,8 @@ def test_text_lines_are_one_readable_line_each_naming_the_function(
     failed = [line for line in out if f"charge-payment {declined}  job failed" in line]
     assert failed, out
     assert " chargepaymentFunction  " in failed[0]
-    assert "reason=amount must be a positive number, got -1" in failed[0]
+    # charge-payment's input is typed: the reason is pydantic's report naming the field (issue 15).
+    assert (
+        "reason=invalid input for ChargeInput: amount: Value error, amount must be a positive number, got -1"
+        in failed[0]
+    )

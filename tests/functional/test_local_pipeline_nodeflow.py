@@ -137,7 +137,7 @@ def test_example_tasks_complete_and_a_terminal_failure_is_never_retried(
     assert "next_task_id" not in failed, "a terminal failure schedules no retry"
     assert emulator.job_state(declined)["task_ids"] == [declined]
     assert failed["attempts"] == 1
-    assert "invalid input for ChargeInput: amount: Value error, must be a positive number" in failed["error_message"]
+    assert "ChargeInput: amount: Value error, amount must be a positive number" in failed["error_message"]
 
     assert summary["charge-payment"]["completed"] == 4
     assert summary["charge-payment"]["failed"] == 1

@@ -64,7 +64,7 @@ def test_example_handlers_complete_fail_terminally_and_are_summarised(
     failed = emulator.job_state(declined)
     assert failed["state"] == "failed"
     assert failed["retries"] == 0
-    assert "invalid input for ChargeInput: amount: Value error, must be a positive number" in failed["error_message"]
+    assert "ChargeInput: amount: Value error, amount must be a positive number" in failed["error_message"]
     assert summary["charge-payment"]["completed"] == 4
     assert summary["charge-payment"]["failed"] == 1
     assert summary["send-receipt"]["completed"] == 3

@@ -101,7 +101,7 @@ def test_example_jobs_complete_and_every_result_is_applied_once(serve: Callable[
     assert emu.state(report)["output"] == {"reportReady": True}
     failed = emu.state(declined)
     assert failed["state"] == "failed"
-    assert "invalid input for ChargeInput: amount: Value error, must be a positive number" in failed["error_message"]
+    assert "ChargeInput: amount: Value error, amount must be a positive number" in failed["error_message"]
     assert applied(failed)[0]["retryable"] is False
     assert failed["retries"] == 3, "a terminal failure is not retried"
     for stage_id in every:

@@ -71,7 +71,7 @@ def test_terminal_error_fails_with_no_retries(aws: Aws, engine: FakeEngine) -> N
     outcome = engine.reports[job_id][-1]
     assert outcome.kind == "fail" and outcome.retries == 0 and outcome.terminal
     # Typed input: validated before the handler runs, the bad field named as pydantic says.
-    assert "invalid input for ChargeInput: amount: Value error, must be a positive number" in (outcome.message or "")
+    assert "ChargeInput: amount: Value error, amount must be a positive number" in (outcome.message or "")
     assert engine.jobs[job_id].state == "failed"
 
 
