@@ -11,13 +11,14 @@ MAX_CHARGE = 1_000_000
 
 class ChargeInput(BaseModel):
     order_id: str = Field(alias="orderId")
-    amount: int | float
+    # strict: a JSON true is not an amount of 1 (lax mode would charge it); an int is a float here.
+    amount: float = Field(strict=True)
 
     @field_validator("amount")
     @classmethod
     def _positive(cls, amount: float) -> float:
         if amount <= 0:
-            raise ValueError(f"amount must be a positive number, got {amount!r}")
+            raise ValueError(f"amount must be a positive number, got {amount:g}")
         return amount
 
 
