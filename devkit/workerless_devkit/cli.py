@@ -467,11 +467,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
+    # Readable (a terminal): the progress lines, then each job's outcome and its handler's log lines,
+    # one short line each. JSON (a pipe, CI): the progress lines and the summary only.
+    functions_level = "INFO" if _log_format(args) == "readable" else "WARNING"
     if args.log_level is None:
-        # The demo's output is the progress lines and the summary: the library's Powertools logger
-        # (named after the service, "workerless") was built at import with the default level.
+        # The library's Powertools logger (named after the service, "workerless") was built at
+        # import with the default level.
         logging.getLogger("workerless_devkit.local").setLevel(logging.WARNING)
-        logging.getLogger("workerless").setLevel(logging.WARNING)
+        logging.getLogger("workerless").setLevel(functions_level)
     template = Path(args.template)
     if not template.is_file():
         raise UsageError(f"template {str(template)!r} not found (run the demo from the project directory)")
@@ -481,7 +484,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="workerless-demo-") as tmp:
             env_file = running.write_env_file(Path(tmp) / "demo.env")
-            parameters = _demo_parameters(template, args)
+            parameters = _demo_parameters(template, args, log_level=functions_level)
             topology = LocalTopology(
                 template,
                 env_file,
@@ -530,13 +533,13 @@ DEMO_TIMINGS: tuple[tuple[tuple[str, str], tuple[str, str]], ...] = (
 )
 
 
-def _demo_parameters(template: Path, args: argparse.Namespace) -> dict[str, str]:
-    """Demo-friendly parameter values (:data:`DEMO_TIMINGS`, a 1 s tick, WARNING logs), for the
+def _demo_parameters(template: Path, args: argparse.Namespace, *, log_level: str = "WARNING") -> dict[str, str]:
+    """Demo-friendly parameter values (:data:`DEMO_TIMINGS`, a 1 s tick, ``log_level``), for the
     parameters this template declares."""
     from workerless_devkit.local.template import parse_template_text
 
     declared = parse_template_text(template.read_text(encoding="utf-8"), source=str(template)).get("Parameters") or {}
-    wanted = {"EngineName": args.engine, "TickSeconds": str(args.tick_seconds), "LogLevel": "WARNING"}
+    wanted = {"EngineName": args.engine, "TickSeconds": str(args.tick_seconds), "LogLevel": log_level}
     for pair in DEMO_TIMINGS:
         if all(name in declared for name, _ in pair):
             wanted.update(pair)

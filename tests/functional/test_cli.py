@@ -90,14 +90,20 @@ def test_local_until_idle_runs_and_prints_the_summary(tmp_path: Path, capsys: py
 # under this filter, instead of failing whichever later test the garbage collector runs in.
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::ResourceWarning")
-def test_demo_completes_every_job(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """The demo against the real template and example handlers: every job completes at the emulator."""
+def test_demo_completes_every_job(capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo against the real template and example handlers: every job completes at the emulator,
+    and in the readable format (a terminal's default) each job's outcome is one short line naming
+    the function that wrote it, the job's type and id."""
     monkeypatch.chdir(REPO)
-    code, out, err = run(capsys, "demo", "--jobs", "2", "--max-seconds", "30")
+    # capfd, not capsys: the functions' log handler holds the stdout it found when it was built.
+    code, out, err = run(capfd, "demo", "--jobs", "2", "--max-seconds", "30", "--log-format", "readable")
     gc.collect()
     assert code == 0, out + err
     assert "demo: all 2 jobs completed" in out
     assert "charge-payment" in out and "send-receipt" in out
+    outcome_lines = [line for line in (out + err).splitlines() if line.endswith("job completed")]
+    assert any(" chargepaymentFunction  charge-payment " in line for line in outcome_lines), out + err
+    assert any(" sendreceiptFunction  send-receipt " in line for line in outcome_lines), out + err
 
 
 def test_overrides_env_lines_and_emulator_options() -> None:
