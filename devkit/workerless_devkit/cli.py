@@ -235,7 +235,8 @@ def cmd_local(args: argparse.Namespace) -> int:
 
 
 def _run_until_idle(topology: Any, args: argparse.Namespace, stop: threading.Event) -> str | None:
-    """Run until idle; what makes the run a failure although idle (the engine never answered), or None.
+    """Run until idle; what makes the run a failure although idle (the engine never answered, or
+    refused every request), or None.
     Raises IdleTimeout past --max-seconds."""
     from workerless_devkit.local.engine_health import EngineHealth
 
@@ -250,10 +251,10 @@ def _run_until_idle(topology: Any, args: argparse.Namespace, stop: threading.Eve
             lambda: health.tried() or stop.is_set(), max(0.0, cap - (time.monotonic() - started))
         ):
             return f"no poll reached the engine within --max-seconds {cap:g}"
-        if health.never_answered() is None and not stop.is_set():  # it answered: its jobs may be flowing now
+        if health.problem() is None and not stop.is_set():  # it answered: its jobs may be flowing now
             topology.run_until_idle(args.until_idle, max(0.0, cap - (time.monotonic() - started)), stop=stop)
     # Idle because nothing could be polled is not idle: the functions cannot work.
-    return health.never_answered()
+    return health.problem()
 
 
 def _talks_to_engine(topology: Any) -> bool:

@@ -74,6 +74,26 @@ def test_an_engine_that_never_answered_fails_the_run_naming_the_url(
     assert polls and all(p["engine"] == "sheptra" and p["function_id"] == "PollerFunction" for p in polls)
 
 
+def test_an_engine_that_refuses_the_credentials_fails_the_run_naming_the_url(
+    sheptra_emulator: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], function_log: io.StringIO
+) -> None:
+    # GIVEN the emulator's connection values with a wrong client secret (every token mint is a 401)
+    values = dict(sheptra_emulator.values)
+    assert values["SHEPTRA_CLIENT_SECRET"]
+    values["SHEPTRA_CLIENT_SECRET"] = SECRET
+    env_file = tmp_path / "wrong-secret.env"
+    env_file.write_text("".join(f"{k}={v}\n" for k, v in values.items()), encoding="utf-8")
+    # WHEN local runs until idle
+    code = _run("--env-file", str(env_file), "--log-format", "json", "--max-seconds", "300")
+    _, err = capsys.readouterr()
+    # THEN it fails, naming the refusal and the URL refused, and the secret appears nowhere
+    assert code == cli.EXIT_FAILED, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("workerless: the engine refused the credentials:"), err
+    assert f"401 on POST {sheptra_emulator.url.rstrip('/')}/oauth2/token" in last, last
+    assert SECRET not in err and SECRET not in function_log.getvalue()
+
+
 def _function_names() -> dict[str, str]:
     from workerless_devkit.local.template import load_template
 

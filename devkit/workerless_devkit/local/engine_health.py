@@ -16,6 +16,9 @@ Example:
     True
     >>> print(health.never_answered())
     the engine never answered: 1 failed poll(s), last: token mint failed: ConnectError (POST http://127.0.0.1:9/oauth2/token)
+
+An engine that answers every request with 401 or 403 answers, but refuses the credentials: the
+functions cannot work either (:meth:`problem` says so, naming the last request refused).
 """
 
 from __future__ import annotations
@@ -36,13 +39,24 @@ class EngineHealth(logging.Filter):
         super().__init__()
         self._lock = threading.Lock()
         self.answered = 0
+        self.refused = 0
+        self.last_refused: str | None = None
         self.failed = 0
         self.last_error: str | None = None
 
     def answered_by(self, response: httpx.Response) -> None:
         """A response watcher (workerless.engines.add_response_watcher): the engine answered."""
+        refused = response.status_code in (401, 403)
+        if refused:
+            url = response.request.url
+            # Neither credentials nor a query string in what is printed.
+            port = f":{url.port}" if url.port else ""
+            where = f"{response.request.method} {url.scheme}://{url.host}{port}{url.path}"
         with self._lock:
             self.answered += 1
+            if refused:
+                self.refused += 1
+                self.last_refused = f"{response.status_code} on {where}"
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.getMessage() in _POLL_FAILURES:
@@ -57,6 +71,20 @@ class EngineHealth(logging.Filter):
         """Whether any engine call has ended yet (answered, or a poll failed)."""
         with self._lock:
             return bool(self.answered or self.failed)
+
+    def problem(self) -> str | None:
+        """Why the functions could not work with the engine (never answered, or refused every
+        request), else None."""
+        never = self.never_answered()
+        if never is not None:
+            return never
+        with self._lock:
+            if self.refused and self.refused == self.answered:
+                return (
+                    f"the engine refused the credentials: all {self.refused} answer(s) were 401/403, "
+                    f"last: {self.last_refused} (check the env file's client id, secret or API key)"
+                )
+        return None
 
     def never_answered(self) -> str | None:
         """What went wrong when polls failed and none succeeded, else None."""
