@@ -138,3 +138,23 @@ def test_a_concurrent_batch_overlaps_its_jobs_and_answers_exactly_the_failed_one
     kinds = [kind for kind, _ in events]
     assert kinds == ["start"] * 4 + ["end"] * 4
     assert {m for _, m in events} == {"m1", "m2", "m3", "m4"}
+
+
+def test_a_model_annotation_that_cannot_be_resolved_is_refused_when_decorated() -> None:
+    """GIVEN a handler annotated with a model defined inside a function (not resolvable from the
+    module, with postponed annotations) THEN decorating it fails at once, naming the annotation and
+    the way out, instead of running untyped with job.input = None."""
+
+    class LocalOrder(BaseModel):
+        order_id: str
+
+    def handler(job: Job[LocalOrder]) -> None:
+        return None
+
+    with pytest.raises(
+        TypeError, match=r"cannot resolve .*handler's annotation 'Job\[LocalOrder\]' \(NameError.*input=Model"
+    ):
+        job_handler("local-order")(handler)
+    # The way out the message names works.
+    wrapped = job_handler("local-order", input=LocalOrder)(handler)
+    assert_failed(run_handler(wrapped, {}), message="order_id: Field required", terminal=True)

@@ -82,8 +82,16 @@ def _annotated_model(fn: Callable[..., Any]) -> type[BaseModel] | None:
         return None
     try:
         hints = typing.get_type_hints(fn)
-    except Exception:  # noqa: BLE001 - an unresolvable annotation means "untyped", as before
-        return None
+    except Exception as exc:  # NameError, TypeError, ...: whatever resolving the annotation raised
+        annotation = params[0].annotation
+        if isinstance(annotation, str) and "[" in annotation:
+            # It asks for a model we cannot see (a class defined inside a function, a typo): running
+            # untyped would hand the user code job.input = None, a crash far from the cause.
+            raise TypeError(
+                f"cannot resolve {fn.__qualname__}'s annotation {annotation!r} ({type(exc).__name__}: {exc}); "
+                "define the model at module level or pass input=Model to @job_handler"
+            ) from exc
+        return None  # an unresolvable annotation of something else: untyped, as before
     hint = hints.get(params[0].name)
     args = typing.get_args(hint)
     if args and isinstance(args[0], type):
