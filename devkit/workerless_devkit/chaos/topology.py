@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from workerless.execution import as_variables
+
 from workerless_devkit.chaos.inject import ChaosEngine, ChaosState
 from workerless_devkit.chaos.plan import Fault, SimulatedCrash
 from workerless_devkit.local.runtime import LocalTopology
@@ -170,9 +172,10 @@ class ChaosTopology(LocalTopology):
 
             lease = runtime.get_engine().lease.fingerprint(job.activated.ref)
             state.ledger.completed(job.key, job.id, run_info, lease=lease)
-            if isinstance(result, dict):
+            variables = as_variables(result)  # a typed handler returns a model
+            if isinstance(variables, dict):
                 # Which attempt produced the result the engine keeps: the stale-write check.
-                return {**result, "_chaos_key": job.key}
+                return {**variables, "_chaos_key": job.key}
             return result
 
         return run

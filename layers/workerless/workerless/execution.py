@@ -92,15 +92,27 @@ def run_job(
     return outcome
 
 
-def _completion(result: Any, retries_after_failure: int | None, backoff_seconds: int | None) -> Outcome:
-    if result is None:
-        return Outcome.complete({})
+def as_variables(result: object) -> object:
+    """What a handler returned, as the variables to report: a pydantic model dumped as JSON with its
+    aliases, anything else as it is (the caller checks it is a JSON object).
+
+    Example:
+        >>> as_variables({"paymentOk": True})
+        {'paymentOk': True}
+    """
     # A model can only exist once pydantic is imported: a plain handler never pays for the import.
     if "pydantic" in sys.modules:
         from pydantic import BaseModel
 
         if isinstance(result, BaseModel):
-            result = result.model_dump(by_alias=True, mode="json")
+            return result.model_dump(by_alias=True, mode="json")
+    return result
+
+
+def _completion(result: Any, retries_after_failure: int | None, backoff_seconds: int | None) -> Outcome:
+    if result is None:
+        return Outcome.complete({})
+    result = as_variables(result)
     if not isinstance(result, dict):
         return Outcome.fail(
             f"handler returned {type(result).__name__}, not a JSON object (dict) of variables",
