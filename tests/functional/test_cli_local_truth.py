@@ -46,6 +46,22 @@ def _closed_port() -> int:
     return port
 
 
+def _run_with_secret(
+    values: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str], function_log: io.StringIO
+) -> str:
+    """Run local until idle with these connection values (the client secret set to SECRET); the last
+    stderr line, once the run has failed and the secret is printed nowhere."""
+    env_file = tmp_path / "engine.env"
+    env_file.write_text(
+        "".join(f"{k}={v}\n" for k, v in {**values, "SHEPTRA_CLIENT_SECRET": SECRET}.items()), encoding="utf-8"
+    )
+    code = _run("--env-file", str(env_file), "--log-format", "json", "--max-seconds", "300")
+    _, err = capsys.readouterr()
+    assert code == cli.EXIT_FAILED, err
+    assert SECRET not in err and SECRET not in function_log.getvalue()
+    return err.strip().splitlines()[-1]
+
+
 def _run(*argv: str) -> int:
     return cli.main(["local", "--template", TEMPLATE, "--until-idle", "1", "--schedule-seconds", "0.5", *argv])
 
@@ -57,18 +73,11 @@ def test_an_engine_that_never_answered_fails_the_run_naming_the_url(
     port = _closed_port()
     lines = sheptra.create(auth=True).env_block(f"http://127.0.0.1:{port}").splitlines()
     values = dict(line.split("=", 1) for line in lines if line)
-    values["SHEPTRA_CLIENT_SECRET"] = SECRET
-    env_file = tmp_path / "sheptra.env"
-    env_file.write_text("".join(f"{k}={v}\n" for k, v in values.items()), encoding="utf-8")
     # WHEN local runs until idle
-    code = _run("--env-file", str(env_file), "--log-format", "json", "--max-seconds", "300")
-    _, err = capsys.readouterr()
-    # THEN it fails, last line naming the problem and the URL it tried, and no secret anywhere
-    assert code == cli.EXIT_FAILED, err
-    last = err.strip().splitlines()[-1]
-    assert last.startswith("workerless: the engine never answered:"), err
+    last = _run_with_secret(values, tmp_path, capsys, function_log)
+    # THEN it fails (no secret anywhere), the last line naming the problem and the URL it tried
+    assert last.startswith("workerless: the engine never answered:"), last
     assert f"http://127.0.0.1:{port}/" in last, last
-    assert SECRET not in err and SECRET not in function_log.getvalue()
     # ... and the poller's own lines name the engine
     polls = [json.loads(line) for line in function_log.getvalue().splitlines() if "poll failed" in line]
     assert polls and all(p["engine"] == "sheptra" and p["function_id"] == "PollerFunction" for p in polls)
@@ -78,20 +87,12 @@ def test_an_engine_that_refuses_the_credentials_fails_the_run_naming_the_url(
     sheptra_emulator: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], function_log: io.StringIO
 ) -> None:
     # GIVEN the emulator's connection values with a wrong client secret (every token mint is a 401)
-    values = dict(sheptra_emulator.values)
-    assert values["SHEPTRA_CLIENT_SECRET"]
-    values["SHEPTRA_CLIENT_SECRET"] = SECRET
-    env_file = tmp_path / "wrong-secret.env"
-    env_file.write_text("".join(f"{k}={v}\n" for k, v in values.items()), encoding="utf-8")
+    assert sheptra_emulator.values["SHEPTRA_CLIENT_SECRET"] != SECRET
     # WHEN local runs until idle
-    code = _run("--env-file", str(env_file), "--log-format", "json", "--max-seconds", "300")
-    _, err = capsys.readouterr()
-    # THEN it fails, naming the refusal and the URL refused, and the secret appears nowhere
-    assert code == cli.EXIT_FAILED, err
-    last = err.strip().splitlines()[-1]
-    assert last.startswith("workerless: the engine refused the credentials:"), err
+    last = _run_with_secret(dict(sheptra_emulator.values), tmp_path, capsys, function_log)
+    # THEN it fails (no secret anywhere), naming the refusal and the URL refused
+    assert last.startswith("workerless: the engine refused the credentials:"), last
     assert f"401 on POST {sheptra_emulator.url.rstrip('/')}/oauth2/token" in last, last
-    assert SECRET not in err and SECRET not in function_log.getvalue()
 
 
 def _function_names() -> dict[str, str]:
