@@ -140,14 +140,21 @@ def test_a_second_delivery_of_one_job_never_runs_it_twice(result: Any, kind: Fau
 def test_a_poller_dying_after_activation_does_not_cost_its_jobs_a_lease(result: Any) -> None:
     """GIVEN the poller dies after the engine handed it jobs and before it queued them
     THEN the next poller finds its intent record and hands the jobs straight back: no lease lapses
-    (no retry is spent), and each job is released once and then completed."""
+    (no retry is spent), and each job is released once per crash that hit it and then completed."""
     run_result, events = result
     job_ids = hit(run_result, Fault.POLLER_CRASH_AFTER_ACTIVATE)
     assert job_ids
     for job_id in job_ids:
         history = [e["event"] for e in run_result.jobs[job_id]["history"]]
         assert "lease-lapsed" not in history, f"{job_id} waited out its lease: {history}"
-        assert lifecycle(events, job_id, "released") == 1
+        # Once per crash that hit it: a job re-activated by a poller that then died as well is
+        # handed back again (the fault can hit one job twice on a busy machine).
+        crashes = sum(
+            1
+            for i in run_result.state.recorder.injections
+            if i.kind == Fault.POLLER_CRASH_AFTER_ACTIVATE and job_id in i.job_ids
+        )
+        assert lifecycle(events, job_id, "released") == crashes
         assert run_result.jobs[job_id]["retries"] == 10, "no retry was spent"
 
 
