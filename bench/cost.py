@@ -6,6 +6,7 @@ assumptions that are not measured are named constants, each with its source or r
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 from typing import Any
@@ -43,9 +44,12 @@ HOURS_PER_MONTH = 730.0
 SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600
 
 # --- modelling assumptions ------------------------------------------------------------------------
-#: Lambda's own lines per invocation in the template's (default, text) log format: START (~70 bytes),
-#: END (~50) and REPORT (~210: durations, memory; more with Init Duration), ingested like the rest.
+#: Lambda's own lines per invocation: START (~70 bytes), END (~50) and REPORT (~210: durations,
+#: memory; more with Init Duration), ingested like the rest. Counted only when the template's
+#: LoggingConfig lets them through (:func:`platform_log_bytes`): START and REPORT are INFO-level system
+#: logs, which SystemLogLevel WARN (the template's default) drops; the Text format filters nothing.
 LAMBDA_PLATFORM_LOG_BYTES = 330
+TEMPLATE = Path(__file__).resolve().parents[1] / "template.yaml"
 #: The table's SSE (template.yaml: SSESpecification SSEEnabled true, no key given) is the AWS managed
 #: key aws/dynamodb: "AWS KMS charges apply" (DynamoDB API reference, SSESpecification). DynamoDB
 #: decrypts the table key with it and caches the plaintext key per caller (principal), asking KMS again
@@ -94,8 +98,22 @@ def gb_s(seconds: float) -> float:
     return seconds * MEMORY_MB / 1024
 
 
-def per_million_jobs(run: dict[str, Any]) -> dict[str, Any]:
-    """Adapter overhead per million jobs from a metered run (bench.measure.billable_run)."""
+@functools.cache
+def platform_log_bytes(template: Path = TEMPLATE) -> int:
+    """Lambda's own log bytes per invocation under the template's functions' LoggingConfig (Globals
+    merged): :data:`LAMBDA_PLATFORM_LOG_BYTES` when a function's SystemLogLevel lets INFO through
+    (INFO, DEBUG, or the Text format, which has no level filter), else 0."""
+    from workerless_devkit.local.template import load_template
+
+    levels = {f.system_log_level if f.log_format == "JSON" else None for f in load_template(template).functions}
+    return LAMBDA_PLATFORM_LOG_BYTES if levels & {None, "INFO", "DEBUG"} else 0
+
+
+def per_million_jobs(run: dict[str, Any], *, platform_bytes: float | None = None) -> dict[str, Any]:
+    """Adapter overhead per million jobs from a metered run (bench.measure.billable_run); Lambda's
+    own log bytes per invocation ``platform_bytes`` (default: the template's, :func:`platform_log_bytes`)."""
+    if platform_bytes is None:
+        platform_bytes = platform_log_bytes()
     jobs = run["jobs"]
     per_job = dict(run["per_job"])
     # The event source's empty receives are its long polls, counted once in the idle cost.
@@ -116,7 +134,7 @@ def per_million_jobs(run: dict[str, Any]) -> dict[str, Any]:
     # A lingering poller is billed while it pauses between polls (LINGER_PAUSE_SECONDS), not only while it works.
     paused = run.get("paused_s", {})
     seconds += sum(paused.values())
-    log_bytes = run.get("log_bytes_per_job", 0.0) + LAMBDA_PLATFORM_LOG_BYTES * invocations / jobs
+    log_bytes = run.get("log_bytes_per_job", 0.0) + platform_bytes * invocations / jobs
     metric_hours = run.get("custom_metrics_per_hour", 0) * run["virtual_seconds"] / 3600
     parts = {
         "sqs": per_job["sqs_requests"] * SQS_PER_REQUEST * 1e6,
@@ -145,6 +163,7 @@ def per_million_jobs(run: dict[str, Any]) -> dict[str, Any]:
         "parts": {k: round(v, 4) for k, v in parts.items()},
         "cloudwatch_logs": round(logs, 3),
         "log_bytes_per_job_with_platform": round(log_bytes, 1),
+        "platform_log_bytes_per_invocation": platform_bytes,
         "per_function": per_function,
         "billed_ms_per_job": round(1000 * seconds / jobs, 3),
         "invocations_per_job": round(invocations / jobs, 4),
@@ -245,6 +264,8 @@ def template_shape(template: Path) -> dict[str, Any]:
         "tick_seconds": int((params.get("TickSeconds") or {}).get("Default", 0)),
         "memory_mb": MEMORY_MB,
         "routes": len(loaded.ssm_parameters),
+        # Lambda's START/REPORT lines per invocation under the functions' LoggingConfig (0 at WARN).
+        "platform_log_bytes": platform_log_bytes(template),
     }
 
 
@@ -277,8 +298,10 @@ def idle_monthly(
             + m["rru"] * DDB_PER_RRU
         )
 
+    platform = float(shape.get("platform_log_bytes", LAMBDA_PLATFORM_LOG_BYTES))
+
     def log_bytes(m: dict[str, Any]) -> float:
-        return float(m.get("log_bytes", 0.0)) + LAMBDA_PLATFORM_LOG_BYTES
+        return float(m.get("log_bytes", 0.0)) + platform
 
     metrics = len(idle_metrics or [])
     parts = {

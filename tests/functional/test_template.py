@@ -445,6 +445,32 @@ def test_function_uses_the_table_and_the_secret(cfn: dict[str, Any], function: s
     assert _logical_id(log_group) == f"{function}LogGroup"
 
 
+@pytest.mark.parametrize("function", sorted(ALL_FUNCTIONS))
+def test_function_logs_json_with_lambdas_levels_from_the_parameters(cfn: dict[str, Any], function: str) -> None:
+    # SAM merges Globals' LoggingConfig with the function's own (its LogGroup): what is deployed.
+    config = cfn["Resources"][function]["Properties"]["LoggingConfig"]
+    assert config["LogFormat"] == "JSON"  # Lambda filters by level only in the JSON format
+    assert config["SystemLogLevel"] == {"Ref": "SystemLogLevel"}
+    assert config["ApplicationLogLevel"] == {"Fn::FindInMap": ["ApplicationLogLevels", {"Ref": "LogLevel"}, "Level"]}
+
+
+def test_log_levels_drop_lambdas_report_lines_and_never_an_emf_line(cfn: dict[str, Any]) -> None:
+    # By default Lambda's START/REPORT lines (INFO) are not sent; INFO brings them back.
+    system = cfn["Parameters"]["SystemLogLevel"]
+    assert system["Default"] == "WARN" and system["AllowedValues"] == ["DEBUG", "INFO", "WARN"]
+    # Lambda takes a line without a "level" key (every EMF metric line) as INFO: for every LogLevel
+    # the application level lets INFO through, and lets through every line the LogLevel writes.
+    order = ["TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL"]
+    python = {"DEBUG": "DEBUG", "INFO": "INFO", "WARNING": "WARN", "ERROR": "ERROR", "CRITICAL": "FATAL"}
+    levels = cfn["Mappings"]["ApplicationLogLevels"]
+    assert set(levels) == set(cfn["Parameters"]["LogLevel"]["AllowedValues"])
+    for log_level, row in levels.items():
+        applied = order.index(row["Level"])
+        assert applied <= order.index("INFO"), log_level
+        assert applied <= order.index(python[log_level]), log_level
+    assert levels["DEBUG"]["Level"] == "DEBUG"  # DEBUG lines still reach CloudWatch
+
+
 def test_poller_sends_to_routes_heartbeat_and_ticker(cfn: dict[str, Any]) -> None:
     route_queues = {f"{c}Queue" for c in JOB_TYPES.values()}
     assert _queues_allowed(cfn, "PollerFunction", "sqs:SendMessage") == route_queues | {"HeartbeatQueue", "TickerQueue"}

@@ -419,3 +419,30 @@ def test_the_library_formatter_writes_every_line_as_powertools_formatter_does(mo
                 assert ours.format(record) == theirs.format(record), (state, record.msg)
     finally:
         observability.logger.thread_safe_remove_keys(["job_id", "job_type", "traceparent"])
+
+
+def test_apply_log_level_keeps_a_less_verbose_log_level_over_lambdas() -> None:
+    """Powertools lets Lambda's AWS_LAMBDA_LOG_LEVEL win over POWERTOOLS_LOG_LEVEL; the template
+    never sets Lambda's above INFO (EMF lines carry no level), so the library sets LogLevel itself."""
+    library = logging.getLogger(observability.logger.name)
+    saved = library.level
+    try:
+        library.setLevel(logging.INFO)  # what Powertools chose from AWS_LAMBDA_LOG_LEVEL=INFO
+        observability.apply_log_level("WARNING", "INFO")
+        assert library.level == logging.WARNING
+        library.setLevel(logging.DEBUG)
+        observability.apply_log_level("DEBUG", "DEBUG")  # in step: nothing to do
+        assert library.level == logging.DEBUG
+        observability.apply_log_level("ERROR", None)  # no Lambda level (tests, local mode): untouched
+        assert library.level == logging.DEBUG
+        observability.apply_log_level("LOUD", "INFO")  # a level Powertools would have refused
+        assert library.level == logging.DEBUG
+    finally:
+        library.setLevel(saved)
+
+
+def test_settings_read_both_log_levels() -> None:
+    from workerless.settings import Settings
+
+    settings = Settings.from_env({"POWERTOOLS_LOG_LEVEL": "WARNING", "AWS_LAMBDA_LOG_LEVEL": "INFO", "OTHER": "x"})
+    assert (settings.log_level, settings.lambda_log_level) == ("WARNING", "INFO")

@@ -242,3 +242,42 @@ def test_errors_for_unreadable_templates() -> None:
         load("Parameters: {}")
     assert rate_seconds("rate(5 minutes)") == 300.0
     assert rate_seconds("cron(0 12 * * ? *)") is None
+
+
+def test_logging_config_merges_from_globals_and_keeps_lambdas_levels() -> None:
+    """GIVEN Globals' LoggingConfig (format, levels) and a function's own (its LogGroup) WHEN read
+    THEN the function has both, as SAM merges them; without one a function logs Text, unfiltered."""
+    text = (
+        APP.replace(
+            "    Layers: [!Ref WorkerlessLayer]\n",
+            "    Layers: [!Ref WorkerlessLayer]\n"
+            "    LoggingConfig: {LogFormat: JSON, SystemLogLevel: WARN,\n"
+            "      ApplicationLogLevel: !FindInMap [Levels, !Ref Level, App]}\n",
+        )
+        .replace("Mappings:\n", "Mappings:\n  Levels:\n    WARNING: {App: INFO}\n")
+        .replace("Parameters:\n", "Parameters:\n  Level: {Type: String, Default: WARNING}\n")
+        .replace(
+            "      RecursiveLoop: Allow\n", "      RecursiveLoop: Allow\n      LoggingConfig: {LogGroup: poller-logs}\n"
+        )
+    )
+    poller = load(text).function("PollerFunction")
+    assert (poller.log_format, poller.application_log_level, poller.system_log_level) == ("JSON", "INFO", "WARN")
+    charge = load(APP).function("ChargePaymentFunction")
+    assert (charge.log_format, charge.application_log_level, charge.system_log_level) == ("Text", None, None)
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ("{ApplicationLogLevel: DEBUG}", r"PollerFunction\.LoggingConfig\.ApplicationLogLevel needs LogFormat JSON"),
+        ("{LogFormat: Text, SystemLogLevel: WARN}", r"SystemLogLevel needs LogFormat JSON"),
+        ("{LogFormat: JSON, SystemLogLevel: ERROR}", r"SystemLogLevel must be one of DEBUG, INFO, WARN, got 'ERROR'"),
+        ("{LogFormat: JSON, ApplicationLogLevel: WARNING}", r"ApplicationLogLevel must be one of TRACE, .*'WARNING'"),
+        ("{LogFormat: json}", r"LogFormat must be Text or JSON, got 'json'"),
+        ("{LogFormat: JSON, LogLevel: INFO}", r"unknown key\(s\) LogLevel"),
+    ],
+)
+def test_logging_config_is_refused_where_lambda_refuses_it(config: str, expected: str) -> None:
+    text = APP.replace("      RecursiveLoop: Allow\n", f"      RecursiveLoop: Allow\n      LoggingConfig: {config}\n")
+    with pytest.raises(TemplateError, match=expected):
+        load(text)

@@ -22,7 +22,7 @@ Example:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Literal
 
@@ -49,6 +49,48 @@ class InvocationFilter(logging.Filter):
             if scope.request_id:
                 record.function_request_id = scope.request_id
         return True
+
+
+#: Lambda's application log levels (LoggingConfig ApplicationLogLevel) as Python's: TRACE lets all through.
+LAMBDA_LEVELS = {
+    "TRACE": logging.NOTSET,
+    "DEBUG": logging.DEBUG,
+    "INFO": logging.INFO,
+    "WARN": logging.WARNING,
+    "ERROR": logging.ERROR,
+    "FATAL": logging.CRITICAL,
+}
+
+
+class ApplicationLevelFilter(logging.Filter):
+    """Lambda's application log-level filtering, per function: inside an invocation of a function
+    whose LoggingConfig is JSON, a line below its ApplicationLogLevel (INFO when none is set, as
+    Lambda does) never reaches CloudWatch, whatever the logger's own level lets through.
+
+    Example:
+        >>> record = logging.LogRecord("workerless", logging.DEBUG, __file__, 1, "job activated", None, None)
+        >>> ApplicationLevelFilter({"F": logging.INFO}).filter(record)  # outside an invocation: kept
+        True
+    """
+
+    def __init__(self, levels: Mapping[str, int]) -> None:
+        super().__init__()
+        self._levels = dict(levels)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        scope = loop.current_scope()
+        level = self._levels.get(scope.function_id) if scope is not None else None
+        return level is None or record.levelno >= level
+
+
+def application_levels(functions: Mapping[str, tuple[str, str | None]]) -> dict[str, int]:
+    """Each function's application level filter (by logical id) from its LoggingConfig's LogFormat
+    and ApplicationLogLevel: none in the Text format, INFO in JSON when no level is given."""
+    return {
+        function: LAMBDA_LEVELS[level or "INFO"]
+        for function, (log_format, level) in functions.items()
+        if log_format == "JSON"
+    }
 
 
 class ReadableFormatter(logging.Formatter):
@@ -93,16 +135,24 @@ class ReadableFormatter(logging.Formatter):
 
 
 @contextmanager
-def local_logging(level: str, log_format: LogFormat, *watchers: logging.Filter) -> Iterator[None]:
+def local_logging(
+    level: str, log_format: LogFormat, *watchers: logging.Filter, application_levels: Mapping[str, int] | None = None
+) -> Iterator[None]:
     """While a topology runs: the runtime's logger at the template's level (POWERTOOLS_LOG_LEVEL,
     which Powertools read at import, before local mode applied the template's environment), each
-    line stamped with its invocation, and in ``log_format``; ``watchers`` see every record too."""
+    line stamped with its invocation, and in ``log_format``; ``watchers`` see every record too.
+    ``application_levels`` (function logical id: level) is Lambda's filter on what the handler
+    writes (:class:`ApplicationLevelFilter`)."""
     logger = observability.logger
     handler = logger.registered_handler
     library = logging.getLogger(logger.name)  # a filter here sees every record, whichever handler writes it
     saved_level, saved_formatter = logger.log_level, handler.formatter
     stamp = InvocationFilter()
     library.addFilter(stamp)
+    # On the handler: it sees the records of the library's child loggers too (a logger's filters
+    # see only the records logged to that logger).
+    lambda_filter = ApplicationLevelFilter(application_levels or {})
+    handler.addFilter(lambda_filter)
     for watcher in watchers:
         library.addFilter(watcher)
     try:
@@ -114,6 +164,7 @@ def local_logging(level: str, log_format: LogFormat, *watchers: logging.Filter) 
     try:
         yield
     finally:
+        handler.removeFilter(lambda_filter)
         library.removeFilter(stamp)
         for watcher in watchers:
             library.removeFilter(watcher)

@@ -60,7 +60,7 @@ from workerless_devkit.local import limits, loop, rules
 from workerless_devkit.local.context import LocalLambdaContext
 from workerless_devkit.local.engine_health import EngineHealth
 from workerless_devkit.local.iam.enforce import IamEnforcer
-from workerless_devkit.local.logs import LogFormat, local_logging
+from workerless_devkit.local.logs import LogFormat, application_levels, local_logging
 from workerless_devkit.local.summary import Summary, get_summary, reset_summary
 from workerless_devkit.local.template import (
     ACCOUNT_ID,
@@ -367,7 +367,13 @@ class LocalTopology:
         try:
             self._apply_environment()
             level = self.environment.get("POWERTOOLS_LOG_LEVEL") or "INFO"
-            self._logging.enter_context(local_logging(level, self.log_format, self.engine_health))
+            # Lambda's own filter on top (LoggingConfig ApplicationLogLevel), function by function.
+            lambda_levels = application_levels(
+                {f.logical_id: (f.log_format, f.application_log_level) for f in self.template.functions}
+            )
+            self._logging.enter_context(
+                local_logging(level, self.log_format, self.engine_health, application_levels=lambda_levels)
+            )
             self._create_resources()
             if self.engine_secret:
                 self._create_engine_secret()

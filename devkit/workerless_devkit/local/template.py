@@ -166,6 +166,11 @@ class FunctionSpec:
     memory_size: int = 128
     environment: dict[str, str] = field(default_factory=dict)
     recursive_loop: str = "Terminate"
+    #: LoggingConfig: LogFormat (Text, JSON) and, with JSON only, Lambda's log-level filters (None:
+    #: no filtering in Text; Lambda's default INFO in JSON for the application's lines).
+    log_format: str = "Text"
+    application_log_level: str | None = None
+    system_log_level: str | None = None
     sqs_events: tuple[SqsEventSpec, ...] = ()
     schedule_events: tuple[ScheduleEventSpec, ...] = ()
     ignored_events: tuple[str, ...] = ()
@@ -854,6 +859,7 @@ class _Resolver:
         recursive = str(prop("RecursiveLoop", "Terminate"))
         if recursive not in ("Allow", "Terminate"):
             raise TemplateError(f"{lid}.RecursiveLoop must be Allow or Terminate, got {recursive!r}")
+        log_format, application_level, system_level = _logging_config(prop("LoggingConfig") or {}, lid)
         sqs_events: list[SqsEventSpec] = []
         schedules: list[ScheduleEventSpec] = []
         ignored: list[str] = []
@@ -909,10 +915,47 @@ class _Resolver:
             memory_size=_int(prop("MemorySize", 128), f"{lid}.MemorySize"),
             environment=environment,
             recursive_loop=recursive,
+            log_format=log_format,
+            application_log_level=application_level,
+            system_log_level=system_level,
             sqs_events=tuple(sqs_events),
             schedule_events=tuple(schedules),
             ignored_events=tuple(ignored),
         )
+
+
+#: Lambda's LoggingConfig values (Lambda API reference, LoggingConfig).
+APPLICATION_LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL")
+SYSTEM_LOG_LEVELS = ("DEBUG", "INFO", "WARN")
+_LOGGING_KEYS = frozenset({"LogFormat", "ApplicationLogLevel", "SystemLogLevel", "LogGroup"})
+
+
+def _logging_config(config: Any, lid: str) -> tuple[str, str | None, str | None]:
+    """A function's LoggingConfig checked as Lambda checks it: its format, application and system
+    levels. Lambda filters by level only in the JSON format and refuses a level with Text."""
+    where = f"{lid}.LoggingConfig"
+    if not isinstance(config, dict):
+        raise TemplateError(f"{where} must be a mapping")
+    unknown = sorted(set(config) - _LOGGING_KEYS)
+    if unknown:
+        raise TemplateError(
+            f"{where}: unknown key(s) {', '.join(unknown)} (Lambda knows {', '.join(sorted(_LOGGING_KEYS))})"
+        )
+    log_format = str(config.get("LogFormat", "Text"))
+    if log_format not in ("Text", "JSON"):
+        raise TemplateError(f"{where}.LogFormat must be Text or JSON, got {log_format!r}")
+    levels: list[str | None] = []
+    for key, allowed in (("ApplicationLogLevel", APPLICATION_LOG_LEVELS), ("SystemLogLevel", SYSTEM_LOG_LEVELS)):
+        value = config.get(key)
+        if value is None:
+            levels.append(None)
+            continue
+        if str(value) not in allowed:
+            raise TemplateError(f"{where}.{key} must be one of {', '.join(allowed)}, got {value!r}")
+        if log_format != "JSON":
+            raise TemplateError(f"{where}.{key} needs LogFormat JSON (Lambda filters log levels only in JSON)")
+        levels.append(str(value))
+    return log_format, levels[0], levels[1]
 
 
 def check_parameter_name(name: str, *, where: str) -> None:

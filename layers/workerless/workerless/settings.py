@@ -52,8 +52,13 @@ class Route(BaseModel):
         return None if value == "" else value
 
 
+#: The variables outside WORKERLESS_* that Settings reads: Powertools' and Lambda's log levels.
+_LOG_LEVEL_VARIABLES = frozenset({"POWERTOOLS_LOG_LEVEL", "AWS_LAMBDA_LOG_LEVEL"})
+
+
 class Settings(BaseModel):
-    """The deployment's shape. Each field maps to one ``WORKERLESS_*`` environment variable."""
+    """The deployment's shape. Each field maps to one ``WORKERLESS_*`` environment variable (and
+    the two log levels to ``POWERTOOLS_LOG_LEVEL`` and ``AWS_LAMBDA_LOG_LEVEL``)."""
 
     model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
 
@@ -109,6 +114,11 @@ class Settings(BaseModel):
     xray_tracing: bool = Field(default=False, alias="WORKERLESS_XRAY_TRACING")
     #: AWS endpoint override (local mode, tests); None in Lambda.
     aws_endpoint_url: str | None = Field(default=None, alias="WORKERLESS_AWS_ENDPOINT_URL")
+    #: The two log levels Powertools reads (the template's LogLevel; Lambda's ApplicationLogLevel,
+    #: which Powertools lets win): :func:`workerless.observability.apply_log_level`. Not validated
+    #: here: Powertools refuses a level it does not know when it builds the logger.
+    log_level: str | None = Field(default=None, alias="POWERTOOLS_LOG_LEVEL")
+    lambda_log_level: str | None = Field(default=None, alias="AWS_LAMBDA_LOG_LEVEL")
 
     @field_validator("routes", mode="before")
     @classmethod
@@ -148,7 +158,7 @@ class Settings(BaseModel):
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
         """Validate; a bad value raises ConfigurationError naming the variable."""
-        values = {k: v for k, v in env.items() if k.startswith("WORKERLESS_")}
+        values = {k: v for k, v in env.items() if k.startswith("WORKERLESS_") or k in _LOG_LEVEL_VARIABLES}
         try:
             return cls.model_validate(values)
         except ValidationError as exc:

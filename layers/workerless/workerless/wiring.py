@@ -178,8 +178,13 @@ class Wiring:
         """What counts the pipeline's metrics and wraps its engine (:class:`workerless.observability.Observer`)."""
 
         def build() -> Observer:
+            from workerless.observability import apply_log_level
             from workerless.observer import Observer
 
+            # Once per container, before the entry point's first line: the deployment's LogLevel
+            # over Lambda's ApplicationLogLevel (the handler wrapper applies it at each batch too).
+            settings = self.settings
+            apply_log_level(settings.log_level, settings.lambda_log_level)
             return Observer()
 
         return self._once("_observer", build)

@@ -48,7 +48,7 @@ Listeners (local mode's summary, tests) subscribe to lifecycle steps with :func:
 from __future__ import annotations
 
 from workerless.observability.lifecycle import EVENTS, OUTCOMES, STEPS, Listener, add_listener, emit, remove_listener
-from workerless.observability.logs import JsonFormatter, logger
+from workerless.observability.logs import JsonFormatter, apply_log_level, logger
 from workerless.observability.metrics import (
     ENGINE_ERRORS,
     EVENT_METRICS,
@@ -97,6 +97,7 @@ __all__ = [
     "MetricsBuffer",
     "add_listener",
     "add_metric",
+    "apply_log_level",
     "configure",
     "configure_from_settings",
     "correlation_keys",

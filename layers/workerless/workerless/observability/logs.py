@@ -55,3 +55,36 @@ class JsonFormatter(_powertools_formatter.LambdaPowertoolsFormatter):
 logger = Logger(service="workerless", child=False)
 # The same formatter Powertools builds for it (its keys: service, sampling rate), the faster class.
 logger.registered_handler.setFormatter(JsonFormatter(service=logger.service, sampling_rate=logger.sampling_rate))
+
+
+#: Lambda's application log levels (AWS_LAMBDA_LOG_LEVEL) as Python's, as Powertools maps them.
+_LAMBDA_LEVELS = {
+    "TRACE": logging.NOTSET,
+    "DEBUG": logging.DEBUG,
+    "INFO": logging.INFO,
+    "WARN": logging.WARNING,
+    "ERROR": logging.ERROR,
+    "FATAL": logging.CRITICAL,
+}
+
+
+def apply_log_level(log_level: str | None, lambda_log_level: str | None) -> None:
+    """Keep the deployment's ``LogLevel`` (POWERTOOLS_LOG_LEVEL) when Lambda's advanced logging
+    controls set a more verbose one (AWS_LAMBDA_LOG_LEVEL).
+
+    Powertools lets Lambda's application level win over its own, and the template never sets
+    Lambda's above INFO: Lambda takes a line without a "level" key, every EMF metric line, as INFO,
+    and would drop it under WARN. So with LogLevel WARNING Powertools would log at INFO; this sets the
+    library's logger to WARNING again. Nothing changes outside Lambda's controls (no
+    ``lambda_log_level``), nor when Lambda's level is the less verbose one (Lambda drops those lines
+    anyway, and Powertools warns at import).
+    """
+    if not log_level or not lambda_log_level:
+        return
+    wanted = logging.getLevelName(log_level.strip().upper())
+    lambda_level = _LAMBDA_LEVELS.get(lambda_log_level.strip().upper())
+    if not isinstance(wanted, int) or lambda_level is None:
+        return  # a level Powertools refused at import, or one Lambda does not set
+    library = logging.getLogger(logger.name)
+    if wanted > lambda_level and wanted > library.level:
+        library.setLevel(wanted)

@@ -41,8 +41,12 @@ def configure(
 
 
 def configure_from_settings(settings: Settings) -> None:
-    """Apply the deployment's switches: ``xray_tracing`` (``WORKERLESS_XRAY_TRACING``)."""
+    """Apply the deployment's switches: ``xray_tracing`` (``WORKERLESS_XRAY_TRACING``), and its log
+    level over Lambda's (:func:`~workerless.observability.logs.apply_log_level`)."""
+    from workerless.observability.logs import apply_log_level
+
     _Config.xray = settings.xray_tracing
+    apply_log_level(settings.log_level, settings.lambda_log_level)
 
 
 def suppress_metrics_while(predicate: Callable[[], bool] | None) -> Callable[[], bool] | None:
