@@ -124,6 +124,9 @@ class CountingSink:
         return None
 
 
+#: What Powertools' inject_lambda_context puts on an entry point's lines (its lambda_context model).
+_LAMBDA_CONTEXT_KEYS = ("cold_start", "function_name", "function_memory_size", "function_arn", "function_request_id")
+
 #: Everything the library logged or printed (logs, EMF metrics) inside quiet_logs(), process-wide.
 LOG_SINK = CountingSink()
 
@@ -304,10 +307,22 @@ class Pipeline:
         caller = self.meter.caller
         self.meter.caller = function
         fake0, engine0, nested0 = self.meter.fake_cpu, self.transport.cpu, self._descendants_cpu
+        # Each function is a process of its own in Lambda: a handler's lines carry no other function's
+        # Lambda-context keys (the entry points' inject_lambda_context; a handler batch injects none),
+        # and the invocation it interrupted gets its own back.
+        from workerless.observability import logger
+
+        keys = logger.registered_formatter.log_format
+        saved = dict(keys)
+        if function not in ("poller", "heartbeat", "deadletter"):
+            for key in _LAMBDA_CONTEXT_KEYS:
+                keys.pop(key, None)
         wall0, cpu0 = time.perf_counter(), time.thread_time()
         try:
             return call()
         finally:
+            keys.clear()
+            keys.update(saved)
             cpu = time.thread_time() - cpu0
             net = (
                 cpu - (self.meter.fake_cpu - fake0) - (self.transport.cpu - engine0) - (self._descendants_cpu - nested0)

@@ -400,25 +400,55 @@ def _records() -> list[logging.LogRecord]:
     return out
 
 
+#: What inject_lambda_context appends (Powertools' lambda_context model), as a bench or test context gives it.
+LAMBDA_KEYS = {
+    "cold_start": False,
+    "function_name": "f",
+    "function_memory_size": 256,
+    "function_arn": "arn:aws:lambda:us-east-1:123456789012:function:f",
+    "function_request_id": "r-1",
+}
+
+
 def test_the_library_formatter_writes_every_line_as_powertools_formatter_does(monkeypatch: pytest.MonkeyPatch) -> None:
-    """JsonFormatter is Powertools' formatter made cheaper: the same line for every record, with the
-    library's context keys and after a clear_state (inject_lambda_context(clear_state=True))."""
+    """JsonFormatter is Powertools' formatter made cheaper: the same line for every record, less the
+    per-function Lambda-context keys (the log group names the function), with the library's context
+    keys and after a clear_state (inject_lambda_context(clear_state=True))."""
     from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
 
     assert isinstance(observability.logger.registered_formatter, observability.JsonFormatter)
     ours = observability.JsonFormatter(service="workerless", sampling_rate=None)
     theirs = LambdaPowertoolsFormatter(service="workerless", sampling_rate=None)
+    skipped = observability.JsonFormatter.PER_FUNCTION_KEYS
+    assert skipped == {"function_name", "function_arn", "function_memory_size"}
     observability.logger.thread_safe_append_keys(job_id="1", job_type="t", traceparent=TRACEPARENT)
     try:
         for state in ("fresh", "cleared"):
             for formatter in (ours, theirs):
-                formatter.append_keys(cold_start=False, function_name="f")
+                formatter.append_keys(**LAMBDA_KEYS)
                 if state == "cleared":
                     formatter.clear_state()
             for record in _records():
-                assert ours.format(record) == theirs.format(record), (state, record.msg)
+                expected = {k: v for k, v in json.loads(theirs.format(record)).items() if k not in skipped}
+                line = ours.format(record)
+                assert list(json.loads(line).items()) == list(expected.items()), (state, record.msg)
+                assert line == json.dumps(expected, separators=(",", ":"), default=str), (state, record.msg)
+                if state == "fresh":  # the request id and the cold start stay on every line
+                    assert expected["function_request_id"] == "r-1" and "cold_start" in expected
     finally:
         observability.logger.thread_safe_remove_keys(["job_id", "job_type", "traceparent"])
+
+
+def test_a_per_function_key_set_on_the_record_is_kept() -> None:
+    # Local mode runs every function in one process and stamps each line with its own function.
+    formatter = observability.JsonFormatter(service="workerless", sampling_rate=None)
+    formatter.append_keys(**LAMBDA_KEYS)
+    library = logging.getLogger(observability.logger.name)
+    record = library.makeRecord(library.name, logging.INFO, __file__, 7, "job completed", (), None, "fn", None)
+    record.function_name = "workerless-local-chargepaymentFunction"
+    line = json.loads(formatter.format(record))
+    assert line["function_name"] == "workerless-local-chargepaymentFunction"
+    assert "function_arn" not in line and "function_memory_size" not in line
 
 
 def test_apply_log_level_keeps_a_less_verbose_log_level_over_lambdas() -> None:
