@@ -23,6 +23,7 @@ from workerless_devkit.local.extensions import expand_language_extensions
 from workerless_devkit.local.template import parse_template_text
 
 STACK = "workerless-test"
+POLLER = f"{STACK}-PollerFunction-AbC123"
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
 LEASE_TOKEN = "lease-token-must-never-be-printed"
 
@@ -120,7 +121,13 @@ def deployed(monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployed]:
         resources.append(
             {"LogicalResourceId": "JobsTable", "ResourceType": "AWS::DynamoDB::Table", "PhysicalResourceId": table}
         )
-        resources.append({"LogicalResourceId": "PollerFunction", "ResourceType": "AWS::Lambda::Function"})
+        resources.append(
+            {
+                "LogicalResourceId": "PollerFunction",
+                "ResourceType": "AWS::Lambda::Function",
+                "PhysicalResourceId": POLLER,
+            }
+        )
         fake = FakeCloudFormation({STACK: resources}, {STACK: processed_template(["charge-payment", "ship-parcel"])})
 
         def aws_client(service: str, **_: Any) -> Any:
@@ -201,7 +208,13 @@ def test_status_of_a_stack_per_route(deployed: Deployed, capsys: pytest.CaptureF
             {"MetricName": "JobsFailed", "Dimensions": dimensions, "Value": 3},
             {"MetricName": "JobsThrown", "Dimensions": dimensions, "Value": 1},
             {"MetricName": "JobsDeadLettered", "Dimensions": dimensions, "Value": 2},
-            {"MetricName": "PollCycles", "Dimensions": [{"Name": "service", "Value": "workerless"}], "Value": 7},
+        ],
+    )
+    # Whether anyone polls: the poller function's own (free) invocation count.
+    deployed.cloudwatch.put_metric_data(
+        Namespace="AWS/Lambda",
+        MetricData=[
+            {"MetricName": "Invocations", "Dimensions": [{"Name": "FunctionName", "Value": POLLER}], "Value": 7}
         ],
     )
 
@@ -217,11 +230,11 @@ def test_status_of_a_stack_per_route(deployed: Deployed, capsys: pytest.CaptureF
     assert routes["ship-parcel"]["delayed"] == 1
     assert (routes["ship-parcel"]["recent_failures"], routes["ship-parcel"]["recent_dead_lettered"]) == (0, 0)
     assert 11 <= status["last_poll_seconds_ago"] < 60
-    assert status["poll_cycles"] == 7
+    assert status["poller_invocations"] == 7
 
     code, out, _ = run(capsys, "status", "--stack-name", STACK, "--no-metrics")
     assert code == 0
-    assert "charge-payment" in out and "last poll: 1" in out and "poll cycles" not in out
+    assert "charge-payment" in out and "last poll: 1" in out and "poller invocations" not in out
     assert "job dead-letter queue (every route's): 3 message(s)" in out
 
 

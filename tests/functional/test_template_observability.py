@@ -100,13 +100,25 @@ def test_the_dashboard_is_on_by_default_and_linked_from_the_outputs(cfn: dict[st
         ("pickup latency", {"PickupLatency"}),
         ("failures", {"JobsFailed", "JobsDeadLettered", "PollErrors"}),
         ("lease lost", {"JobsLeaseLost", "JobsActivated", "HeartbeatExtends"}),
-        ("poller", {"PollCycles"}),
-        ("handler duration", {"HandlerDuration"}),
     ],
 )
 def test_dashboard_widgets_show_the_pipelines_metrics(dashboard: dict[str, Any], title: str, metrics: set[str]) -> None:
     shown = {m[1] for m in widget_metrics(widget(dashboard, title)) if m[0] == "workerless"}
     assert metrics <= shown
+
+
+def test_the_poller_and_duration_panels_read_lambdas_own_free_metrics(dashboard: dict[str, Any]) -> None:
+    # The library publishes no metric AWS already does: the poller's runs are its Invocations, a
+    # function's run time its Duration (each route has its own function).
+    poller = widget(dashboard, "poller")
+    assert [m[:3] for m in widget_metrics(poller)] == [["AWS/Lambda", "Invocations", "FunctionName"]]
+    assert not [m for m in widget_metrics(poller) if m[0] == "workerless"]
+    duration = widget(dashboard, "duration")
+    assert widget_metrics(duration) == []
+    stats = sorted(
+        re.findall(r"MetricName=\"Duration\" ref:AWS::StackName', '(\w+)'", " ".join(widget_expressions(duration)))
+    )
+    assert stats == ["Maximum", "p50", "p90"]
 
 
 def test_dashboard_per_type_and_status_breakdowns_use_the_emitted_dimensions(dashboard: dict[str, Any]) -> None:

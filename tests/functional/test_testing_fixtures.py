@@ -85,7 +85,7 @@ def test_a_handler_runs_through_the_whole_local_pipeline_against_an_emulator(
     # Each invocation writes its metrics when it ends: the handler's after the engine has the
     # result, the dispatching poller's after it has relayed. Wait for both (bounds to give up at).
     assert topology.run_until(lambda: any("JobsCompleted" in d for d in workerless_metrics), max_seconds=120)
-    assert topology.run_until(lambda: any("PollCycles" in d for d in workerless_metrics), max_seconds=120)
+    assert topology.run_until(lambda: any("JobsActivated" in d for d in workerless_metrics), max_seconds=120)
     completed = [d for d in workerless_metrics if "JobsCompleted" in d]
     assert sum(v for d in completed for v in d["JobsCompleted"]) == 1
 

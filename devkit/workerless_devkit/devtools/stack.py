@@ -33,6 +33,8 @@ LIBRARY_QUEUES = ("TickerQueue", "HeartbeatQueue")
 LIBRARY_DEAD_LETTER_QUEUES = ("TickerDeadLetterQueue", "HeartbeatDeadLetterQueue")
 #: The one dead-letter queue every route's job queue redrives to.
 JOB_DEAD_LETTER_QUEUE = "JobDeadLetterQueue"
+#: The poller function's logical id (template.yaml).
+POLLER_FUNCTION = "PollerFunction"
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,8 @@ class Deployment:
     source: str = ""
     #: The job dead-letter queue every route's queue redrives to (None: not known).
     dead_letter_url: str | None = None
+    #: The poller function's name (its AWS/Lambda Invocations: whether anyone polls); None: not known.
+    poller_function: str | None = None
 
     def route(self, job_type: str) -> RouteQueues:
         for route in self.routes:
@@ -141,7 +145,15 @@ def from_resources(
         found.append(RouteQueues(names.get(logical_id, kebab(logical_id[: -len("Queue")])), url))
     library = {lid: queues[lid] for lid in (*LIBRARY_QUEUES, *LIBRARY_DEAD_LETTER_QUEUES) if lid in queues}
     table = tables[0] if len(tables) == 1 else None
-    return Deployment(found, table, library, source, dead_letter_url=queues.get(JOB_DEAD_LETTER_QUEUE))
+    functions = {lid: pid for lid, kind, pid in resources if kind == "AWS::Lambda::Function"}
+    return Deployment(
+        found,
+        table,
+        library,
+        source,
+        dead_letter_url=queues.get(JOB_DEAD_LETTER_QUEUE),
+        poller_function=functions.get(POLLER_FUNCTION),
+    )
 
 
 def resolve_stack(
@@ -215,12 +227,14 @@ def from_topology(topology: Any) -> Deployment:
             library[lid] = topology.queue_url(lid)
         except KeyError:
             continue
+    poller = next((f.function_name for f in topology.template.functions if f.logical_id == POLLER_FUNCTION), None)
     return Deployment(
         routes,
         settings.table_name,
         library,
         source=f"local topology {topology.template.path}",
         dead_letter_url=topology.queue_url(dead_letter_ids.pop()) if dead_letter_ids else None,
+        poller_function=poller,
     )
 
 

@@ -9,13 +9,13 @@ Every number comes from something that already exists; status adds no write to t
   per-route count of the window is ``JobsDeadLettered``, below);
 - last poll: the poller's ticker state item (``pk = state#ticker``, ``last_tick``), which every
   tick of the self-rescheduling chain writes anyway. With ``TickSeconds`` 0 (schedule only) no such
-  item exists: status then says "unknown" rather than adding a write per idle poll; the
-  ``PollCycles`` metric (below) counts the cycles of invocations that took work or failed (an idle
-  one publishes no metric);
+  item exists: status then says "unknown" rather than adding a write per idle poll; the poller
+  function's ``AWS/Lambda Invocations`` (below) counts its runs, idle ones included (the library
+  publishes no metric of its own for them);
 - recent failures, dead letters and oldest message: CloudWatch (``--metrics``; a deployed stack
   only): the workerless EMF metrics ``JobsFailed`` and ``JobsThrown`` (failed) and
   ``JobsDeadLettered`` (dead letters the dead-letter function settled) per ``JobType``, summed over
-  the window, ``PollCycles`` for the service, and ``AWS/SQS ApproximateAgeOfOldestMessage`` (the
+  the window, the poller's ``AWS/Lambda Invocations``, and ``AWS/SQS ApproximateAgeOfOldestMessage`` (the
   oldest message's age is a CloudWatch metric, not a queue attribute). One GetMetricData call.
   The job table is never scanned: it can be large, and a scan per status would cost more than the
   pipeline's idle day.
@@ -60,7 +60,8 @@ class Status:
     routes: list[RouteStatus]
     last_poll_seconds_ago: float | None = None
     last_poll_note: str = ""
-    poll_cycles: int | None = None
+    #: The poller function's invocations in the window (AWS/Lambda Invocations, free).
+    poller_invocations: int | None = None
     window_minutes: int = 60
     #: Messages in the job dead-letter queue (every route's): waiting plus being handled.
     dead_letters: int | None = None
@@ -71,7 +72,7 @@ class Status:
             "source": self.source,
             "last_poll_seconds_ago": self.last_poll_seconds_ago,
             "last_poll_note": self.last_poll_note,
-            "poll_cycles": self.poll_cycles,
+            "poller_invocations": self.poller_invocations,
             "window_minutes": self.window_minutes,
             "dead_letters": self.dead_letters,
             "routes": [
@@ -134,8 +135,8 @@ class Status:
             poll = f"last poll: {self.last_poll_seconds_ago:.0f} s ago"
         else:
             poll = f"last poll: unknown ({self.last_poll_note})" if self.last_poll_note else "last poll: unknown"
-        if self.poll_cycles is not None:
-            poll += f"; poll cycles in the last {self.window_minutes} min: {self.poll_cycles}"
+        if self.poller_invocations is not None:
+            poll += f"; poller invocations in the last {self.window_minutes} min: {self.poller_invocations}"
         lines.append(poll)
         for route in self.routes:
             lines.extend(f"{route.job_type}: {error}" for error in route.errors)
@@ -176,20 +177,22 @@ def last_poll(dynamodb: Any, table: str, *, now: float) -> tuple[float | None, s
 
 
 def _metric_queries(deployment: Deployment, period: int) -> list[dict[str, Any]]:
-    queries: list[dict[str, Any]] = [
-        {
-            "Id": "pollcycles",
-            "MetricStat": {
-                "Metric": {
-                    "Namespace": METRICS_NAMESPACE,
-                    "MetricName": "PollCycles",
-                    "Dimensions": [{"Name": "service", "Value": SERVICE}],
+    queries: list[dict[str, Any]] = []
+    if deployment.poller_function:
+        queries.append(
+            {
+                "Id": "pollerinvocations",
+                "MetricStat": {
+                    "Metric": {
+                        "Namespace": "AWS/Lambda",
+                        "MetricName": "Invocations",
+                        "Dimensions": [{"Name": "FunctionName", "Value": deployment.poller_function}],
+                    },
+                    "Period": period,
+                    "Stat": "Sum",
                 },
-                "Period": period,
-                "Stat": "Sum",
-            },
-        }
-    ]
+            }
+        )
     for index, route in enumerate(deployment.routes):
         for metric_index, metric in enumerate((*FAILURE_METRICS, DEAD_LETTER_METRIC)):
             queries.append(
@@ -248,7 +251,8 @@ def _apply_metrics(status: Status, deployment: Deployment, cloudwatch: Any, *, n
             if not token:
                 break
             kwargs["NextToken"] = token
-    status.poll_cycles = int(sum(results.get("pollcycles", [])))
+    if deployment.poller_function:
+        status.poller_invocations = int(sum(results.get("pollerinvocations", [])))
     for index, route in enumerate(status.routes):
         route.recent_failures = int(sum(sum(results.get(f"f{index}x{m}", [])) for m in range(len(FAILURE_METRICS))))
         route.recent_dead_lettered = int(sum(results.get(f"f{index}x{len(FAILURE_METRICS)}", [])))

@@ -15,9 +15,10 @@ bills every metric name x dimension set as a custom metric for each hour in whic
 so a count of 0 is not published (a missing datapoint reads as 0: the alarms treat missing data as
 not breaching) and an idle poller invocation publishes nothing. :func:`emit` counts the steps
 that have a metric (:data:`EVENT_METRICS`); :func:`add_metric` takes the others (pickup latency,
-handler duration, poll errors, engine errors by status). Per-type throughput and durations come
-from AWS's own free metrics (each route has its own queue and function: ``AWS/SQS``,
-``AWS/Lambda``). Values are kept per invocation, in a buffer opened by :func:`invocation_metrics`
+poll errors, engine errors by status). Durations and per-type throughput come from AWS's own free
+metrics (each route has its own queue and function: ``AWS/SQS``, ``AWS/Lambda`` Duration), as do the
+poller's runs (``AWS/Lambda`` Invocations): the library publishes no metric AWS already does.
+Values are kept per invocation, in a buffer opened by :func:`invocation_metrics`
 (the entry points and the handler wrapper open one), and written as one EMF line per dimension set
 when the invocation ends. Lambda sends the lines to CloudWatch Logs, which extracts the metrics: no
 ``cloudwatch:PutMetricData`` call and no permission for it.
@@ -52,12 +53,10 @@ from workerless.observability.logs import JsonFormatter, apply_log_level, logger
 from workerless.observability.metrics import (
     ENGINE_ERRORS,
     EVENT_METRICS,
-    HANDLER_DURATION,
     METRICS,
     NAMESPACE,
     PER_TYPE,
     PICKUP_LATENCY,
-    POLL_CYCLES,
     POLL_ERRORS,
     SERVICE,
     MetricsBuffer,
@@ -81,13 +80,11 @@ __all__ = [
     "ENGINE_ERRORS",
     "EVENTS",
     "EVENT_METRICS",
-    "HANDLER_DURATION",
     "METRICS",
     "NAMESPACE",
     "OUTCOMES",
     "PER_TYPE",
     "PICKUP_LATENCY",
-    "POLL_CYCLES",
     "POLL_ERRORS",
     "SERVICE",
     "STEPS",

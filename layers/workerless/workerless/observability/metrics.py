@@ -44,17 +44,15 @@ EVENT_METRICS: dict[str, str] = {
 #: other metric has the ``service`` dimension only: per type, a metric costs once per route.
 PER_TYPE = frozenset({"JobsFailed", "JobsThrown", "JobsLeaseLost", "JobsDeadLettered", "DeadLettersRejected"})
 
-#: Metrics that are not lifecycle steps (unit; dimensions).
-POLL_CYCLES = "PollCycles"  # Count; service. Cycles of a poller invocation that took work or failed.
+#: Metrics that are not lifecycle steps (unit; dimensions). None where AWS's own free metrics say
+#: the same: a function's run time is AWS/Lambda Duration (each route has its own function), the
+#: poller's runs AWS/Lambda Invocations (docs/operating.md).
 POLL_ERRORS = "PollErrors"  # Count; service. Activation calls the engine refused or that failed.
 ENGINE_ERRORS = "EngineErrors"  # Count; service, Status. Every engine call that raised an EngineError.
 PICKUP_LATENCY = "PickupLatency"  # Milliseconds; service. Engine activation → handler start.
-HANDLER_DURATION = "HandlerDuration"  # Milliseconds; service. The user function's run time.
 
 #: Every metric the library publishes (namespace ``workerless``): the fixed set.
-METRICS = frozenset(
-    {*EVENT_METRICS.values(), POLL_CYCLES, POLL_ERRORS, ENGINE_ERRORS, PICKUP_LATENCY, HANDLER_DURATION}
-)
+METRICS = frozenset({*EVENT_METRICS.values(), POLL_ERRORS, ENGINE_ERRORS, PICKUP_LATENCY})
 
 #: EMF accepts at most 100 values per metric in one document: a metric with more is split.
 _MAX_VALUES = 100
@@ -226,12 +224,10 @@ def _stdout(line: str) -> None:
 
 
 def poll_report(report: Any) -> None:
-    """Count one poller invocation's :class:`~workerless.poller.PollReport`: nothing for an idle one
-    (no job taken, no error), so an idle tick publishes no metric."""
-    errors = getattr(report, "errors", 0)
-    if getattr(report, "activated", 0) or errors:
-        add_metric(POLL_CYCLES, getattr(report, "cycles", 0))
-    add_metric(POLL_ERRORS, errors)
+    """Count one poller invocation's :class:`~workerless.poller.PollReport`: its failed polls only
+    (a count of 0 is not published, so an idle tick publishes no metric). Its jobs are counted as
+    they are activated (``JobsActivated``); its runs are the poller's AWS/Lambda Invocations."""
+    add_metric(POLL_ERRORS, getattr(report, "errors", 0))
 
 
 def engine_error(exc: BaseException, *, operation: str = "") -> None:

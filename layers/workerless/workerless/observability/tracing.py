@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from workerless.observability.logs import logger
-from workerless.observability.metrics import HANDLER_DURATION, PICKUP_LATENCY, SERVICE, add_metric
+from workerless.observability.metrics import PICKUP_LATENCY, SERVICE, add_metric
 from workerless.observability.switches import _Config
 
 if TYPE_CHECKING:
@@ -90,9 +90,10 @@ class JobSpan:
 
 @contextlib.contextmanager
 def job_span(activated: Any) -> Iterator[JobSpan]:
-    """Run one handler call as a span whose parent is the engine's traceparent; time it.
+    """Run one handler call as a span whose parent is the engine's traceparent.
 
-    Records ``PickupLatency`` (engine activation → now) on entry and ``HandlerDuration`` on exit.
+    Records ``PickupLatency`` (engine activation → now) on entry. The run time is the function's
+    AWS/Lambda Duration (free; a batch's jobs run inside one invocation) and the span's own.
     With ``opentelemetry-api`` installed the span is started by the global tracer provider (a no-op
     one unless the function configures an SDK; the trace id is the engine's either way); without it,
     only the ids are parsed from the traceparent. Exceptions from the handler pass through.
@@ -122,11 +123,7 @@ def job_span(activated: Any) -> Iterator[JobSpan]:
                     subsegment.put_annotation("job_id", ref.job_id)
                 except Exception:  # tracing must never fail a job
                     logger.debug("could not start the X-Ray subsegment", exc_info=True)
-        try:
-            yield span_info
-        finally:
-            elapsed = (time.time() - started) * 1000.0
-            add_metric(HANDLER_DURATION, elapsed, "Milliseconds")
+        yield span_info
 
 
 def _start_otel_span(stack: contextlib.ExitStack, otel: Any, activated: Any, traceparent: str | None) -> JobSpan:
