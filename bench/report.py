@@ -57,6 +57,21 @@ BEFORE = {
 #: (bench.measure.idle_invocations, bench.cost.idle_monthly) run on that commit's template.yaml.
 BEFORE_SHARED_DLQ = {"commit": "319896c", "sqs_event_sources": 8, "idle": 3.00}
 
+#: The CloudWatch figures before Lambda's log-level controls, the per-function log keys and the two
+#: metrics AWS publishes for free (44b09eb: text format, START/END/REPORT on every invocation, five
+#: metrics a busy hour), the same billable runs (10,000 jobs at 2 jobs/s; 3,000 on a backlog) and
+#: idle model run on that commit.
+BEFORE_CLOUDWATCH = {
+    "commit": "44b09eb",
+    "cost": 7.36,
+    "backlog": 4.53,
+    "logs": 0.94,
+    "metrics": 0.29,
+    "log_bytes_per_job": 1884,
+    "metrics_per_hour": 5,
+    "idle": 2.45,
+}
+
 
 #: Issue 13's adapter-CPU move (the batch loop, EMF lines without a provider per line, the no-SDK
 #: handler span, the logger formatter's two costly steps), measured side by side: the bench's CPU
@@ -251,7 +266,8 @@ def write_results_md(r: dict[str, Any], path: Path) -> None:
         "plus published typical latencies per call (SQS 10 ms, DynamoDB 5 ms, engine 20 ms) plus the 1 ms rounding "
         "per invocation, plus any virtual seconds a poller spends paused (only an engine error's back-off now; a "
         "sleeping Lambda is billed all the same). CloudWatch: the EMF lines and log bytes the functions write, counted "
-        "as written (custom metrics per hour published), and Lambda's own lines per invocation; KMS: see below. "
+        "as written (custom metrics per hour published), and Lambda's own lines per invocation where the template's "
+        "LoggingConfig lets them through; KMS: see below. "
         "Prices: us-east-1, arm64 list prices from the issue."
     )
     add("")
@@ -337,8 +353,14 @@ def write_results_md(r: dict[str, Any], path: Path) -> None:
         add(
             f"**CloudWatch and KMS, in the figure above.** Logs: the functions write {cost['log_bytes_per_job']:,.0f} bytes "
             f"of logs and EMF lines per job ({cost.get('log_lines_per_job') or 0:.1f} lines, at the template's INFO level), "
-            f"and Lambda adds its START/END/REPORT lines ({cost['log_bytes_per_job_with_platform']:,.0f} bytes a job in all), "
-            f"ingested at $0.50 per GB: ${parts['cloudwatch_logs']:.2f} per million jobs. Metrics: every EMF metric name x "
+            + (
+                f"and Lambda adds its START/END/REPORT lines ({cost['log_bytes_per_job_with_platform']:,.0f} bytes a job "
+                "in all), "
+                if r["template_shape"].get("platform_log_bytes", 1)
+                else "and Lambda none of its own (the template's SystemLogLevel WARN drops START and REPORT; their "
+                "figures are Lambda's free AWS/Lambda metrics), "
+            )
+            + f"ingested at $0.50 per GB: ${parts['cloudwatch_logs']:.2f} per million jobs. Metrics: every EMF metric name x "
             f"dimension set is a custom metric at $0.30 a month, prorated by the hours in which it is published; the run "
             f"published {cost.get('custom_metrics_per_hour') or 0} in an hour ({', '.join(cost.get('custom_metrics') or []) or 'none'}): "
             f"${parts['cloudwatch_metrics']:.2f} per million jobs at this rate. KMS: the table's SSE uses the AWS managed key "
@@ -467,6 +489,21 @@ def _moves(r: dict[str, Any], add: Any) -> None:
         f"{b['idle_metrics']} ($2.40 a month); ${b['idle']:.2f} | {len(idle.get('custom_metrics') or [])}; "
         f"${r['idle_cost_per_month_usd']['value']:.2f} |"
     )
+    cw = BEFORE_CLOUDWATCH
+    add(
+        "| CloudWatch all-in: Lambda's JSON log format with SystemLogLevel WARN (no START/END/REPORT lines), no "
+        "`function_name` / `function_arn` / `function_memory_size` on every line (the log group names the function), "
+        "no `HandlerDuration` / `PollCycles` (AWS/Lambda Duration and Invocations are free); "
+        f"{cw['commit']} before | log bytes a job with Lambda's own; CloudWatch Logs $/M; custom metrics a busy hour; "
+        f"metrics $/M | {cw['log_bytes_per_job']:,}; ${cw['logs']:.2f}; {cw['metrics_per_hour']}; ${cw['metrics']:.2f} "
+        f"| {cost.get('log_bytes_per_job_with_platform') or 0:,.0f}; ${parts['cloudwatch_logs']:.2f}; "
+        f"{cost.get('custom_metrics_per_hour') or 0}; ${parts['cloudwatch_metrics']:.2f} |"
+    )
+    add(
+        f"| (same) | $ per million jobs all-in, 2 jobs/s; backlog; idle $/month | ${cw['cost']:.2f}; ${cw['backlog']:.2f}; "
+        f"${cw['idle']:.2f} | ${cost['value']:.2f}; ${cost.get('backlog') or 0:.2f}; "
+        f"${r['idle_cost_per_month_usd']['value']:.2f} |"
+    )
     shared = BEFORE_SHARED_DLQ
     add(
         "| one job dead-letter queue for every route (one event source for the dead-letter function, not one "
@@ -579,9 +616,12 @@ def _gaps(r: dict[str, Any], t: dict[str, bool | None]) -> list[str]:
             f"to the handler's claim, unsafe on StageNext as it stands) for ≈ -{poller_wu / 3:.2f} units, "
             f"-${poller_wu / 3 * DDB_PER_WRU * 1e6:.2f}.\n"
             f"  4. *CloudWatch* (metrics ${parts.get('cloudwatch_metrics', 0):.2f}, logs ${parts.get('cloudwatch_logs', 0):.2f}): "
-            f"{cost.get('custom_metrics_per_hour') or 0} custom metrics in every busy hour, one INFO line a job (its outcome, "
-            "≈ 600 bytes with its correlation keys) plus Lambda's own three lines per invocation. Closing: fewer "
-            "correlation keys on the outcome line, and the EMF metrics of a handler invocation folded into its outcome line.\n"
+            f"{cost.get('custom_metrics_per_hour') or 0} custom metrics in every busy hour (JobsActivated, JobsCompleted, "
+            "PickupLatency: none has a free AWS equivalent), one INFO line a job (its outcome, ≈ 420 bytes with the "
+            "correlation keys the docs promise), a handler invocation's EMF line, and a busy poller invocation's "
+            "`poll finished` line and EMF line; Lambda's own lines are off (SystemLogLevel WARN). Closing: the EMF "
+            "values of a handler invocation folded into its outcome line (one line, not two, at small batches), and the "
+            "busy poller's `poll finished` at DEBUG (≈ 150 bytes a job at 2 jobs/s; it is the poller's only summary).\n"
             "  At a flow of a few jobs a second the per-second costs (relays, depths, busy-hour metrics) are spread over "
             "few jobs; per job they shrink as the rate rises (see the arrival-rate table)."
         )
@@ -635,7 +675,7 @@ def _gaps(r: dict[str, Any], t: dict[str, bool | None]) -> list[str]:
             "handler wrapper's CPU goes (sampled, net of the fakes and the emulator): the engine report's HTTP request "
             "through httpx about a third (the same request the minimal worker makes, which is nearly all of its CPU a "
             "job; URL parsing, header merging and the cookie jar are over half of it), the outcome's INFO line through "
-            "Powertools' Logger and stdlib logging about 15%, the handler span and its two metric values about 9%, the "
+            "Powertools' Logger and stdlib logging about 15%, the handler span and its metric values about 9% (before HandlerDuration went), the "
             "three conditional writes' requests about 8%, the message's parse 5%, the invocation's EMF lines 4%. Done: "
             "partial batch responses from a plain loop (not Powertools' batch processor), EMF lines built without a "
             "Powertools provider per line, the handler span without the tracer machinery when no SDK is configured, "
