@@ -475,3 +475,18 @@ def test_settings_read_both_log_levels() -> None:
 
     settings = Settings.from_env({"POWERTOOLS_LOG_LEVEL": "WARNING", "AWS_LAMBDA_LOG_LEVEL": "INFO", "OTHER": "x"})
     assert (settings.log_level, settings.lambda_log_level) == ("WARNING", "INFO")
+
+
+def test_a_containers_wiring_applies_the_log_level_before_its_first_invocation() -> None:
+    from workerless.settings import Settings
+    from workerless.wiring import Wiring
+
+    library = logging.getLogger(observability.logger.name)
+    saved = library.level
+    try:
+        library.setLevel(logging.INFO)
+        env = {"POWERTOOLS_LOG_LEVEL": "ERROR", "AWS_LAMBDA_LOG_LEVEL": "INFO"}
+        assert Wiring(settings=Settings.from_env(env)).observer is not None
+        assert library.level == logging.ERROR
+    finally:
+        library.setLevel(saved)
