@@ -345,6 +345,7 @@ def test_routes_are_one_parameter_per_job_type_naming_its_queue(source: dict[str
             "queue": f"ref:{queue}",
             "max": int(_route_setting(source, job_type, "MaxInFlight", default_max)),
             "engineQueue": _route_setting(source, job_type, "EngineQueue", ""),
+            "shard": _route_setting(source, job_type, "PollerShard", ""),
         }
 
 
