@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from workerless import entrypoints, runtime
+from workerless import entrypoints, observability, runtime
 from workerless.aws.dynamo import DynamoState
 from workerless.aws.sqs import Queues
 from workerless.poller_lock import LOCK_KEY, PollerLock
@@ -67,10 +67,17 @@ def test_the_watchdog_starts_every_shards_chain_and_polls_each_under_its_own_loc
     sharded: Aws, fake: FakeEngine
 ) -> None:
     """GIVEN routes in two shards WHEN the watchdog runs THEN each shard's tick chain is started,
-    every route is polled, and each shard's lock item counts only its own routes' sends."""
-    report = entrypoints.poller({}, FakeContext())
+    every route is polled, each shard's lock item counts only its own routes' sends, and the
+    invocation's metrics count both shards' jobs (each shard polls on a thread of its own)."""
+    documents: list[dict[str, Any]] = []
+    observability.configure(metrics=True, sink=lambda line: documents.append(json.loads(line)))
+    try:
+        report = entrypoints.poller({}, FakeContext())
+    finally:
+        observability.configure(metrics=None, sink=None)
 
     assert report["activated"] == 9, "both shards polled: every job of every type taken"
+    assert sum(v for doc in documents for v in doc.get("JobsActivated", [])) == 9, documents
     assert state().get("ticker") is not None and state().get("ticker#reports") is not None
     ticker = sharded.sqs.get_queue_attributes(QueueUrl=sharded.ticker_queue, AttributeNames=["All"])["Attributes"]
     assert int(ticker["ApproximateNumberOfMessagesDelayed"]) >= 2, "a tick per shard (relays may follow)"

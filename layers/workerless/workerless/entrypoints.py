@@ -107,10 +107,9 @@ def _poll(event: dict[str, Any], context: Any, wiring: Wiring) -> dict[str, Any]
         return one(polled[0])
     # Several shards in one batch of ticks: each polls under its own lock, side by side (the engine,
     # SQS and DynamoDB clients are thread-safe), so no shard waits for another's poll budget.
-    from concurrent.futures import ThreadPoolExecutor
+    from workerless.threads import map_in_threads
 
-    with ThreadPoolExecutor(max_workers=max(1, len(polled)), thread_name_prefix="poller-shard") as pool:
-        reports = list(pool.map(one, polled))
+    reports = map_in_threads(one, polled, max_workers=len(polled), name="poller-shard")
     totals: dict[str, Any] = {}
     for counters in reports:
         for key, value in counters.items():
