@@ -523,6 +523,15 @@ def _moves(r: dict[str, Any], add: Any) -> None:
         f"minimal worker | {c['before_ms']:.3f} ms ({c['before_handler_ms']:.3f} ms); {c['before_ratio']:.2f}x "
         f"| {c['after_ms']:.3f} ms ({c['after_handler_ms']:.3f} ms); {c['after_ratio']:.2f}x |"
     )
+    dispatch = r.get("dispatch_rate_jobs_per_s") or {}
+    one, sharded = dispatch.get("on_paper_one_shard"), dispatch.get("local_sharded")
+    if one and sharded:
+        add(
+            "| pollers sharded by route (Mappings.Routes PollerShard: each shard its own tick chain, lock and intent "
+            f"item; before: one poller, the default, same run) | dispatch rate on paper; locally (jobs/s) "
+            f"| {one['value']:,.0f}; {dispatch['one_poller_local'] or 0:,.0f} "
+            f"| {dispatch['deployment_on_paper']:,.0f}; {dispatch['sharded_local'] or 0:,.0f} ({sharded['shards']} shards) |"
+        )
 
 
 def _calls(m: dict[str, float]) -> str:
