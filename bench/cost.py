@@ -364,3 +364,36 @@ def dispatch_on_paper(
         "limits_jobs_per_s": {name: round(v, 1) for name, v in limits.items()},
         "binding": binding,
     }
+
+
+# ------------------------------------------------------------------------- the poller's memory
+
+#: Lambda memory settings the poller's cost is modelled at (the template's is MEMORY_MB).
+POLLER_MEMORY_SWEEP_MB = (128, 256, 512, 1024)
+
+
+def poller_memory_sweep(run: dict[str, Any], per_tick: dict[str, Any], ticks_per_month: float) -> list[dict[str, Any]]:
+    """The poller's Lambda duration at each of POLLER_MEMORY_SWEEP_MB, from one metered run (its CPU
+    stretched to that memory's share of a vCPU, plus the same call latencies) and one idle tick:
+    $ per million jobs and the idle tick chain's duration $ a month. Only the poller's duration
+    changes with its memory; its requests, SQS, DynamoDB and logs do not."""
+    by_caller = run.get("calls_by_caller", {})
+    calls = {kind: float(by_caller.get(f"poller:{kind}", 0)) for kind in LATENCY_MS}
+    waits = sum(LATENCY_MS[kind] * n for kind, n in calls.items()) / 1000
+    cpu = run["cpu_s"].get("poller", 0.0)
+    count = run["invocations"].get("poller", 0)
+    tick_calls = {"sqs": per_tick["sqs_calls"], "dynamodb": per_tick["ddb_calls"], "engine": per_tick["engine_calls"]}
+    tick_waits = sum(LATENCY_MS[kind] * n for kind, n in tick_calls.items()) / 1000
+    rows = []
+    for memory in POLLER_MEMORY_SWEEP_MB:
+        seconds = cpu * LAMBDA_FULL_VCPU_MB / memory + waits + 0.0005 * count
+        tick = math.ceil((per_tick["cpu_s"] * LAMBDA_FULL_VCPU_MB / memory + tick_waits) * 1000) / 1000
+        rows.append(
+            {
+                "memory_mb": memory,
+                "duration_per_million_usd": round(seconds * memory / 1024 * LAMBDA_PER_GB_S / run["jobs"] * 1e6, 4),
+                "billed_ms_per_invocation": round(1000 * seconds / max(1, count), 2),
+                "idle_tick_duration_per_month_usd": round(tick * memory / 1024 * LAMBDA_PER_GB_S * ticks_per_month, 4),
+            }
+        )
+    return rows

@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     results["template_shape"] = shape
     results["idle_cost_per_month_usd"] = {"value": idle_cost["value"], "parts": idle_cost["parts"]}
     results["idle_cost_detail"] = idle_cost
+    results["poller_memory"] = cost.poller_memory_sweep(run, idle["per_tick"], idle_cost["ticks_per_month"])
 
     per_million = cost.per_million_jobs(run)
     backlog = cost.per_million_jobs(sweep_runs[None]) if None in sweep_runs else None
