@@ -50,8 +50,10 @@ SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600
 #: logs, which SystemLogLevel WARN (the template's default) drops; the Text format filters nothing.
 LAMBDA_PLATFORM_LOG_BYTES = 330
 TEMPLATE = Path(__file__).resolve().parents[1] / "template.yaml"
-#: The table's SSE (template.yaml: SSESpecification SSEEnabled true, no key given) is the AWS managed
-#: key aws/dynamodb: "AWS KMS charges apply" (DynamoDB API reference, SSESpecification). DynamoDB
+#: The table's SSE with TableKey aws-managed (SSESpecification SSEEnabled true, no key given) is the
+#: AWS managed key aws/dynamodb: "AWS KMS charges apply" (DynamoDB API reference, SSESpecification);
+#: the default, aws-owned (SSEEnabled false: still encrypted at rest), bills no KMS request
+#: (:func:`table_managed_key` reads which the template deploys). DynamoDB
 #: decrypts the table key with it and caches the plaintext key per caller (principal), asking KMS again
 #: after 5 minutes (AWS KMS developer guide, "How Amazon DynamoDB uses AWS KMS"): one Decrypt per
 #: function role and 5-minute window in which it calls DynamoDB (bench.fakes.Meter.ddb_windows),
@@ -81,6 +83,23 @@ POLLER_CONTAINERS = 2
 SFN_TRANSITIONS_PER_JOB = 2
 #: An always-on Fargate worker: the smallest task (0.25 vCPU, 0.5 GB), arm64.
 FARGATE_VCPU, FARGATE_GB = 0.25, 0.5
+
+
+TEMPLATE = Path(__file__).resolve().parents[1] / "template.yaml"
+
+
+@functools.cache
+def table_managed_key(template: Path = TEMPLATE) -> bool:
+    """Whether the template's job table deploys with the AWS managed KMS key (TableKey's default)."""
+    from workerless_devkit.local.template import parse_template_text
+
+    data = parse_template_text(template.read_text(encoding="utf-8"), source=str(template))
+    table = (data.get("Resources") or {}).get("JobsTable") or {}
+    enabled = ((table.get("Properties") or {}).get("SSESpecification") or {}).get("SSEEnabled")
+    if isinstance(enabled, bool):
+        return enabled
+    default = ((data.get("Parameters") or {}).get("TableKey") or {}).get("Default")
+    return default == "aws-managed"
 
 
 def fargate_monthly() -> float:
@@ -144,7 +163,7 @@ def per_million_jobs(run: dict[str, Any], *, platform_bytes: float | None = None
         "lambda_duration": gb_s(seconds) / jobs * LAMBDA_PER_GB_S * 1e6,
         "cloudwatch_metrics": metric_hours * METRIC_PER_MONTH / HOURS_PER_MONTH / jobs * 1e6,
         "cloudwatch_logs": log_bytes / 1e9 * LOGS_PER_GB * 1e6,
-        "kms": run.get("kms_decrypts", 0) * KMS_HOSTS_PER_CALLER * KMS_PER_REQUEST / jobs * 1e6,
+        "kms": run.get("kms_decrypts", 0) * KMS_HOSTS_PER_CALLER * KMS_PER_REQUEST / jobs * 1e6 * table_managed_key(),
     }
     logs = parts["cloudwatch_logs"]
     by_caller = run.get("calls_by_caller", {})
@@ -313,7 +332,7 @@ def idle_monthly(
         "cloudwatch_metrics": metrics * METRIC_PER_MONTH,
         "cloudwatch_logs": (ticks * log_bytes(per_tick) + watchdogs * log_bytes(per_watchdog)) / 1e9 * LOGS_PER_GB,
         # the poller's role calls DynamoDB in every 5-minute window of the month
-        "kms": SECONDS_PER_MONTH / KMS_WINDOW_SECONDS * KMS_HOSTS_PER_CALLER * KMS_PER_REQUEST,
+        "kms": SECONDS_PER_MONTH / KMS_WINDOW_SECONDS * KMS_HOSTS_PER_CALLER * KMS_PER_REQUEST * table_managed_key(),
         # the routes' parameters and their reads (standard tier and throughput): free
         "parameter_store": routes_reads * SSM_STANDARD_PER_CALL,
     }

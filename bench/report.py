@@ -403,10 +403,18 @@ def write_results_md(r: dict[str, Any], path: Path) -> None:
             + f"ingested at $0.50 per GB: ${parts['cloudwatch_logs']:.2f} per million jobs. Metrics: every EMF metric name x "
             f"dimension set is a custom metric at $0.30 a month, prorated by the hours in which it is published; the run "
             f"published {cost.get('custom_metrics_per_hour') or 0} in an hour ({', '.join(cost.get('custom_metrics') or []) or 'none'}): "
-            f"${parts['cloudwatch_metrics']:.2f} per million jobs at this rate. KMS: the table's SSE uses the AWS managed key "
-            f"(KMS requests billed at $0.03 per 10,000), one table-key Decrypt per function role and 5-minute window "
-            f"({cost.get('kms_decrypts') or 0} role-windows in the run, x2 front-end hosts assumed): ${parts['kms']:.3f} per "
-            "million jobs; the queues' SSE-SQS uses SQS-owned keys (no KMS request billed)."
+            f"${parts['cloudwatch_metrics']:.2f} per million jobs at this rate. KMS: "
+            + (
+                "the table's SSE uses the AWS managed key (TableKey aws-managed; KMS requests billed at $0.03 per "
+                "10,000), one table-key Decrypt per function role and 5-minute window "
+                f"({cost.get('kms_decrypts') or 0} role-windows in the run, x2 front-end hosts assumed): "
+                f"${parts['kms']:.3f} per million jobs"
+                if parts["kms"]
+                else "the table is encrypted at rest with the AWS owned key (TableKey's default, aws-owned): no KMS "
+                "request is billed; with TableKey aws-managed (its use recorded in CloudTrail) the run's "
+                f"{cost.get('kms_decrypts') or 0} role-windows would add one Decrypt each (x2 front-end hosts assumed)"
+            )
+            + "; the queues' SSE-SQS uses SQS-owned keys (no KMS request billed)."
         )
     add("")
     be = cost.get("break_even_jobs_per_month_vs_fargate")

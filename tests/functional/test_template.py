@@ -659,7 +659,10 @@ def test_jobs_table(cfn: dict[str, Any]) -> None:
     assert props["KeySchema"] == [{"AttributeName": "pk", "KeyType": "HASH"}]
     assert props["AttributeDefinitions"] == [{"AttributeName": "pk", "AttributeType": "S"}]
     assert props["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
-    assert props["SSESpecification"]["SSEEnabled"] is True
+    # Encrypted at rest either way; the AWS managed key (KMS requests billed) only when asked for.
+    assert props["SSESpecification"]["SSEEnabled"] == {"Fn::If": ["HasManagedTableKey", True, False]}
+    assert cfn["Parameters"]["TableKey"]["Default"] == "aws-owned"
+    assert cfn["Conditions"]["HasManagedTableKey"] == {"Fn::Equals": [{"Ref": "TableKey"}, "aws-managed"]}
 
 
 def test_job_records_and_dead_letters_outlive_the_stack(cfn: dict[str, Any]) -> None:
