@@ -49,7 +49,6 @@ SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600
 #: LoggingConfig lets them through (:func:`platform_log_bytes`): START and REPORT are INFO-level system
 #: logs, which SystemLogLevel WARN (the template's default) drops; the Text format filters nothing.
 LAMBDA_PLATFORM_LOG_BYTES = 330
-TEMPLATE = Path(__file__).resolve().parents[1] / "template.yaml"
 #: The table's SSE with TableKey aws-managed (SSESpecification SSEEnabled true, no key given) is the
 #: AWS managed key aws/dynamodb: "AWS KMS charges apply" (DynamoDB API reference, SSESpecification);
 #: the default, aws-owned (SSEEnabled false: still encrypted at rest), bills no KMS request
