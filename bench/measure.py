@@ -328,7 +328,7 @@ def billable_run(jobs: int = 10_000, rate_per_second: float | None = 2.0, *, see
 # ------------------------------------------------------------------------------------ idle poller
 
 
-def _snapshot(p: Pipeline) -> dict[str, float]:
+def _snapshot(p: Pipeline, function: str = "poller") -> dict[str, float]:
     from bench.pipeline import LOG_SINK
 
     totals = p.meter.totals()
@@ -340,7 +340,7 @@ def _snapshot(p: Pipeline) -> dict[str, float]:
         "sqs_calls": float(sum(v for k, v in p.meter.calls.items() if k.startswith("sqs."))),
         "ddb_calls": float(sum(v for k, v in p.meter.calls.items() if k.startswith("dynamodb."))),
         "engine_calls": float(sum(p.engine_stats().values())),
-        "cpu_s": float(p.invocations.cpu["poller"]),
+        "cpu_s": float(p.invocations.cpu[function]),
     }
 
 
@@ -350,7 +350,8 @@ def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float
 
 def idle_invocations(tick_seconds: int = 20, repeats: int = 20) -> dict[str, Any]:
     """The calls and net CPU of one idle poller invocation: from a tick, and from the watchdog
-    schedule while the chain is healthy (averaged over ``repeats``). Three routes, as the template."""
+    schedule while the chain is healthy; and of the dead-letter function's scheduled drain of an
+    empty queue (each averaged over ``repeats``). Three routes, as the template."""
     import json as _json
 
     from bench.pipeline import TICKER_URL
@@ -364,6 +365,7 @@ def idle_invocations(tick_seconds: int = 20, repeats: int = 20) -> dict[str, Any
         LOG_SINK.metric_hours.clear()
         ticks: list[dict[str, float]] = []
         watchdogs: list[dict[str, float]] = []
+        drains: list[dict[str, float]] = []
         for _ in range(repeats):
             p.clock.advance(tick_seconds)
             event, _ = p._event(TICKER_URL, 10)
@@ -374,6 +376,9 @@ def idle_invocations(tick_seconds: int = 20, repeats: int = 20) -> dict[str, Any
             before = _snapshot(p)
             p.poll({})  # the schedule fires while the chain is healthy: nothing to restart
             watchdogs.append(_delta(_snapshot(p), before))
+            before = _snapshot(p, "deadletter")
+            p.drain_dead_letters()  # its schedule fires: the job dead-letter queue is empty
+            drains.append(_delta(_snapshot(p, "deadletter"), before))
         depth = p.sqs.depth(TICKER_URL)
         idle_metrics = sorted({name for _, name in LOG_SINK.metric_hours})
     del _json
@@ -384,6 +389,8 @@ def idle_invocations(tick_seconds: int = 20, repeats: int = 20) -> dict[str, Any
     return {
         "per_tick": mean(ticks),
         "per_watchdog": mean(watchdogs),
+        # The dead-letter function's scheduled drain of its empty queue (no event source on it).
+        "per_dead_letter_drain": mean(drains),
         "ticker_depth_after": depth,
         # The custom metrics the idle invocations published (each is billed for every idle hour).
         "custom_metrics": idle_metrics,
