@@ -6,6 +6,7 @@ assumptions that are not measured are named constants, each with its source or r
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 from typing import Any
@@ -46,8 +47,10 @@ SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600
 #: Lambda's own lines per invocation in the template's (default, text) log format: START (~70 bytes),
 #: END (~50) and REPORT (~210: durations, memory; more with Init Duration), ingested like the rest.
 LAMBDA_PLATFORM_LOG_BYTES = 330
-#: The table's SSE (template.yaml: SSESpecification SSEEnabled true, no key given) is the AWS managed
-#: key aws/dynamodb: "AWS KMS charges apply" (DynamoDB API reference, SSESpecification). DynamoDB
+#: The table's SSE with TableKey aws-managed (SSESpecification SSEEnabled true, no key given) is the
+#: AWS managed key aws/dynamodb: "AWS KMS charges apply" (DynamoDB API reference, SSESpecification);
+#: the default, aws-owned (SSEEnabled false: still encrypted at rest), bills no KMS request
+#: (:func:`table_managed_key` reads which the template deploys). DynamoDB
 #: decrypts the table key with it and caches the plaintext key per caller (principal), asking KMS again
 #: after 5 minutes (AWS KMS developer guide, "How Amazon DynamoDB uses AWS KMS"): one Decrypt per
 #: function role and 5-minute window in which it calls DynamoDB (bench.fakes.Meter.ddb_windows),
@@ -77,6 +80,23 @@ POLLER_CONTAINERS = 2
 SFN_TRANSITIONS_PER_JOB = 2
 #: An always-on Fargate worker: the smallest task (0.25 vCPU, 0.5 GB), arm64.
 FARGATE_VCPU, FARGATE_GB = 0.25, 0.5
+
+
+TEMPLATE = Path(__file__).resolve().parents[1] / "template.yaml"
+
+
+@functools.cache
+def table_managed_key(template: Path = TEMPLATE) -> bool:
+    """Whether the template's job table deploys with the AWS managed KMS key (TableKey's default)."""
+    from workerless_devkit.local.template import parse_template_text
+
+    data = parse_template_text(template.read_text(encoding="utf-8"), source=str(template))
+    table = (data.get("Resources") or {}).get("JobsTable") or {}
+    enabled = ((table.get("Properties") or {}).get("SSESpecification") or {}).get("SSEEnabled")
+    if isinstance(enabled, bool):
+        return enabled
+    default = ((data.get("Parameters") or {}).get("TableKey") or {}).get("Default")
+    return default == "aws-managed"
 
 
 def fargate_monthly() -> float:
@@ -126,7 +146,7 @@ def per_million_jobs(run: dict[str, Any]) -> dict[str, Any]:
         "lambda_duration": gb_s(seconds) / jobs * LAMBDA_PER_GB_S * 1e6,
         "cloudwatch_metrics": metric_hours * METRIC_PER_MONTH / HOURS_PER_MONTH / jobs * 1e6,
         "cloudwatch_logs": log_bytes / 1e9 * LOGS_PER_GB * 1e6,
-        "kms": run.get("kms_decrypts", 0) * KMS_HOSTS_PER_CALLER * KMS_PER_REQUEST / jobs * 1e6,
+        "kms": run.get("kms_decrypts", 0) * KMS_HOSTS_PER_CALLER * KMS_PER_REQUEST / jobs * 1e6 * table_managed_key(),
     }
     logs = parts["cloudwatch_logs"]
     by_caller = run.get("calls_by_caller", {})
@@ -324,6 +344,7 @@ def idle_monthly(
         / KMS_WINDOW_SECONDS
         * KMS_HOSTS_PER_CALLER
         * KMS_PER_REQUEST
+        * table_managed_key()
         * (1 + (1 if drains and drain["ddb_calls"] else 0)),
         # the routes' parameters and their reads (standard tier and throughput): free
         "parameter_store": routes_reads * SSM_STANDARD_PER_CALL,
@@ -362,6 +383,7 @@ def dispatch_on_paper(
     intent_wru_per_cycle: float,
     handler_ms_per_invocation: float,
     handler_batch: int,
+    shards: int = 1,
 ) -> dict[str, Any]:
     """One deployment's dispatch rate on AWS, from measured figures and published latencies/quotas.
 
@@ -370,9 +392,14 @@ def dispatch_on_paper(
     and started 10 jobs, one heartbeat ticket, the intent log's writes, and the poller's measured CPU
     per job stretched to 256 MB's share of a vCPU. Ceilings: the partition of the lock's item, which
     holds the intent batches (its writes a cycle against 1,000 WRU/s), and the account's Lambda
-    concurrency for the handlers."""
-    per_route = jobs_per_poll / max(1, routes)
-    batches = routes * math.ceil(max(1.0, per_route) / 10)
+    concurrency for the handlers.
+
+    ``shards``: poller shards (template.yaml Mappings.Routes PollerShard), the routes spread evenly
+    over them. Each polls under its own lock, in its own cycle, and writes its own lock item, so the
+    first two ceilings grow with the shards; ``jobs_per_poll`` is then one shard's."""
+    shards = max(1, min(shards, routes))
+    per_route = jobs_per_poll / max(1, routes / shards)
+    batches = math.ceil(routes / shards) * math.ceil(max(1.0, per_route) / 10)
     cycle_ms = (
         LATENCY_MS["engine"]
         + batches * LATENCY_MS["sqs"]
@@ -380,23 +407,50 @@ def dispatch_on_paper(
         + 2 * LATENCY_MS["dynamodb"]  # intent activated, dispatched (the clear rides on the next write)
         + poller_cpu_ms_per_job * jobs_per_poll * LAMBDA_FULL_VCPU_MB / MEMORY_MB
     )
-    poller = 1000 * jobs_per_poll / cycle_ms
-    partition = DDB_PARTITION_WRU_PER_S / max(1.0, intent_wru_per_cycle) * jobs_per_poll
+    poller = shards * 1000 * jobs_per_poll / cycle_ms
+    partition = shards * DDB_PARTITION_WRU_PER_S / max(1.0, intent_wru_per_cycle) * jobs_per_poll
     handlers = LAMBDA_ACCOUNT_CONCURRENCY * handler_batch * 1000 / max(1.0, handler_ms_per_invocation)
-    value = min(poller, partition, handlers)
+    cycles = "one_poller_cycle" if shards == 1 else "shard_poller_cycles"
+    limits = {cycles: poller, "intent_item_partition": partition, "lambda_account_concurrency": handlers}
+    binding = min(limits, key=lambda name: limits[name])
     return {
-        "value": round(value, 1),
+        "value": round(limits[binding], 1),
         "cycle_ms": round(cycle_ms, 1),
         "jobs_per_poll": round(jobs_per_poll, 2),
-        "limits_jobs_per_s": {
-            "one_poller_cycle": round(poller, 1),
-            "intent_item_partition": round(partition, 1),
-            "lambda_account_concurrency": round(handlers, 1),
-        },
-        "binding": min(
-            ("one_poller_cycle", poller),
-            ("intent_item_partition", partition),
-            ("lambda_account_concurrency", handlers),
-            key=lambda kv: kv[1],
-        )[0],
+        "shards": shards,
+        "limits_jobs_per_s": {name: round(v, 1) for name, v in limits.items()},
+        "binding": binding,
     }
+
+
+# ------------------------------------------------------------------------- the poller's memory
+
+#: Lambda memory settings the poller's cost is modelled at (the template's is MEMORY_MB).
+POLLER_MEMORY_SWEEP_MB = (128, 256, 512, 1024)
+
+
+def poller_memory_sweep(run: dict[str, Any], per_tick: dict[str, Any], ticks_per_month: float) -> list[dict[str, Any]]:
+    """The poller's Lambda duration at each of POLLER_MEMORY_SWEEP_MB, from one metered run (its CPU
+    stretched to that memory's share of a vCPU, plus the same call latencies) and one idle tick:
+    $ per million jobs and the idle tick chain's duration $ a month. Only the poller's duration
+    changes with its memory; its requests, SQS, DynamoDB and logs do not."""
+    by_caller = run.get("calls_by_caller", {})
+    calls = {kind: float(by_caller.get(f"poller:{kind}", 0)) for kind in LATENCY_MS}
+    waits = sum(LATENCY_MS[kind] * n for kind, n in calls.items()) / 1000
+    cpu = run["cpu_s"].get("poller", 0.0)
+    count = run["invocations"].get("poller", 0)
+    tick_calls = {"sqs": per_tick["sqs_calls"], "dynamodb": per_tick["ddb_calls"], "engine": per_tick["engine_calls"]}
+    tick_waits = sum(LATENCY_MS[kind] * n for kind, n in tick_calls.items()) / 1000
+    rows = []
+    for memory in POLLER_MEMORY_SWEEP_MB:
+        seconds = cpu * LAMBDA_FULL_VCPU_MB / memory + waits + 0.0005 * count
+        tick = math.ceil((per_tick["cpu_s"] * LAMBDA_FULL_VCPU_MB / memory + tick_waits) * 1000) / 1000
+        rows.append(
+            {
+                "memory_mb": memory,
+                "duration_per_million_usd": round(seconds * memory / 1024 * LAMBDA_PER_GB_S / run["jobs"] * 1e6, 4),
+                "billed_ms_per_invocation": round(1000 * seconds / max(1, count), 2),
+                "idle_tick_duration_per_month_usd": round(tick * memory / 1024 * LAMBDA_PER_GB_S * ticks_per_month, 4),
+            }
+        )
+    return rows

@@ -8,6 +8,7 @@ at its template rate (1 minute), not local mode's faster default, so the tick is
 from __future__ import annotations
 
 import logging
+import os
 import random
 import statistics
 import tempfile
@@ -127,11 +128,31 @@ def _template_tick(template: Path) -> int:
     return int((params.get("TickSeconds") or {}).get("Default", 0))
 
 
-def dispatch_rate(*, jobs: int = 600, max_in_flight: int = 1000) -> dict[str, Any]:
+#: One poller shard per route (Mappings.Routes PollerShard), for the sharded dispatch rate.
+SHARDED_ROUTES = """  Routes:
+    charge-payment: {PollerShard: payments}
+    send-receipt: {PollerShard: receipts}
+    generate-report: {Timing: 1, PollerShard: reports}
+"""
+
+
+def _sharded_template() -> Path:
+    """template.yaml with each route in a poller shard of its own, beside it (CodeUri is relative)."""
+    text = (ROOT / "template.yaml").read_text(encoding="utf-8")
+    routes = "  Routes:\n    generate-report: {Timing: 1}\n"
+    if routes not in text:
+        raise RuntimeError("template.yaml's Mappings.Routes is not the one the sharded bench run rewrites")
+    path = ROOT / f".bench-sharded-{os.getpid()}.yaml"
+    path.write_text(text.replace(routes, SHARDED_ROUTES, 1), encoding="utf-8")
+    return path
+
+
+def dispatch_rate(*, jobs: int = 600, max_in_flight: int = 1000, sharded: bool = False) -> dict[str, Any]:
     """One poller's dispatch rate in the local topology (template.yaml on moto, the Sheptra
     emulator over loopback HTTP): a backlog of ``jobs`` at the engine, MaxInFlight high enough that
     room never binds, jobs a second from the first dispatch to the last (the ``dispatched`` lifecycle
-    step). The handlers run meanwhile in the same process, as local mode runs them."""
+    step). The handlers run meanwhile in the same process, as local mode runs them. ``sharded``: each
+    route in a poller shard of its own (PollerConcurrency 4), the deployment's rate with 3 pollers."""
     from workerless import observability
     from workerless_devkit.emulators import start
     from workerless_devkit.local.runtime import LocalTopology
@@ -156,8 +177,16 @@ def dispatch_rate(*, jobs: int = 600, max_in_flight: int = 1000) -> dict[str, An
         with tempfile.TemporaryDirectory(prefix="workerless-bench-") as tmp:
             env_file = running.write_env_file(Path(tmp) / "sheptra.env")
             parameters = {"EngineName": "sheptra", "LogLevel": "ERROR", "MaxInFlight": str(max_in_flight)}
-            with LocalTopology(ROOT / "template.yaml", env_file, parameters=parameters) as topology:
-                topology.run_until(lambda: len(dispatched) >= jobs, max_seconds=180)
+            template = ROOT / "template.yaml"
+            if sharded:
+                template = _sharded_template()
+                parameters["PollerConcurrency"] = "4"
+            try:
+                with LocalTopology(template, env_file, parameters=parameters) as topology:
+                    topology.run_until(lambda: len(dispatched) >= jobs, max_seconds=180)
+            finally:
+                if sharded:
+                    template.unlink(missing_ok=True)
         activations = sum(v for k, v in emulator.router.stats.items() if "activate" in k)
     finally:
         observability.remove_listener(listener)
@@ -171,4 +200,5 @@ def dispatch_rate(*, jobs: int = 600, max_in_flight: int = 1000) -> dict[str, An
         "max_in_flight": max_in_flight,
         "activations": activations,
         "jobs_per_poll": round(len(dispatched) / activations, 2) if activations else None,
+        "shards": 3 if sharded else 1,
     }

@@ -214,9 +214,23 @@ def write_results_md(r: dict[str, Any], path: Path) -> None:
             f"| 7 | dispatch rate, one poller, local topology (Sheptra emulator on loopback, {local['jobs']} jobs waiting) | "
             f"{dispatch['one_poller_local'] or 0:,.0f} jobs/s | measured | {local['jobs_per_poll']} jobs a poll | — |"
         )
+        sharded = dispatch.get("local_sharded")
+        if sharded:
+            add(
+                f"| 7 | dispatch rate, one poller shard per route, local topology (same backlog, {sharded['shards']} shards) | "
+                f"{dispatch['sharded_local'] or 0:,.0f} jobs/s | measured | {sharded['jobs_per_poll']} jobs a poll | — |"
+            )
+        one = dispatch.get("on_paper_one_shard")
+        if one:
+            add(
+                f"| 7 | dispatch rate, one deployment on paper, one poller (the default) | {one['value']:,.0f} jobs/s | — "
+                f"| binding: {one['binding'].replace('_', ' ')} | — |"
+            )
+        paper = dispatch["on_paper"]
         add(
-            f"| 7 | dispatch rate, one deployment on paper | {dispatch['deployment_on_paper']:,.0f} jobs/s | ≥ {DISPATCH_TARGET:,.0f} "
-            f"| binding: {dispatch['on_paper']['binding'].replace('_', ' ')} | {_mark(t['dispatch'])} |"
+            f"| 7 | dispatch rate, one deployment on paper, {paper.get('shards', 1)} poller shard(s) | "
+            f"{dispatch['deployment_on_paper']:,.0f} jobs/s | ≥ {DISPATCH_TARGET:,.0f} "
+            f"| binding: {paper['binding'].replace('_', ' ')} | {_mark(t['dispatch'])} |"
         )
     add("")
     add(f"## What each move changed (before: {BEFORE['commit']}, the same all-in model; after: this run)")
@@ -343,6 +357,32 @@ def write_results_md(r: dict[str, Any], path: Path) -> None:
                 f"| {rate} | {row['jobs']:,} | ${row['usd_per_million']:.2f} | {100 * row['poller_paused_fraction']:.0f}% "
                 f"| {row['get_queue_attributes_per_job']:.2f} | {row['engine_requests_per_job']:.2f} |"
             )
+    memory = r.get("poller_memory") or []
+    if memory:
+        add("")
+        add(
+            "**The poller's memory.** Only its duration changes with memory (Lambda's CPU share is memory/1769 of a "
+            "vCPU); the poller mostly waits on SQS, DynamoDB and the engine, so less memory bills less. Modelled from "
+            "the 2 jobs/s run and the idle tick (measured CPU stretched to each setting, the same call latencies):"
+        )
+        add("")
+        add(
+            "| poller memory | its duration, $ per million jobs (2 jobs/s) | billed ms per invocation | idle tick chain's duration, $ a month |"
+        )
+        add("| --- | --- | --- | --- |")
+        for row in memory:
+            add(
+                f"| {row['memory_mb']} MB | ${row['duration_per_million_usd']:.3f} | {row['billed_ms_per_invocation']:.1f} "
+                f"| ${row['idle_tick_duration_per_month_usd']:.3f} |"
+            )
+        add("")
+        add(
+            "128 MB measures cheapest, by under a tenth of a dollar per million jobs. The template keeps 256 MB "
+            "(`PollerMemorySize`): a poll of 100 jobs a route holds their variables in memory, up to "
+            "WORKERLESS_MAX_PAYLOAD_BYTES (32 MiB) each before the claim check, and the poller's modules and clients "
+            "alone take about 66 MB (maxrss after importing them and building its four clients, CPython 3.11 here). "
+            "A deployment whose jobs are small can set 128."
+        )
     if cost.get("log_bytes_per_job") is not None:
         add("")
         parts = cost["parts"]
@@ -353,10 +393,18 @@ def write_results_md(r: dict[str, Any], path: Path) -> None:
             f"ingested at $0.50 per GB: ${parts['cloudwatch_logs']:.2f} per million jobs. Metrics: every EMF metric name x "
             f"dimension set is a custom metric at $0.30 a month, prorated by the hours in which it is published; the run "
             f"published {cost.get('custom_metrics_per_hour') or 0} in an hour ({', '.join(cost.get('custom_metrics') or []) or 'none'}): "
-            f"${parts['cloudwatch_metrics']:.2f} per million jobs at this rate. KMS: the table's SSE uses the AWS managed key "
-            f"(KMS requests billed at $0.03 per 10,000), one table-key Decrypt per function role and 5-minute window "
-            f"({cost.get('kms_decrypts') or 0} role-windows in the run, x2 front-end hosts assumed): ${parts['kms']:.3f} per "
-            "million jobs; the queues' SSE-SQS uses SQS-owned keys (no KMS request billed)."
+            f"${parts['cloudwatch_metrics']:.2f} per million jobs at this rate. KMS: "
+            + (
+                "the table's SSE uses the AWS managed key (TableKey aws-managed; KMS requests billed at $0.03 per "
+                "10,000), one table-key Decrypt per function role and 5-minute window "
+                f"({cost.get('kms_decrypts') or 0} role-windows in the run, x2 front-end hosts assumed): "
+                f"${parts['kms']:.3f} per million jobs"
+                if parts["kms"]
+                else "the table is encrypted at rest with the AWS owned key (TableKey's default, aws-owned): no KMS "
+                "request is billed; with TableKey aws-managed (its use recorded in CloudTrail) the run's "
+                f"{cost.get('kms_decrypts') or 0} role-windows would add one Decrypt each (x2 front-end hosts assumed)"
+            )
+            + "; the queues' SSE-SQS uses SQS-owned keys (no KMS request billed)."
         )
     add("")
     be = cost.get("break_even_jobs_per_month_vs_fargate")
@@ -540,6 +588,15 @@ def _moves(r: dict[str, Any], add: Any) -> None:
         f"minimal worker | {c['before_ms']:.3f} ms ({c['before_handler_ms']:.3f} ms); {c['before_ratio']:.2f}x "
         f"| {c['after_ms']:.3f} ms ({c['after_handler_ms']:.3f} ms); {c['after_ratio']:.2f}x |"
     )
+    dispatch = r.get("dispatch_rate_jobs_per_s") or {}
+    one, sharded = dispatch.get("on_paper_one_shard"), dispatch.get("local_sharded")
+    if one and sharded:
+        add(
+            "| pollers sharded by route (Mappings.Routes PollerShard: each shard its own tick chain, lock and intent "
+            f"item; before: one poller, the default, same run) | dispatch rate on paper; locally (jobs/s) "
+            f"| {one['value']:,.0f}; {dispatch['one_poller_local'] or 0:,.0f} "
+            f"| {dispatch['deployment_on_paper']:,.0f}; {dispatch['sharded_local'] or 0:,.0f} ({sharded['shards']} shards) |"
+        )
 
 
 def _calls(m: dict[str, float]) -> str:
@@ -711,14 +768,14 @@ def _gaps(r: dict[str, Any], t: dict[str, bool | None]) -> list[str]:
         paper = dispatch["on_paper"]
         limits = ", ".join(f"{k.replace('_', ' ')} {v:,.0f}" for k, v in paper["limits_jobs_per_s"].items())
         out.append(
-            f"**One deployment's dispatch rate on paper ({paper['value']:,.0f} jobs a second, target "
-            f"{DISPATCH_TARGET:,.0f}).** One poller polls at a time (the poller lock), so a deployment dispatches "
-            f"what one poller's cycle does, back to back: {paper['jobs_per_poll']:g} jobs a poll (measured locally) in a "
-            f"{paper['cycle_ms']:.0f} ms cycle on AWS (published latencies, measured CPU at 256 MB). Ceilings, jobs a "
-            f"second: {limits} (binding: {paper['binding'].replace('_', ' ')}). Closing: pollers sharded by route (a "
-            "template setting, each shard with its own lock item, which holds its intent batches), so the rate grows "
-            "with the shards; "
-            "the poller's memory raised where its CPU binds the cycle."
+            f"**One deployment's dispatch rate on paper ({paper['value']:,.0f} jobs a second with "
+            f"{paper.get('shards', 1)} poller shard(s), target {DISPATCH_TARGET:,.0f}).** One poller polls a shard at a "
+            f"time (its poller lock), so a shard dispatches what one poller's cycle does, back to back: "
+            f"{paper['jobs_per_poll']:g} jobs a poll (measured locally) in a {paper['cycle_ms']:.0f} ms cycle on AWS "
+            f"(published latencies, measured CPU at 256 MB). Ceilings, jobs a second: {limits} (binding: "
+            f"{paper['binding'].replace('_', ' ')}). Closing: more shards than routes would need a route split "
+            "across shards (two locks over one MaxInFlight: not done); the poller's SendMessageBatch calls of a cycle "
+            "sent side by side instead of one after another; the poller's memory raised where its CPU binds the cycle."
         )
     return out
 

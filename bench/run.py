@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     results["template_shape"] = shape
     results["idle_cost_per_month_usd"] = {"value": idle_cost["value"], "parts": idle_cost["parts"]}
     results["idle_cost_detail"] = idle_cost
+    results["poller_memory"] = cost.poller_memory_sweep(run, idle["per_tick"], idle_cost["ticks_per_month"])
 
     per_million = cost.per_million_jobs(run)
     backlog = cost.per_million_jobs(sweep_runs[None]) if None in sweep_runs else None
@@ -138,23 +139,35 @@ def main(argv: list[str] | None = None) -> int:
     from bench.latency import dispatch_rate
 
     local = dispatch_rate(jobs=200 if args.quick else 600)
-    jobs_per_poll = local.get("jobs_per_poll") or 1.0
+    log("6c/6 the same with one poller shard per route (Mappings.Routes PollerShard)")
+    sharded = dispatch_rate(jobs=200 if args.quick else 600, sharded=True)
     handler = per_million["per_function"].get("charge-payment", {})
-    paper = cost.dispatch_on_paper(
-        jobs_per_poll=jobs_per_poll,
-        poller_cpu_ms_per_job=results["cpu_per_job"]["adapter_by_function_ms"].get("poller", 0.0),
-        routes=len(measure.TEMPLATE_TYPES),
-        # the lock item holds the batch and is written twice a cycle (activated, dispatched; the clear
-        # rides on the next write): about 75 bytes a Sheptra job plus 550 of lock and batch header
-        intent_wru_per_cycle=2 * max(1, -(-int(jobs_per_poll * 75 + 550) // 1024)),
-        handler_ms_per_invocation=handler.get("billed_ms_per_invocation", 50.0),
-        handler_batch=5,
-    )
+
+    def on_paper(run: dict[str, Any]) -> dict[str, Any]:
+        jobs_per_poll = run.get("jobs_per_poll") or 1.0
+        return cost.dispatch_on_paper(
+            jobs_per_poll=jobs_per_poll,
+            poller_cpu_ms_per_job=results["cpu_per_job"]["adapter_by_function_ms"].get("poller", 0.0),
+            routes=len(measure.TEMPLATE_TYPES),
+            # the lock item holds the batch and is written twice a cycle (activated, dispatched; the clear
+            # rides on the next write): about 75 bytes a Sheptra job plus 550 of lock and batch header
+            intent_wru_per_cycle=2 * max(1, -(-int(jobs_per_poll * 75 + 550) // 1024)),
+            handler_ms_per_invocation=handler.get("billed_ms_per_invocation", 50.0),
+            handler_batch=5,
+            shards=run.get("shards", 1),
+        )
+
+    paper, paper_sharded = on_paper(local), on_paper(sharded)
     results["dispatch_rate_jobs_per_s"] = {
         "one_poller_local": local.get("jobs_per_s"),
-        "deployment_on_paper": paper["value"],
+        "sharded_local": sharded.get("jobs_per_s"),
+        # one deployment, sharded one poller per route (the template setting the target is met with)
+        "deployment_on_paper": paper_sharded["value"],
+        "deployment_on_paper_one_shard": paper["value"],
         "local": local,
-        "on_paper": paper,
+        "local_sharded": sharded,
+        "on_paper": paper_sharded,
+        "on_paper_one_shard": paper,
     }
 
     results["elapsed_s"] = round(time.monotonic() - started, 1)

@@ -140,7 +140,16 @@ def test_a_second_delivery_of_one_job_never_runs_it_twice(result: Any, kind: Fau
 def test_a_poller_dying_after_activation_does_not_cost_its_jobs_a_lease(result: Any) -> None:
     """GIVEN the poller dies after the engine handed it jobs and before it queued them
     THEN the next poller finds its intent record and hands the jobs straight back: no lease lapses
-    (no retry is spent), and each job is released once per crash that hit it and then completed."""
+    (no retry is spent), and the engine takes each job back once per crash that hit it.
+
+    The pipeline may hand one crashed batch back twice: two invocations can each take it (for
+    instance a recoverer that found the dead poller's lock held, and the invocation that takes the
+    expired lock over while the batch is still in the item), and workerless.intent accepts that (a
+    hand-back refused as already done, rather than a batch lost). The engine fences the second: each
+    activation is its own holder (the Sheptra adapter's per-activation workerId), so it answers 409
+    and the job's history shows one hand-back per crash. Seen on a busy machine: two "released"
+    events, one engine hand-back under the crashed activation, then a new activation that completed.
+    """
     run_result, events = result
     job_ids = hit(run_result, Fault.POLLER_CRASH_AFTER_ACTIVATE)
     assert job_ids
@@ -154,7 +163,13 @@ def test_a_poller_dying_after_activation_does_not_cost_its_jobs_a_lease(result: 
             for i in run_result.state.recorder.injections
             if i.kind == Fault.POLLER_CRASH_AFTER_ACTIVATE and job_id in i.job_ids
         )
-        assert lifecycle(events, job_id, "released") == crashes
+        taken_back = [
+            e
+            for e in run_result.jobs[job_id]["history"]
+            if e["event"] == "failed" and "stopped before queuing it" in str(e.get("error_message"))
+        ]
+        assert len(taken_back) == crashes, f"the engine took {job_id} back once per crash: {taken_back}"
+        assert lifecycle(events, job_id, "released") >= crashes
         assert run_result.jobs[job_id]["retries"] == 10, "no retry was spent"
 
 

@@ -5,11 +5,12 @@ what the engine is told."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from typing import Any
 
 from pydantic import BaseModel, Field
-from workerless import Job, entrypoints, job_handler, runtime
+from workerless import Job, entrypoints, job_handler, observability, runtime
 from workerless.record import Status
 from workerless.testing import FakeEngine
 
@@ -31,7 +32,10 @@ def test_an_async_batch_runs_its_jobs_concurrently_and_reports_each(
     """GIVEN 4 charge jobs in one SQS batch and an async handler
     THEN all 4 are running at once (a barrier of 4 only a concurrent batch passes; no wall time),
     every job is claimed, stored and reported in that order, the engine gets each returned model as
-    variables, and the batch response owes nothing."""
+    variables, the batch response owes nothing, and the invocation's metrics count every job (each
+    thread counts into the invocation's buffer)."""
+    documents: list[dict[str, Any]] = []
+    observability.configure(metrics=True, sink=lambda line: documents.append(json.loads(line)))
     barrier = threading.Barrier(4)
     seen: list[tuple[str, str]] = []
     lock = threading.Lock()
@@ -53,10 +57,15 @@ def test_an_async_batch_runs_its_jobs_concurrently_and_reports_each(
     event = aws.receive_event(queue)
     assert len(event["Records"]) == 4
 
-    response = handler(event, FakeContext())
+    try:
+        response = handler(event, FakeContext())
+    finally:
+        observability.configure(metrics=None, sink=None)
     aws.settle(queue, event, response)
 
     assert response == {"batchItemFailures": []}
+    completed = [value for doc in documents for value in doc.get("JobsCompleted", [])]
+    assert sum(completed) == 4, documents
     assert [kind for kind, _ in seen] == ["start"] * 4 + ["end"] * 4
     for i, job_id in enumerate(ids):
         assert engine.jobs[job_id].state == "completed"

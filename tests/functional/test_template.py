@@ -291,7 +291,12 @@ def test_functions_follow_the_contract(source: dict[str, Any], cfn: dict[str, An
         assert props["Handler"] == "app.handler", name
         assert props["Runtime"] == "python3.12", name
         assert props["Architectures"] == ["arm64"], name
-        assert props["MemorySize"] == 256, name
+        # The poller's is a parameter (PollerMemorySize: bench/RESULTS.md's memory sweep), 256 by default.
+        memory = props["MemorySize"]
+        if memory == {"Ref": "PollerMemorySize"}:
+            assert name == "PollerFunction" and cfn["Parameters"]["PollerMemorySize"]["Default"] == 256
+        else:
+            assert memory == 256, name
         assert [_logical_id(layer) for layer in props["Layers"]] == list(layers), name
         assert source["Resources"][name]["Properties"]["CodeUri"].rstrip("/") == f"functions/{directory}", name
     layer = source["Resources"]["WorkerlessLayer"]
@@ -345,6 +350,7 @@ def test_routes_are_one_parameter_per_job_type_naming_its_queue(source: dict[str
             "queue": f"ref:{queue}",
             "max": int(_route_setting(source, job_type, "MaxInFlight", default_max)),
             "engineQueue": _route_setting(source, job_type, "EngineQueue", ""),
+            "shard": _route_setting(source, job_type, "PollerShard", ""),
         }
 
 
@@ -643,7 +649,10 @@ def test_jobs_table(cfn: dict[str, Any]) -> None:
     assert props["KeySchema"] == [{"AttributeName": "pk", "KeyType": "HASH"}]
     assert props["AttributeDefinitions"] == [{"AttributeName": "pk", "AttributeType": "S"}]
     assert props["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
-    assert props["SSESpecification"]["SSEEnabled"] is True
+    # Encrypted at rest either way; the AWS managed key (KMS requests billed) only when asked for.
+    assert props["SSESpecification"]["SSEEnabled"] == {"Fn::If": ["HasManagedTableKey", True, False]}
+    assert cfn["Parameters"]["TableKey"]["Default"] == "aws-owned"
+    assert cfn["Conditions"]["HasManagedTableKey"] == {"Fn::Equals": [{"Ref": "TableKey"}, "aws-managed"]}
 
 
 def test_job_records_and_dead_letters_outlive_the_stack(cfn: dict[str, Any]) -> None:

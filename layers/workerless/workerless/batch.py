@@ -74,10 +74,10 @@ def process_batch(
         raise MessageFormatError("not an SQS event: no Records list", field="Records")
     parsed = [SqsRecord.from_event(r) if isinstance(r, Mapping) else _not_a_record() for r in records]
     if concurrency > 1 and len(parsed) > 1:
-        from concurrent.futures import ThreadPoolExecutor
+        from workerless.threads import map_in_threads
 
-        with ThreadPoolExecutor(max_workers=min(concurrency, len(parsed))) as pool:
-            failed = list(pool.map(lambda record: _failed(handle, record), parsed))
+        # Each record in a copy of the invocation's context: its metrics and span are the invocation's.
+        failed = map_in_threads(lambda record: _failed(handle, record), parsed, max_workers=concurrency, name="job")
     else:
         failed = [_failed(handle, record) for record in parsed]
     return {

@@ -16,6 +16,7 @@ from workerless.observability import logger
 
 if TYPE_CHECKING:
     from workerless.batch import SqsRecord
+    from workerless.settings import Settings
     from workerless.wiring import Wiring
 
 #: Kept back from the Lambda's remaining time so the entry point can finish cleanly.
@@ -46,56 +47,102 @@ def poller(event: dict[str, Any], context: Any, wiring: Wiring | None = None) ->
 
 
 def _poll(event: dict[str, Any], context: Any, wiring: Wiring) -> dict[str, Any]:
+    from workerless.errors import WorkerlessError
     from workerless.routes import get_routed_settings
+    from workerless.shards import MAIN, for_shard, shard_of, shards_of
     from workerless.ticker import continue_ticker
 
     settings = wiring.settings
-    queues = wiring.queues
     records = event.get("Records") or []
-    ticks: list[dict[str, Any] | None] = []
-    relayed: float | None = None
-    relay: dict[str, Any] = {}
+    # Per poller shard (workerless.shards): the ticks to continue, and the last relay (the lock and
+    # queue counts handed on; any one relay will do) with the latest dispatch time relays carry.
+    ticks: dict[str, list[dict[str, Any] | None]] = {}
+    relays: dict[str, tuple[float, dict[str, Any]]] = {}
     for record in records:
         try:
             body = json.loads(record.get("body") or "{}")
         except ValueError:
             body = {}
         if isinstance(body, dict) and "chain" in body:
-            ticks.append(body)
+            ticks.setdefault(shard_of(body), []).append(body)
         elif isinstance(body, dict) and isinstance(body.get("relay"), int | float):
-            relayed = max(relayed or 0.0, float(body["relay"]))
-            relay = body  # the lock and queue counts handed on (any one relay will do)
+            shard = shard_of(body)
+            relays[shard] = (max(relays.get(shard, (0.0, {}))[0], float(body["relay"])), body)
         else:
             logger.warning("ticker message is not a tick; ignored", extra={"message_id": record.get("messageId")})
-    # Keep the tick chain alive before polling, so a failing poll does not break it.
-    state = wiring.state
+    # The routes say which shards exist: read from Parameter Store at the container's first poll,
+    # again every few minutes (WORKERLESS_ROUTES, when set, instead). A failed first read still keeps
+    # the tick chains alive (below), then fails this invocation.
+    failure: WorkerlessError | None = None
+    try:
+        routed: Settings | None = get_routed_settings(deadline=_deadline(context), settings=settings)
+    except WorkerlessError as exc:  # ConfigurationError, or the read's once its retries are spent
+        routed, failure = None, exc
+    known = shards_of(routed) if routed is not None else None
     if not records:
-        ticks.append(None)  # the schedule: the watchdog that restarts a broken tick chain
-    for tick in ticks:
-        try:
-            continue_ticker(settings, state, queues, tick=tick, now=time.time())
-        except Exception:
-            logger.exception("could not continue the poller tick; the schedule will restart it")
+        # The schedule: the watchdog that restarts a broken tick chain, every shard's, and polls them.
+        ticks = {shard: [None] for shard in known or [MAIN]}
+    # Keep the tick chains alive before polling, so a failing poll does not break them.
+    for shard, shard_ticks in ticks.items():
+        if known is not None and shard not in known:
+            logger.info("no route is in this poller shard any more; its tick chain ends", extra={"shard": shard})
+            continue
+        for tick in shard_ticks:
+            try:
+                continue_ticker(settings, wiring.state, wiring.queues, tick=tick, now=time.time(), shard=shard)
+            except Exception:
+                logger.exception("could not continue the poller tick; the schedule will restart it")
+    if routed is None:
+        assert failure is not None
+        raise failure
+    polled = [s for s in known or [] if s in ticks or s in relays]
+    for shard in set(relays) - set(polled):
+        logger.info("relay for a poller shard with no route; its lock lapses", extra={"shard": shard})
+
+    def one(shard: str) -> dict[str, Any]:
+        relayed, relay = relays.get(shard, (None, {}))
+        return _poll_shard(shard, for_shard(routed, shard), relay, relayed, context, wiring)
+
+    if len(polled) == 1:
+        return one(polled[0])
+    # Several shards in one batch of ticks: each polls under its own lock, side by side (the engine,
+    # SQS and DynamoDB clients are thread-safe), so no shard waits for another's poll budget.
+    from workerless.threads import map_in_threads
+
+    reports = map_in_threads(one, polled, max_workers=len(polled), name="poller-shard")
+    totals: dict[str, Any] = {}
+    for counters in reports:
+        for key, value in counters.items():
+            totals[key] = totals.get(key, 0) + value
+    return totals
+
+
+def _poll_shard(
+    shard: str, settings: Settings, relay: dict[str, Any], relayed: float | None, context: Any, wiring: Wiring
+) -> dict[str, Any]:
+    """Poll one shard's routes under its own poller lock, and relay or release the lock after."""
     from workerless.intent import IntentLog
     from workerless.poller import DEPTH_REFRESH_SECONDS, Poller
-    from workerless.poller_lock import PollerLock
+    from workerless.poller_lock import LOCK_KEY, PollerLock
+    from workerless.shards import state_key, tagged
 
-    # The routes: read from Parameter Store at the container's first poll, again every few minutes
-    # (WORKERLESS_ROUTES, when set, instead). Only polling needs them: a failed first read fails this
-    # invocation after the tick chain has moved on.
-    settings = get_routed_settings(deadline=_deadline(context), settings=settings)
-
-    # One poller at a time: two would each read the same room and MaxInFlight would not be a bound.
-    # Taken after the tick chain moved on, so an invocation that finds it held ends here (the next
-    # tick tries again).
+    queues, state = wiring.queues, wiring.state
+    # One poller at a time per shard: two would each read the same room and MaxInFlight would not be
+    # a bound. Taken after the tick chain moved on, so an invocation that finds it held ends here (the
+    # next tick tries again).
     lock = PollerLock(
-        state, seconds=settings.poller_lock_seconds, window=settings.sqs_lag_seconds, keep_seconds=DEPTH_REFRESH_SECONDS
+        state,
+        seconds=settings.poller_lock_seconds,
+        window=settings.sqs_lag_seconds,
+        keep_seconds=DEPTH_REFRESH_SECONDS,
+        key=state_key(LOCK_KEY, shard),
     )
     # A poller that dies mid-cycle must not cost its jobs a lease: its batches are written in the
     # lock's item, and the next invocation finishes what it left.
     intents = IntentLog(lock, lease_seconds=settings.lease_seconds)
     # A relay hands its lock on (one conditional write); anything else takes it (a read, a write).
     token = relay.get("lock")
+    where = {"shard": shard} if shard else {}
 
     def new_poller(holding: PollerLock | None) -> Poller:
         return Poller(
@@ -113,7 +160,7 @@ def _poll(event: dict[str, Any], context: Any, wiring: Wiring) -> dict[str, Any]
         holder, until = lock.held_by or ("?", 0.0)
         logger.debug(
             "another poller invocation holds the poller lock; not polling",
-            extra={"holder": holder, "held_for_seconds": round(max(0.0, until - time.time()), 1)},
+            extra={"holder": holder, "held_for_seconds": round(max(0.0, until - time.time()), 1), **where},
         )
         # A dead holder's lock blocks polling until it expires, but its unfinished batch need not
         # wait for that: handing jobs back and sending tickets never takes room.
@@ -141,10 +188,10 @@ def _poll(event: dict[str, Any], context: Any, wiring: Wiring) -> dict[str, Any]
             "depths": poller.depths_for_relay(),
         }
         try:
-            queues.send(settings.ticker_queue_url, body, delay_seconds=poller.relay_delay)
+            queues.send(settings.ticker_queue_url, tagged(body, shard), delay_seconds=poller.relay_delay)
             handed = True
         except Exception:
-            logger.exception("could not relay to a fresh poller invocation")
+            logger.exception("could not relay to a fresh poller invocation", extra=where)
     if handed:
         lock.handed_over()
     else:
@@ -153,7 +200,7 @@ def _poll(event: dict[str, Any], context: Any, wiring: Wiring) -> dict[str, Any]
     # An idle tick (nothing taken, nothing failed) logs at DEBUG: at INFO it would be one line every
     # TickSeconds, billed by CloudWatch Logs, that says nothing happened.
     busy = report.activated or report.errors or report.released or report.lock_lost
-    (logger.info if busy else logger.debug)("poll finished", extra={"report": vars(report)})
+    (logger.info if busy else logger.debug)("poll finished", extra={"report": vars(report), **where})
     return {k: v for k, v in vars(report).items() if isinstance(v, int)}
 
 

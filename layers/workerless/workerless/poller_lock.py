@@ -153,6 +153,7 @@ class PollerLock:
         window: how long a dispatch is counted on top of SQS's count (``WORKERLESS_SQS_LAG_SECONDS``).
         keep_seconds: extra seconds of dispatches kept (the poller re-reads SQS at most this often).
         clock: wall clock (epoch seconds; default time.time): the expiry is read by other containers.
+        key: the item's shared-state key (a poller shard's own: :func:`workerless.shards.state_key`).
 
     Example:
         An illustration of its use by the poller (``poll`` stands for the poll loop)::
@@ -171,8 +172,11 @@ class PollerLock:
         window: float,
         keep_seconds: float = 0.0,
         clock: Callable[[], float] | None = None,
+        key: str = LOCK_KEY,
     ) -> None:
         self.state = state
+        #: The item's key: LOCK_KEY, or a poller shard's own (workerless.shards.state_key).
+        self.key = key
         self.seconds = float(seconds)
         self.window = float(window)
         self.keep_seconds = float(keep_seconds)
@@ -203,7 +207,7 @@ class PollerLock:
 
     def acquire(self) -> bool:
         """Take the lock if it is free or its holder's expiry has passed. One read; one write when free."""
-        return self._take(self.state.get(LOCK_KEY))
+        return self._take(self.state.get(self.key))
 
     def _take(
         self, current: dict[str, Any] | None, *, closed: frozenset[str] = frozenset(), handed: bool = False
@@ -282,7 +286,7 @@ class PollerLock:
             self.dispatches = Dispatches(self.window, sent if isinstance(sent, dict) else None)
             if self._write(version, holder=self.owner, until=now + self.seconds, now=now, batches=[]):
                 return True
-        current = self.state.get(LOCK_KEY)
+        current = self.state.get(self.key)
         if current is not None and holder and current.get("holder") == holder:
             # Still the relaying invocation's (a recoverer may have written the item meanwhile, leaving
             # its holder as it was): ours, with whatever batches are left in it to finish.
@@ -351,14 +355,14 @@ class PollerLock:
         current = self.found
         for attempt in COMPARE_AND_SET.tries(deadline=ambient_deadline()):
             if attempt > 1:
-                current = self.state.get(LOCK_KEY)
+                current = self.state.get(self.key)
             if current is None:
                 return False
             value = {k: v for k, v in current.items() if k not in ("version", "batches")}
             batches = change(_batches_of(current))
             if batches:
                 value["batches"] = batches
-            if self.state.put(LOCK_KEY, value, expected_version=int(current["version"])):
+            if self.state.put(self.key, value, expected_version=int(current["version"])):
                 self.found = {**value, "version": int(current["version"]) + 1}
                 return True
         logger.warning("the poller lock item kept changing; a dead poller's batch is left for later")
@@ -389,11 +393,11 @@ class PollerLock:
         if batches:
             value["batches"] = batches
         written = version_after = (version or 0) + 1
-        if not self.state.put(LOCK_KEY, value, expected_version=version):
+        if not self.state.put(self.key, value, expected_version=version):
             # Our own write may have landed and its answer been lost (botocore retried the call and
             # the retry met our new version): only this invocation writes its owner id, and only a
             # holder writes the item free, so the item itself tells.
-            current = self.state.get(LOCK_KEY)
+            current = self.state.get(self.key)
             if (
                 current is None
                 or int(current["version"]) != version_after

@@ -45,6 +45,9 @@ class Route(BaseModel):
     #: Engine-side queue where it differs from the type (node-flow ``charge:eu-west``). "" is none
     #: (the template's default where Mappings.Routes names no EngineQueue).
     engine_queue: str | None = Field(default=None, alias="engineQueue")
+    #: The poller shard that polls this route ("" the main one; :mod:`workerless.shards`). Each
+    #: shard has its own tick chain and poller lock, so a deployment's dispatch rate grows with them.
+    shard: str = Field(default="", pattern=r"^[A-Za-z0-9_-]{0,32}$")
 
     @field_validator("engine_queue", mode="before")
     @classmethod

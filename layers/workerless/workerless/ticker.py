@@ -7,6 +7,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from workerless.observability import logger
+from workerless.shards import MAIN, state_key, tagged
 
 if TYPE_CHECKING:
     from workerless.ports import Queues, SharedState
@@ -17,7 +18,13 @@ TICKER_STATE_KEY = "ticker"
 
 
 def continue_ticker(
-    settings: Settings, state: SharedState, queues: Queues, *, tick: dict[str, Any] | None, now: float
+    settings: Settings,
+    state: SharedState,
+    queues: Queues,
+    *,
+    tick: dict[str, Any] | None,
+    now: float,
+    shard: str = MAIN,
 ) -> bool:
     """Keep the self-rescheduling tick alive: a delayed message to the ticker queue every
     WORKERLESS_TICK_SECONDS, for sub-minute pickup without a long poll.
@@ -27,10 +34,14 @@ def continue_ticker(
     and the last sequence number, written with compare-and-set. A redelivered or forked tick (an
     old ``seq``, another ``chain``) is not continued. The schedule (the watchdog) starts a new
     chain only when the last tick is overdue. Returns whether a tick was sent.
+
+    Each poller shard (:mod:`workerless.shards`) has a chain of its own: its own state record, and
+    ticks naming it.
     """
     if not settings.tick_seconds or not settings.ticker_queue_url:
         return False
-    current = state.get(TICKER_STATE_KEY)
+    key = state_key(TICKER_STATE_KEY, shard)
+    current = state.get(key)
     overdue = current is None or now - float(current.get("last_tick", 0)) > 2 * settings.tick_seconds + 10
     if tick is None:
         if not overdue:
@@ -40,10 +51,11 @@ def continue_ticker(
         chain, seq = str(tick.get("chain")), int(tick.get("seq", 0))
         in_step = current is not None and current.get("chain") == chain and int(current.get("seq", -1)) == seq
         if not in_step and not (current is None or overdue):
-            logger.info("stale or duplicate tick not continued", extra={"chain": chain, "seq": seq})
+            logger.info("stale or duplicate tick not continued", extra={"chain": chain, "seq": seq, "shard": shard})
             return False
     version = None if current is None else int(current["version"])
-    if not state.put(TICKER_STATE_KEY, {"chain": chain, "seq": seq + 1, "last_tick": now}, expected_version=version):
+    if not state.put(key, {"chain": chain, "seq": seq + 1, "last_tick": now}, expected_version=version):
         return False  # another invocation moved the chain first
-    queues.send(settings.ticker_queue_url, {"chain": chain, "seq": seq + 1}, delay_seconds=settings.tick_seconds)
+    body = tagged({"chain": chain, "seq": seq + 1}, shard)
+    queues.send(settings.ticker_queue_url, body, delay_seconds=settings.tick_seconds)
     return True

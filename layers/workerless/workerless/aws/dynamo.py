@@ -44,6 +44,17 @@ FINAL_ERROR_CODES = frozenset(
 )
 
 
+#: "Still this delivery's claim": the condition of every write a claim's holder makes to its record
+#: (:func:`_ours` gives the names and values it uses).
+OURS = "#s = :claimed AND #owner = :owner"
+
+
+def _ours(owner: str, values: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
+    """The attribute names and values of :data:`OURS` for ``owner``, with a write's own ``values``."""
+    names = {"#s": "status", "#owner": "owner"}
+    return names, {":claimed": {"S": Status.CLAIMED.value}, ":owner": {"S": owner}, **values}
+
+
 class JobStore:
     """Conditional reads and writes of job records.
 
@@ -239,17 +250,8 @@ class JobStore:
         The heartbeat renews a begin-leased job only once this is set. False when the claim is no
         longer this delivery's (nothing is written then).
         """
-        return self._update_if(
-            key,
-            "SET begun_at = :now",
-            "#s = :claimed AND #owner = :owner",
-            {"#s": "status", "#owner": "owner"},
-            {
-                ":claimed": {"S": Status.CLAIMED.value},
-                ":owner": {"S": owner},
-                ":now": {"N": repr(self._clock())},
-            },
-        )
+        names, values = _ours(owner, {":now": {"N": repr(self._clock())}})
+        return self._update_if(key, "SET begun_at = :now", OURS, names, values)
 
     def release(self, key: str, *, owner: str) -> bool:
         """Give up this delivery's claim before its engine lease began (a failed lease acquire), so
@@ -259,19 +261,10 @@ class JobStore:
         takes over an expired claim at once, and the handlers' roles need no DeleteItem (an
         UpdateItem, which they already hold; one write unit either way).
         """
-        return self._update_if(
-            key,
-            "SET claim_expires_at = :expired, released_at = :now",
-            "#s = :claimed AND #owner = :owner AND attribute_not_exists(begun_at)",
-            {"#s": "status", "#owner": "owner"},
-            {
-                ":claimed": {"S": Status.CLAIMED.value},
-                ":owner": {"S": owner},
-                # Epoch 0: expired for any clock, so no container's skew can keep the claim alive.
-                ":expired": {"N": "0"},
-                ":now": {"N": repr(self._clock())},
-            },
-        )
+        # Epoch 0: expired for any clock, so no container's skew can keep the claim alive.
+        names, values = _ours(owner, {":expired": {"N": "0"}, ":now": {"N": repr(self._clock())}})
+        update = "SET claim_expires_at = :expired, released_at = :now"
+        return self._update_if(key, update, f"{OURS} AND attribute_not_exists(begun_at)", names, values)
 
     def store_outcome(self, key: str, *, owner: str, outcome: Outcome, job_type: str = "job") -> JobRecord | None:
         """Store the result, only while this delivery still holds the claim (an outcome too large for
@@ -279,23 +272,19 @@ class JobStore:
 
         Returns None when stored, or the record found otherwise (LOST: the heartbeat saw the lease go).
         """
-        now = self._clock()
         attribute, value = self._outcome_attribute(outcome, job_type)
+        names, values = _ours(
+            owner, {":stored": {"S": Status.STORED.value}, ":o": value, ":now": {"N": repr(self._clock())}}
+        )
         try:
             self._call(
                 "update_item",
                 TableName=self.table,
                 Key={"pk": {"S": key}},
                 UpdateExpression=f"SET #s = :stored, {attribute} = :o, stored_at = :now REMOVE claim_expires_at",
-                ConditionExpression="#s = :claimed AND #owner = :owner",
-                ExpressionAttributeNames={"#s": "status", "#owner": "owner"},
-                ExpressionAttributeValues={
-                    ":stored": {"S": Status.STORED.value},
-                    ":claimed": {"S": Status.CLAIMED.value},
-                    ":owner": {"S": owner},
-                    ":o": value,
-                    ":now": {"N": repr(now)},
-                },
+                ConditionExpression=OURS,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except _ConditionFailed as refused:
