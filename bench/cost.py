@@ -279,6 +279,11 @@ def template_shape(template: Path) -> dict[str, Any]:
         "sqs_event_sources": sum(1 for f in loaded.functions for e in f.sqs_events if e.enabled),
         "event_sources_by_function": {f.logical_id: len(f.sqs_events) for f in loaded.functions if f.sqs_events},
         "schedule_seconds": [s.seconds for s in schedules],
+        "schedule_seconds_by_function": {
+            f.logical_id: [s.seconds for s in f.schedule_events if s.enabled]
+            for f in loaded.functions
+            if any(s.enabled for s in f.schedule_events)
+        },
         "tick_seconds": int((params.get("TickSeconds") or {}).get("Default", 0)),
         "memory_mb": MEMORY_MB,
         "routes": len(loaded.ssm_parameters),
@@ -287,17 +292,33 @@ def template_shape(template: Path) -> dict[str, Any]:
     }
 
 
+#: The function whose schedule is the poller's watchdog (every other scheduled function's idle run is
+#: priced from its own measured invocation: the dead-letter function's drain).
+POLLER_FUNCTION = "PollerFunction"
+
+
 def idle_monthly(
     shape: dict[str, Any],
     per_tick: dict[str, Any],
     per_watchdog: dict[str, Any],
     idle_metrics: list[str] | None = None,
+    per_drain: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Idle cost per month, all-in, from the template's shape and the measured calls, log bytes and
     custom metrics of one idle poller invocation of each kind (a tick from the ticker queue; the
-    watchdog schedule)."""
+    watchdog schedule) and of the dead-letter function's scheduled drain of its empty queue
+    (``per_drain``: needed when the template schedules a function other than the poller)."""
     ticks = SECONDS_PER_MONTH / shape["tick_seconds"] if shape["tick_seconds"] else 0.0
-    watchdogs = sum(SECONDS_PER_MONTH / s for s in shape["schedule_seconds"] if s)
+    by_function = shape.get("schedule_seconds_by_function") or {POLLER_FUNCTION: shape["schedule_seconds"]}
+
+    def runs(seconds: list[float | None]) -> float:
+        return sum(SECONDS_PER_MONTH / s for s in seconds if s)
+
+    watchdogs = runs(by_function.get(POLLER_FUNCTION, []))
+    drains = sum(runs(seconds) for function, seconds in by_function.items() if function != POLLER_FUNCTION)
+    if drains and per_drain is None:
+        raise ValueError(f"the template schedules {sorted(set(by_function) - {POLLER_FUNCTION})}: per_drain is needed")
+    drain = per_drain or {"cpu_s": 0.0, "sqs_calls": 0, "ddb_calls": 0, "engine_calls": 0}
     esm_requests = shape["sqs_event_sources"] * ESM_IDLE_POLLERS * SECONDS_PER_MONTH / ESM_LONG_POLL_SECONDS
     routes_reads = (
         POLLER_CONTAINERS * SECONDS_PER_MONTH / ROUTES_REFRESH_SECONDS * math.ceil(max(1, shape.get("routes", 1)) / 10)
@@ -326,12 +347,26 @@ def idle_monthly(
         "event_source_long_polls": esm_requests * SQS_PER_REQUEST,
         "tick_chain": ticks * invocation_cost(per_tick),
         "watchdog_schedule": watchdogs * invocation_cost(per_watchdog),
-        "eventbridge": watchdogs * SCHEDULER_PER_INVOCATION,
+        # the job dead-letter queue's drain (a Schedule on the dead-letter function, no event source)
+        "dead_letter_drain": drains * invocation_cost(drain) if drains else 0.0,
+        "eventbridge": (watchdogs + drains) * SCHEDULER_PER_INVOCATION,
         # every idle metric is published in every hour of the month
         "cloudwatch_metrics": metrics * METRIC_PER_MONTH,
-        "cloudwatch_logs": (ticks * log_bytes(per_tick) + watchdogs * log_bytes(per_watchdog)) / 1e9 * LOGS_PER_GB,
-        # the poller's role calls DynamoDB in every 5-minute window of the month
-        "kms": SECONDS_PER_MONTH / KMS_WINDOW_SECONDS * KMS_HOSTS_PER_CALLER * KMS_PER_REQUEST * table_managed_key(),
+        "cloudwatch_logs": (
+            ticks * log_bytes(per_tick)
+            + watchdogs * log_bytes(per_watchdog)
+            + (drains * log_bytes(drain) if drains else 0.0)
+        )
+        / 1e9
+        * LOGS_PER_GB,
+        # the poller's role calls DynamoDB in every 5-minute window of the month (an idle drain calls
+        # none: its role asks KMS nothing)
+        "kms": SECONDS_PER_MONTH
+        / KMS_WINDOW_SECONDS
+        * KMS_HOSTS_PER_CALLER
+        * KMS_PER_REQUEST
+        * table_managed_key()
+        * (1 + (1 if drains and drain["ddb_calls"] else 0)),
         # the routes' parameters and their reads (standard tier and throughput): free
         "parameter_store": routes_reads * SSM_STANDARD_PER_CALL,
     }
@@ -341,10 +376,12 @@ def idle_monthly(
         "custom_metrics": list(idle_metrics or []),
         "ticks_per_month": round(ticks),
         "watchdog_invocations_per_month": round(watchdogs),
+        "dead_letter_drains_per_month": round(drains),
         "event_source_requests_per_month": round(esm_requests),
         "parameter_store_calls_per_month": round(routes_reads),
         "per_tick": per_tick,
         "per_watchdog": per_watchdog,
+        "per_dead_letter_drain": per_drain,
     }
 
 

@@ -11,7 +11,7 @@ import httpx
 from workerless.settings import Settings
 
 from bench.minimal_worker import MinimalWorker
-from bench.pipeline import FAKE_BASE_URL, Pipeline, TimedTransport, emulator_for, patched_time, quiet_logs
+from bench.pipeline import FAKE_BASE_URL, Pipeline, TimedTransport, VirtualClock, emulator_for, patched_time, quiet_logs
 
 #: The protocol's own floor of engine requests per job, at batch size b (issue 6, point 1).
 FLOORS = {
@@ -328,7 +328,7 @@ def billable_run(jobs: int = 10_000, rate_per_second: float | None = 2.0, *, see
 # ------------------------------------------------------------------------------------ idle poller
 
 
-def _snapshot(p: Pipeline) -> dict[str, float]:
+def _snapshot(p: Pipeline, function: str = "poller") -> dict[str, float]:
     from bench.pipeline import LOG_SINK
 
     totals = p.meter.totals()
@@ -340,7 +340,7 @@ def _snapshot(p: Pipeline) -> dict[str, float]:
         "sqs_calls": float(sum(v for k, v in p.meter.calls.items() if k.startswith("sqs."))),
         "ddb_calls": float(sum(v for k, v in p.meter.calls.items() if k.startswith("dynamodb."))),
         "engine_calls": float(sum(p.engine_stats().values())),
-        "cpu_s": float(p.invocations.cpu["poller"]),
+        "cpu_s": float(p.invocations.cpu[function]),
     }
 
 
@@ -348,9 +348,10 @@ def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float
     return {k: round(after[k] - before[k], 6) for k in after}
 
 
-def idle_invocations(tick_seconds: int = 20, repeats: int = 20) -> dict[str, Any]:
+def idle_invocations(tick_seconds: int = 20, repeats: int = 30) -> dict[str, Any]:
     """The calls and net CPU of one idle poller invocation: from a tick, and from the watchdog
-    schedule while the chain is healthy (averaged over ``repeats``). Three routes, as the template."""
+    schedule while the chain is healthy; and of the dead-letter function's scheduled drain of an
+    empty queue (each averaged over ``repeats``). Three routes, as the template."""
     import json as _json
 
     from bench.pipeline import TICKER_URL
@@ -358,12 +359,21 @@ def idle_invocations(tick_seconds: int = 20, repeats: int = 20) -> dict[str, Any
     handlers = {t: _ok for t in TEMPLATE_TYPES}
     from bench.pipeline import LOG_SINK
 
-    with quiet_logs(), Pipeline("sheptra", handlers, tick_seconds=tick_seconds, poll_budget_seconds=20) as p:
+    # On the virtual clock throughout (the lock, the marks of routes known empty): the ticks span
+    # repeats x tick_seconds (600 s), so the poller's re-reads of routes known empty
+    # (EMPTY_RECHECK_SECONDS, 300 s) are in the average at their steady-state rate.
+    clock = VirtualClock()
+    with (
+        quiet_logs(),
+        patched_time(clock),
+        Pipeline("sheptra", handlers, tick_seconds=tick_seconds, poll_budget_seconds=20, clock=clock) as p,
+    ):
         p.poll()  # the watchdog starts the chain (and the first token is minted: not idle cost)
         # Every EMF metric an idle invocation publishes is new in the sink: none published so far counts.
         LOG_SINK.metric_hours.clear()
         ticks: list[dict[str, float]] = []
         watchdogs: list[dict[str, float]] = []
+        drains: list[dict[str, float]] = []
         for _ in range(repeats):
             p.clock.advance(tick_seconds)
             event, _ = p._event(TICKER_URL, 10)
@@ -374,6 +384,9 @@ def idle_invocations(tick_seconds: int = 20, repeats: int = 20) -> dict[str, Any
             before = _snapshot(p)
             p.poll({})  # the schedule fires while the chain is healthy: nothing to restart
             watchdogs.append(_delta(_snapshot(p), before))
+            before = _snapshot(p, "deadletter")
+            p.drain_dead_letters()  # its schedule fires: the job dead-letter queue is empty
+            drains.append(_delta(_snapshot(p, "deadletter"), before))
         depth = p.sqs.depth(TICKER_URL)
         idle_metrics = sorted({name for _, name in LOG_SINK.metric_hours})
     del _json
@@ -384,6 +397,8 @@ def idle_invocations(tick_seconds: int = 20, repeats: int = 20) -> dict[str, Any
     return {
         "per_tick": mean(ticks),
         "per_watchdog": mean(watchdogs),
+        # The dead-letter function's scheduled drain of its empty queue (no event source on it).
+        "per_dead_letter_drain": mean(drains),
         "ticker_depth_after": depth,
         # The custom metrics the idle invocations published (each is billed for every idle hour).
         "custom_metrics": idle_metrics,

@@ -3,8 +3,9 @@ the heartbeat — the library's real entry points (``workerless.entrypoints``, `
 in-memory fakes of botocore (:mod:`bench.fakes`) and of the engine's transport
 (:func:`workerless_devkit.emulators.http.mock_transport` in front of a real emulator's router).
 
-The driver plays Lambda's part: it invokes the poller, runs each route's SQS event source
-(receive up to BatchSize, invoke, delete what succeeded) and the heartbeat queue's, and times the
+The driver plays Lambda's part: it invokes the poller (and the dead-letter function's scheduled
+drain), runs each route's SQS event source (receive up to BatchSize, invoke, delete what succeeded)
+and the heartbeat queue's, and times the
 CPU of every invocation net of the CPU spent inside the fakes and the emulator.
 """
 
@@ -28,6 +29,7 @@ from bench.fakes import FakeDynamo, FakeSqs, Meter
 TABLE = "bench-jobs"
 HEARTBEAT_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/heartbeat"
 TICKER_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/ticker"
+DEAD_LETTER_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/job-dead-letters"
 FAKE_BASE_URL = "http://127.0.0.1:9"  # never dialled: the mock transport answers in-process
 
 
@@ -227,6 +229,7 @@ class Pipeline:
             "WORKERLESS_ROUTES": json.dumps(routes),
             "WORKERLESS_HEARTBEAT_QUEUE_URL": HEARTBEAT_URL,
             "WORKERLESS_TICKER_QUEUE_URL": TICKER_URL,
+            "WORKERLESS_DEAD_LETTER_QUEUE_URL": DEAD_LETTER_URL,
             "WORKERLESS_TICK_SECONDS": str(tick_seconds),
             "WORKERLESS_LEASE_SECONDS": str(lease_seconds),
             "WORKERLESS_POLL_BUDGET_SECONDS": str(poll_budget_seconds),
@@ -337,6 +340,16 @@ class Pipeline:
         from workerless import entrypoints
 
         result: dict[str, Any] = self._invoke("poller", lambda: entrypoints.poller(event or {}, Context("poller")))
+        return result
+
+    def drain_dead_letters(self) -> dict[str, Any]:
+        """The dead-letter function's scheduled run (template.yaml: a Schedule, no event source)."""
+        from workerless import entrypoints
+
+        event = {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}
+        result: dict[str, Any] = self._invoke(
+            "deadletter", lambda: entrypoints.deadletter(event, Context("deadletter"))
+        )
         return result
 
     def _event(self, url: str, max_messages: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -72,6 +72,18 @@ BEFORE_CLOUDWATCH = {
     "idle": 2.45,
 }
 
+#: The idle figure and an idle tick's calls before the job dead-letter queue lost its event source
+#: (drained by the dead-letter function's schedule) and before routes known empty went unread: 44b09eb,
+#: the same model (bench.measure.idle_invocations, bench.cost.idle_monthly) run on that commit.
+BEFORE_IDLE_MOVES = {
+    "commit": "44b09eb",
+    "sqs_event_sources": 6,
+    "idle": 2.45,
+    "tick_sqs": 5.0,
+    "tick_chain": 0.61,
+    "watchdog": 0.14,
+}
+
 
 #: Issue 13's adapter-CPU move (the batch loop, EMF lines without a provider per line, the no-SDK
 #: handler span, the logger formatter's two costly steps), measured side by side: the bench's CPU
@@ -433,9 +445,12 @@ def write_results_md(r: dict[str, Any], path: Path) -> None:
     add("")
     add(
         f"**Idle cost** (section 3). One idle poller invocation of each kind was metered on the fakes: from a tick "
-        f"{_calls(idle['per_tick'])}; from the watchdog schedule while the chain is healthy {_calls(idle['per_watchdog'])}. "
+        f"{_calls(idle['per_tick'])}; from the watchdog schedule while the chain is healthy {_calls(idle['per_watchdog'])}; "
+        "and the dead-letter function's scheduled drain of its empty queue "
+        f"{_calls(idle.get('per_dead_letter_drain') or {'sqs_requests': 0, 'wru': 0, 'rru': 0, 'engine_calls': 0, 'cpu_s': 0})}. "
         f"Per month: {idle['ticks_per_month']:,} ticks (TickSeconds {r['template_shape']['tick_seconds']}), "
-        f"{idle['watchdog_invocations_per_month']:,} watchdog runs, and Lambda's SQS event sources long-polling "
+        f"{idle['watchdog_invocations_per_month']:,} watchdog runs, {idle.get('dead_letter_drains_per_month') or 0:,} "
+        "dead-letter drains, and Lambda's SQS event sources long-polling "
         f"{r['template_shape']['sqs_event_sources']} queues ({idle['event_source_requests_per_month']:,} billed receives, "
         "assuming five idle pollers per event source, each a 20 s long poll); the custom metrics an idle invocation "
         f"publishes: {', '.join(idle.get('custom_metrics') or []) or 'none'}. Parts, $ per month: "
@@ -557,6 +572,22 @@ def _moves(r: dict[str, Any], add: Any) -> None:
         "| one job dead-letter queue for every route (one event source for the dead-letter function, not one "
         f"per route; {shared['commit']} before) | SQS event sources; idle $/month | {shared['sqs_event_sources']}; "
         f"${shared['idle']:.2f} | {r['template_shape']['sqs_event_sources']}; ${r['idle_cost_per_month_usd']['value']:.2f} |"
+    )
+    from bench.cost import SCHEDULER_PER_INVOCATION
+
+    moved = BEFORE_IDLE_MOVES
+    idle_parts = idle["parts"]
+    add(
+        "| the job dead-letter queue drained by the dead-letter function's 1-minute schedule, no event source "
+        f"({moved['commit']} before) | SQS event sources; their long polls + the drain + its schedule, $/month "
+        f"| {moved['sqs_event_sources']}; ${moved['sqs_event_sources'] * ESM_MONTHLY_PER_QUEUE:.2f} "
+        f"| {r['template_shape']['sqs_event_sources']}; ${idle_parts['event_source_long_polls'] + idle_parts.get('dead_letter_drain', 0) + (idle.get('dead_letter_drains_per_month') or 0) * SCHEDULER_PER_INVOCATION:.2f} |"
+    )
+    add(
+        "| an idle tick reads no queue depth: a route read empty, nothing sent since, re-read every 5 minutes "
+        f"| SQS requests an idle tick; tick chain + watchdog $/month | {moved['tick_sqs']:.1f}; "
+        f"${moved['tick_chain'] + moved['watchdog']:.2f} | {idle['per_tick']['sqs_requests']:.1f}; "
+        f"${idle_parts['tick_chain'] + idle_parts['watchdog_schedule']:.2f} |"
     )
     add(
         "| no sleeping poller: relay 1 s later with a delayed message, the lock and counts handed on "
@@ -689,17 +720,21 @@ def _gaps(r: dict[str, Any], t: dict[str, bool | None]) -> list[str]:
             f"**Idle cost (${r['idle_cost_per_month_usd']['value']:.2f}/month, target ${IDLE_TARGET:.2f}).** "
             f"${idle['parts']['event_source_long_polls']:.2f} of it is Lambda's SQS event sources long-polling "
             f"{shape['sqs_event_sources']} queues (≈ ${ESM_MONTHLY_PER_QUEUE:.2f} a month each, whatever the code "
-            "does): one per route, the tick, the heartbeat tickets and the job dead-letter queue every route shares "
-            f"(at {BEFORE_SHARED_DLQ['commit']} each route had its own: {BEFORE_SHARED_DLQ['sqs_event_sources']} "
-            f"event sources, ${BEFORE_SHARED_DLQ['idle']:.2f} a month). "
-            "The rest is the tick chain and the watchdog. The changes that close it, in order: (1) no event source on "
-            "the job dead-letter queue — the poller already reads queue depths each tick and can drain it when it is "
-            f"not empty (-${ESM_MONTHLY_PER_QUEUE:.2f}); (2) carry the poller's ticks on the heartbeat queue (one "
-            "control queue, one event source, the function dispatching on the message kind: "
-            f"-${ESM_MONTHLY_PER_QUEUE:.2f}); (3) one GetQueueAttributes per tick instead of three, by skipping "
-            "routes whose last dispatch is older than the visibility timeout (tick cost ≈ -40%). With (1)-(2) "
-            f"{shape['sqs_event_sources'] - 2} event sources remain (one per route + control): ≈ "
-            f"${(shape['sqs_event_sources'] - 2) * ESM_MONTHLY_PER_QUEUE:.2f} + "
+            "does): one per route, the tick and the heartbeat tickets. The job dead-letter queue every route shares "
+            "has none: the dead-letter function drains it on a 1-minute schedule "
+            f"(${idle['parts'].get('dead_letter_drain', 0):.2f} a month for its {idle.get('dead_letter_drains_per_month') or 0:,} "
+            "empty short polls, plus its schedule's share of the EventBridge line; "
+            f"at {BEFORE_IDLE_MOVES['commit']} its event source made {BEFORE_IDLE_MOVES['sqs_event_sources']} and the idle "
+            f"figure ${BEFORE_IDLE_MOVES['idle']:.2f}). The tick chain (${idle['parts']['tick_chain']:.2f}) and the watchdog "
+            f"(${idle['parts']['watchdog_schedule']:.2f}) are an idle tick's {_calls(idle['per_tick'])}: a route read empty, "
+            "with nothing sent to it since, is not read again for 5 minutes "
+            f"(before: {BEFORE_IDLE_MOVES['tick_sqs']:.0f} SQS requests a tick, ${BEFORE_IDLE_MOVES['tick_chain'] + BEFORE_IDLE_MOVES['watchdog']:.2f} "
+            "a month); what is left of it is the next tick, its delete, and the ticker state's and the poller lock's "
+            "writes (three a tick) and reads (two). The changes that close the rest, in order: (1) carry the poller's "
+            "ticks on the heartbeat queue (one control queue, one event source, the function dispatching on the message "
+            f"kind: -${ESM_MONTHLY_PER_QUEUE:.2f}); (2) fewer lock and ticker writes an idle tick (the lock taken and "
+            f"released is two of them). With (1) {shape['sqs_event_sources'] - 1} event sources remain (one per route + "
+            f"control): ≈ ${(shape['sqs_event_sources'] - 1) * ESM_MONTHLY_PER_QUEUE:.2f} + "
             f"${idle['parts']['tick_chain'] + idle['parts']['watchdog_schedule']:.2f} — still above $1.00 with a "
             "20 s tick, so the last step is the tick itself: TickSeconds 60 (the watchdog alone) meets $1.00 at the "
             "price of up-to-a-minute idle pickup. The event-source figure rests on the five-idle-pollers assumption "

@@ -66,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     log("3/6 idle poller invocations and the idle cost model")
     idle = measure.idle_invocations()
     shape = cost.template_shape(ROOT / "template.yaml")
-    idle_cost = cost.idle_monthly(shape, idle["per_tick"], idle["per_watchdog"], idle.get("custom_metrics"))
+    idle_cost = cost.idle_monthly(
+        shape, idle["per_tick"], idle["per_watchdog"], idle.get("custom_metrics"), idle.get("per_dead_letter_drain")
+    )
     results["template_shape"] = shape
     results["idle_cost_per_month_usd"] = {"value": idle_cost["value"], "parts": idle_cost["parts"]}
     results["idle_cost_detail"] = idle_cost

@@ -143,3 +143,131 @@ def test_a_stored_result_in_the_claim_check_is_reported_from_the_dead_letter_que
     assert engine.reports[job.ref.job_id] == [big]
     record = store.get(job.key)
     assert record is not None and record.status is Status.REPORTED
+
+
+# ---------------------------------------------------------------------------------------- the drain
+# The job dead-letter queue has no event source (it would long-poll all month): the function runs on
+# a one-minute schedule and drains the queue itself.
+
+SCHEDULED = {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}
+
+
+class RefusingOne(FakeEngine):
+    """A FakeEngine whose report of one job id is answered 503 (every time); the rest as usual."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused: str | None = None
+
+    def report(self, ref: JobRef, outcome: Outcome) -> None:
+        if ref.job_id == self.refused:
+            raise EngineUnavailableError("fail answered 503", engine="fake", status=503)
+        super().report(ref, outcome)
+
+
+def _visible_and_in_flight(aws: Aws, url: str) -> tuple[int, int]:
+    attrs = aws.sqs.get_queue_attributes(
+        QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    )["Attributes"]
+    return int(attrs["ApproximateNumberOfMessages"]), int(attrs["ApproximateNumberOfMessagesNotVisible"])
+
+
+def test_the_scheduled_drain_settles_each_letter_and_deletes_only_the_settled(
+    aws: Aws, monkeypatch: pytest.MonkeyPatch, events: Events
+) -> None:
+    """GIVEN three letters in the job dead-letter queue: a job the engine accepts the failure of, one
+    whose report the engine answers 503, and a message that is not a job
+    WHEN the schedule fires
+    THEN the first is failed at the engine with the reason and deleted, the not-a-job one is deleted
+    (nothing at an engine to fail), and the 503 one is left in flight for the queue to hand back
+    after its visibility timeout, its record not settled."""
+    url = aws.dlqs["charge-payment"]
+    monkeypatch.setenv("WORKERLESS_DEAD_LETTER_QUEUE_URL", url)
+    runtime.reset()
+    engine = RefusingOne()
+    runtime.set_engine(engine)
+    settled, refused = activated(engine), activated(engine)
+    engine.refused = refused.ref.job_id
+    for body in (settled.to_message(), refused.to_message(), '{"not": "a job"}'):
+        aws.sqs.send_message(QueueUrl=url, MessageBody=body)
+
+    answer = entrypoints.deadletter(SCHEDULED, FakeContext())
+
+    assert answer["received"] == 3 and answer["settled"] == 2 and answer["left"] == 1, answer
+    [outcome] = engine.reports[settled.ref.job_id]
+    assert outcome.kind == "fail" and "did not finish this job" in (outcome.message or ""), outcome
+    assert refused.ref.job_id not in engine.reports
+    assert _visible_and_in_flight(aws, url) == (0, 1)
+    store = runtime.get_store()
+    record = store.get(settled.key)
+    assert record is not None and record.status is Status.REPORTED
+    assert store.get(refused.key) is None
+    assert [(t, e) for t, e, _ in events if e == "dead_lettered"] == [("charge-payment", "dead_lettered")]
+
+
+class _Untouchable:
+    """A job store an empty drain must not touch: any attribute read fails the test."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"an empty drain used the job store ({name})")
+
+
+def test_an_empty_drain_makes_one_receive_and_builds_no_engine(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN an empty job dead-letter queue, and a wiring with no engine configured (building one
+    would fail) and a store that fails on any use
+    WHEN the schedule fires
+    THEN the drain makes one short-poll ReceiveMessage and nothing else: no secret read, no DynamoDB
+    call (nor its KMS request), every minute of an idle month."""
+    from workerless.aws.sqs import Queues
+    from workerless.settings import Settings
+    from workerless.wiring import Wiring
+
+    url = aws.dlqs["charge-payment"]
+    calls: list[tuple[str, dict[str, Any]]] = []
+
+    class Counting:
+        def __getattr__(self, name: str) -> Any:
+            method = getattr(aws.sqs, name)
+
+            def call(**kwargs: Any) -> Any:
+                calls.append((name, kwargs))
+                return method(**kwargs)
+
+            return call
+
+    settings = Settings.from_env({"WORKERLESS_DEAD_LETTER_QUEUE_URL": url})
+    wiring = Wiring(settings=settings, queues=Queues(client=Counting()), store=_Untouchable())  # type: ignore[arg-type]
+
+    answer = entrypoints.deadletter(SCHEDULED, FakeContext(), wiring=wiring)
+
+    assert answer == {"receives": 1, "received": 0, "settled": 0, "left": 0}
+    assert [name for name, _ in calls] == ["receive_message"]
+    assert calls[0][1]["WaitTimeSeconds"] == 0 and calls[0][1]["MaxNumberOfMessages"] == 10
+
+
+def test_a_drain_without_time_for_a_letter_receives_none(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN a letter waiting WHEN the schedule fires with less time left than one letter may need
+    (its engine calls' HTTP timeouts) THEN nothing is received: the letter stays visible for the next
+    drain instead of being hidden for the queue's visibility timeout unsettled."""
+    url = aws.dlqs["charge-payment"]
+    monkeypatch.setenv("WORKERLESS_DEAD_LETTER_QUEUE_URL", url)
+    runtime.reset()
+    engine = FakeEngine()
+    runtime.set_engine(engine)
+    aws.sqs.send_message(QueueUrl=url, MessageBody=activated(engine).to_message())
+
+    answer = entrypoints.deadletter(SCHEDULED, FakeContext(remaining_ms=5_000))
+
+    assert answer == {"receives": 0, "received": 0, "settled": 0, "left": 0}
+    assert _visible_and_in_flight(aws, url) == (1, 0)
+    assert engine.reports == {}
+
+
+def test_a_scheduled_drain_without_its_queue_fails_naming_the_setting(aws: Aws) -> None:
+    """GIVEN no WORKERLESS_DEAD_LETTER_QUEUE_URL WHEN the schedule fires THEN the invocation fails
+    with an error naming the variable (Lambda's Errors metric shows it), not a silent no-op."""
+    from workerless.errors import ConfigurationError
+
+    runtime.set_engine(FakeEngine())
+    with pytest.raises(ConfigurationError, match="WORKERLESS_DEAD_LETTER_QUEUE_URL"):
+        entrypoints.deadletter(SCHEDULED, FakeContext())

@@ -141,6 +141,34 @@ def test_a_removed_grant_is_refused_in_the_running_topology_with_awss_error(
     assert str(caught.value).startswith(f"An error occurred ({code}) when calling the ")
 
 
+def test_the_dead_letter_drain_runs_on_its_schedule_and_only_within_its_role(
+    tmp_path: Path, sheptra_env: tuple[Any, Path]
+) -> None:
+    """GIVEN template.yaml (the job dead-letter queue has no event source: DeadLetterFunction drains
+    it on its Schedule) WHEN local mode runs it THEN the schedule invokes DeadLetterFunction, whose
+    ReceiveMessage is checked against its role: with its DrainDeadLetters statement removed, the
+    receive is refused with AWS's AccessDenied naming the queue, and nothing is drained."""
+    _, env_file = sheptra_env
+    text = TEMPLATE.read_text(encoding="utf-8")
+    queue = f"arn:aws:sqs:us-east-1:{ACCOUNT}:workerless-local-JobDeadLetterQueue"
+    for cut, refused in ((False, False), (True, True)):
+        variant = without_statement(text, "DeadLetterFunctionRole", "DrainDeadLetters") if cut else text
+        where = tmp_path / ("cut" if cut else "whole")
+        where.mkdir()
+        with LocalTopology(
+            template_copy(where, variant), env_file, parameters=job_timings(10), schedule_seconds=1
+        ) as topo:
+            function = next(f for f in topo.template.functions if f.logical_id == "DeadLetterFunction")
+            assert not function.sqs_events and [s.expression for s in function.schedule_events] == ["rate(1 minute)"]
+            assert topo.iam is not None
+            iam = topo.iam
+            ran = topo.run_until(lambda: topo.invocations.get("DeadLetterFunction", 0) >= 2, max_seconds=30)
+            assert ran, topo.invocations
+            refusals = [(r.function, r.action.lower(), r.resource) for r in iam.refusals]
+        expected = [("DeadLetterFunction", "sqs:receivemessage", queue)] if refused else []
+        assert sorted(set(refusals)) == expected, refusals
+
+
 def test_a_role_that_cannot_poll_its_event_queue_is_refused_at_start(tmp_path: Path) -> None:
     """GIVEN the routes' handler role without its event source statement WHEN the topology starts THEN
     it is refused as Lambda's CreateEventSourceMapping refuses it, naming the first route's function,

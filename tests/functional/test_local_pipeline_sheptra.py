@@ -168,3 +168,23 @@ def test_every_routes_dead_letters_share_one_queue_and_each_is_settled_as_its_ow
     # The other type's handler refused each delivery before claiming it: no handler code ran.
     wrong = [f for _, e, f in events if e == "started" and f.get("job_id") in (charge, receipt)]
     assert not wrong, "a job of another type never reaches a handler's code"
+
+
+def test_a_letter_waiting_for_the_scheduled_drain_keeps_the_run_from_being_idle(
+    emulator: Any, env_file: Path, events: list[tuple[str, str, dict[str, Any]]]
+) -> None:
+    """GIVEN the job dead-letter queue, which no event source reads (DeadLetterFunction drains it on
+    its schedule, here every 4 s), and a letter put there after the first drain
+    WHEN the run waits until it has been idle for 1 s
+    THEN it is not idle while the letter waits for the next drain: when the wait returns, the letter
+    has been settled at the engine and the queue is empty."""
+    job = emulator.create_job("charge-payment", {"orderId": "i1", "amount": 5}, retries=1)
+    message = _activate(env_file, "charge-payment")
+    with LocalTopology(TEMPLATE, env_file, parameters=job_timings(10), schedule_seconds=4) as topo:
+        assert topo.run_until(lambda: topo.invocations.get("DeadLetterFunction", 0) >= 1, max_seconds=30)
+        topo.client("sqs").send_message(QueueUrl=topo.queue_url("JobDeadLetterQueue"), MessageBody=message)
+        topo.run_until_idle(1.0, max_seconds=60)
+        depth = topo.queue_depths()["JobDeadLetterQueue"]
+    assert ("charge-payment", "dead_lettered", job) in [(t, e, f.get("job_id")) for t, e, f in events]
+    assert (depth.visible, depth.in_flight) == (0, 0)
+    assert emulator.job_state(job)["state"] == "failed"

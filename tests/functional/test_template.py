@@ -412,10 +412,16 @@ def test_no_allow_statement_has_a_wildcard(cfn: dict[str, Any]) -> None:
     assert checked >= 6 * 3
 
 
+#: The queue a function drains itself, on its schedule (no event source).
+DRAINED = {"DeadLetterFunction": "JobDeadLetterQueue"}
+
+
 @pytest.mark.parametrize("function", sorted(ALL_FUNCTIONS))
 def test_function_reads_only_its_event_queues(cfn: dict[str, Any], function: str) -> None:
-    sources = set(_event_source_queues(cfn, function))
-    assert sources, f"{function} has no SQS event"
+    """Each function receives from, and deletes in, its event source's queue, or the queue it
+    drains itself (the dead-letter function's); the heartbeat also deletes settled job messages."""
+    sources = set(_event_source_queues(cfn, function)) | ({DRAINED[function]} if function in DRAINED else set())
+    assert len(sources) == 1, f"{function} reads {sources or 'no queue'}"
     assert _queues_allowed(cfn, function, "sqs:ReceiveMessage") == sources, function
     # The heartbeat also deletes a job message whose owed report it settled (SettleOwedReports).
     settles = {f"{c}Queue" for c in JOB_TYPES.values()} if function == "HeartbeatFunction" else set()
@@ -551,26 +557,35 @@ def test_handler_event_source(source: dict[str, Any], cfn: dict[str, Any], job_t
     assert cfn["Parameters"]["HandlerMaximumConcurrency"]["MinValue"] == 2
 
 
-def test_every_route_dead_letters_to_the_one_queue_the_dead_letter_function_reads(cfn: dict[str, Any]) -> None:
-    """One job dead-letter queue for every route, one event source on it (each idles at Lambda's long
-    polls): the message names its job type, so no queue per route is needed to tell them apart."""
+def test_every_route_dead_letters_to_the_one_queue_the_dead_letter_function_drains(cfn: dict[str, Any]) -> None:
+    """One job dead-letter queue for every route, and no event source on it (each idles at Lambda's
+    long polls, about $0.26 a month): the dead-letter function drains it on a one-minute schedule,
+    told the queue by WORKERLESS_DEAD_LETTER_QUEUE_URL. The message names its job type, so no queue
+    per route is needed to tell them apart."""
     for camel in JOB_TYPES.values():
         redrive = cfn["Resources"][f"{camel}Queue"]["Properties"]["RedrivePolicy"]
         assert _logical_id(redrive["deadLetterTargetArn"]) == "JobDeadLetterQueue", camel
-    mappings = _event_source_queues(cfn, "DeadLetterFunction")
-    assert set(mappings) == {"JobDeadLetterQueue"}
-    assert all(m["FunctionResponseTypes"] == ["ReportBatchItemFailures"] for m in mappings.values())
-    # Lambda checks the role when it creates the mapping: the grant is in the role's own policy,
-    # which CloudFormation creates with the role, before the function the mapping depends on.
-    role = cfn["Resources"]["DeadLetterFunctionRole"]["Properties"]["Policies"]
-    granted = {
-        _logical_id(r)
-        for p in role
-        for st in _as_list(p["PolicyDocument"]["Statement"])
-        if "sqs:ReceiveMessage" in _as_list(st["Action"])
-        for r in _as_list(st["Resource"])
-    }
-    assert granted == {"JobDeadLetterQueue"}
+    assert _event_source_queues(cfn, "DeadLetterFunction") == {}
+    function = cfn["Resources"]["DeadLetterFunction"]["Properties"]
+    assert function["Environment"]["Variables"]["WORKERLESS_DEAD_LETTER_QUEUE_URL"] == {"Ref": "JobDeadLetterQueue"}
+    rules = [
+        r["Properties"]
+        for r in _resources(cfn, "AWS::Events::Rule").values()
+        if any(_logical_id(t["Arn"]) == "DeadLetterFunction" for t in r["Properties"]["Targets"])
+    ]
+    assert [r["ScheduleExpression"] for r in rules] == ["rate(1 minute)"]
+    # A failed drain is not retried (asynchronously, or by EventBridge): the next one does the same.
+    assert [r["Targets"][0]["RetryPolicy"]["MaximumRetryAttempts"] for r in rules] == [0]
+    configs = [
+        c["Properties"]
+        for c in _resources(cfn, "AWS::Lambda::EventInvokeConfig").values()
+        if _logical_id(c["Properties"]["FunctionName"]) == "DeadLetterFunction"
+    ]
+    assert [c["MaximumRetryAttempts"] for c in configs] == [0]
+    # The drain's two calls, on that queue only, in the role's own policy.
+    assert _queues_allowed(cfn, "DeadLetterFunction", "sqs:ReceiveMessage") == {"JobDeadLetterQueue"}
+    assert _queues_allowed(cfn, "DeadLetterFunction", "sqs:DeleteMessage") == {"JobDeadLetterQueue"}
+    assert _queues_allowed(cfn, "DeadLetterFunction", "sqs:GetQueueAttributes") == set()
     assert not [
         name
         for name, r in _resources(cfn, "AWS::IAM::Policy").items()
@@ -603,7 +618,8 @@ def test_visibility_timeout_is_at_least_six_times_the_consumer_timeout(cfn: dict
             visibility = _default(cfn, cfn["Resources"][queue]["Properties"]["VisibilityTimeout"])
             assert visibility >= 6 * timeout, (queue, visibility, function, timeout)
             pairs += 1
-    assert pairs == len(ALL_FUNCTIONS)  # one event queue each: DeadLetterFunction's is every route's
+    # One event queue each, but the dead-letter function's (it drains its queue on a schedule).
+    assert pairs == len(ALL_FUNCTIONS) - len(DRAINED)
     resources = cfn["Resources"]
     assert _default(cfn, resources["generatereportFunction"]["Properties"]["Timeout"]) == 900
     assert _default(cfn, resources["generatereportQueue"]["Properties"]["VisibilityTimeout"]) == 5400

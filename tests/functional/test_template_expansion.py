@@ -158,7 +158,11 @@ def test_each_function_is_granted_exactly_what_the_hand_written_template_granted
 
     One addition: the routes moved from WORKERLESS_ROUTES (in every function's environment) to one
     SSM parameter per route, so the poller, and it alone, is granted GetParametersByPath on the
-    stack's routes path (the path, not the parameters: what Parameter Store authorises it against)."""
+    stack's routes path (the path, not the parameters: what Parameter Store authorises it against).
+
+    One removal: the dead-letter function drains the shared queue on a schedule instead of through an
+    event source (which idles at Lambda's long polls), and its code never reads the queue's
+    attributes: GetQueueAttributes, which only the event source mapping needed, is gone."""
     before = load_template(BEFORE, parameters=PARAMETERS)
     variables = _yaml().load(BEFORE.read_text(encoding="utf-8"))["Globals"]["Function"]["Environment"]["Variables"]
     routes = [job_type for job_type, _ in routes_in_text(str(variables["WORKERLESS_ROUTES"].value))]
@@ -181,10 +185,12 @@ def test_each_function_is_granted_exactly_what_the_hand_written_template_granted
     assert set(new) == set(old) == {f.logical_id.lower() for f in before.functions}
     routes_path = f"arn:aws:ssm:us-east-1:123456789012:parameter/workerless/{STACK_NAME}/routes"
     added = {"pollerfunction": {("Allow", "ssm:GetParametersByPath", routes_path)}}
+    removed = {"deadletterfunction": {("Allow", "sqs:GetQueueAttributes", shared)}}
     for function in old:
         assert new[function] - old[function] == added.get(function, set()), function
-        assert old[function] <= new[function], function
-    # What was mapped: the dead-letter function's event-source grant, per route before, once now.
+        assert old[function] - new[function] == removed.get(function, set()), function
+    # What was mapped: the dead-letter function's event-source grant, per route before, once now
+    # (the drain's receive and delete).
     assert {(a, r) for _, a, r in new["deadletterfunction"] if r == shared} == {
-        (a, shared) for a in ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes")
+        (a, shared) for a in ("sqs:ReceiveMessage", "sqs:DeleteMessage")
     }

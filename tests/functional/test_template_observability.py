@@ -225,10 +225,13 @@ def test_every_alarm_exists_only_with_a_topic_and_notifies_it(cfn: dict[str, Any
 
 def test_every_dead_letter_queue_alarms_on_what_counts_its_dead_letters(cfn: dict[str, Any]) -> None:
     """A dead-letter queue that a function drains (the job DLQ every route shares: DeadLetterFunction
-    settles each message within seconds) is empty at almost every sample, so its depth cannot alarm:
-    it alarms on the function's receives, one alarm for every route (which types: JobsDeadLettered by
-    JobType). The DLQs nothing consumes (heartbeat tickets, poller ticks) alarm on their depth."""
-    drained = set(consumers(cfn)) & dead_letter_queues(cfn)
+    settles each message within a minute, on its schedule) is empty at most samples, so its depth
+    cannot alarm: it alarms on the function's receives, one alarm for every route (which types:
+    JobsDeadLettered by JobType). The DLQs nothing consumes (heartbeat tickets, poller ticks) alarm
+    on their depth."""
+    assert not set(consumers(cfn)) & dead_letter_queues(cfn), "a dead-letter queue has an idle event source"
+    variables = cfn["Resources"]["DeadLetterFunction"]["Properties"]["Environment"]["Variables"]
+    drained = {variables["WORKERLESS_DEAD_LETTER_QUEUE_URL"]["Ref"]} & dead_letter_queues(cfn)
     assert drained == {"JobDeadLetterQueue"}
     watched: dict[str, str] = {}
     for alarm in alarms(cfn).values():

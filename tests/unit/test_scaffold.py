@@ -42,7 +42,9 @@ def test_the_scaffolded_type_runs_locally_with_its_own_function_queue_and_route(
     assert [e.queue_id for e in function.sqs_events] == [f"{stem(TYPE)}Queue"]
     # Its job queue dead-letters to the one job dead-letter queue every route shares.
     assert template.queue(f"{stem(TYPE)}Queue").dead_letter_queue_id == "JobDeadLetterQueue"
-    assert [e.queue_id for e in template.function("DeadLetterFunction").sqs_events] == ["JobDeadLetterQueue"]
+    # That queue has no event source: the dead-letter function drains it (its schedule) for every route.
+    assert template.function("DeadLetterFunction").sqs_events == ()
+    assert template.environment()["WORKERLESS_DEAD_LETTER_QUEUE_URL"] == template.queue("JobDeadLetterQueue").url
     (route,) = [p for p in template.ssm_parameters if p.logical_id == f"{stem(TYPE)}Route"]
     assert route.name == f"/workerless/workerless-local/routes/{TYPE}"
     assert f'"type":"{TYPE}"' in route.value and template.queue(f"{stem(TYPE)}Queue").url in route.value

@@ -50,6 +50,8 @@ class LoopTracker(Protocol):
 
     def note_send(self, queue_name: str, function_id: str, self_send: bool, delay_seconds: int | None) -> None: ...
 
+    def note_receive(self, queue_name: str, function_id: str) -> None: ...
+
     def accepts_calls(self) -> bool: ...
 
 
@@ -130,6 +132,15 @@ def _before_send(params: dict[str, Any], context: dict[str, Any], model: Any = N
         context[_CONTEXT_KEY] = (scope.tracker, scope.function_id, scope.depth + 1, token)
 
 
+def _before_receive(params: dict[str, Any], **_: Any) -> None:
+    """A function's own ReceiveMessage (a scheduled drain, not an event source: the runtime's
+    receives run outside any invocation): its queue is work for idle detection from then on."""
+    scope = _CURRENT.get()
+    if scope is None or not isinstance(params, dict):
+        return
+    scope.tracker.note_receive(queue_name_of(str(params.get("QueueUrl", ""))), scope.function_id)
+
+
 def body_md5(body: str) -> str:
     """The MD5 of a message body, as SQS reports it (MD5OfBody)."""
     return hashlib.md5(body.encode("utf-8"), usedforsecurity=False).hexdigest()
@@ -198,6 +209,7 @@ HOOKS: tuple[tuple[str, Callable[..., None]], ...] = (
     ("before-call", _guard),
     ("before-parameter-build.sqs.SendMessage", _before_send),
     ("before-parameter-build.sqs.SendMessageBatch", _before_send),
+    ("before-parameter-build.sqs.ReceiveMessage", _before_receive),
     ("after-call.sqs.SendMessage", _after_send),
     ("after-call.sqs.SendMessageBatch", _after_send),
     ("after-call-error.sqs.SendMessage", _after_send_error),

@@ -234,6 +234,9 @@ class LocalTopology:
         self._queue_urls: dict[str, str] = {}
         self._handlers: dict[str, Handler] = {}
         self._consumers: dict[str, set[str]] = {}  # queue name -> functions it triggers
+        #: Queues a function drains itself (its own ReceiveMessage, e.g. on a schedule): like a
+        #: consumed queue, a message waiting or in flight there is work still to do.
+        self._drained: set[str] = set()
         self._queue_by_name: dict[str, QueueSpec] = {}
         self._depths: dict[str, tuple[str, int]] = {}  # message id -> (function, depth in its chain)
         # (queue name, body MD5) -> [(send token, function, depth)] of self-sends not yet returned.
@@ -431,7 +434,8 @@ class LocalTopology:
     ) -> Summary:
         """Run until nothing has happened for ``idle_seconds`` in a row; return the summary.
 
-        Idle means: no message visible or in flight in any consumed queue (ignoring the queues a
+        Idle means: no message visible or in flight in any consumed queue (an event source's, or one
+        a function has received from itself, like the scheduled dead-letter drain's; ignoring the queues a
         function feeds itself with a delay, like a poller's tick or a heartbeat's ticket), no
         invocation running that was triggered by another queue, and no summary event recorded.
         Invocations of scheduled or self-timed functions that do nothing else (an idle poller tick)
@@ -521,6 +525,10 @@ class LocalTopology:
 
     def accepts_calls(self) -> bool:
         return self._accepting
+
+    def note_receive(self, queue_name: str, function_id: str) -> None:
+        with self._lock:
+            self._drained.add(queue_name)
 
     def note_send(self, queue_name: str, function_id: str, self_send: bool, delay_seconds: int | None) -> None:
         if delay_seconds is None:
@@ -848,7 +856,10 @@ class LocalTopology:
             if self._work_running:
                 return True
             background = set(self._timer_queues)
-        consumed = [name for name in self._consumers if name not in background]
+            drained = set(self._drained)
+        # A drained queue outside the template (the function's own business) is not the topology's.
+        drained &= set(self._queue_by_name)
+        consumed = [name for name in sorted({*self._consumers, *drained}) if name not in background]
         for name in consumed:
             spec = self._queue_by_name[name]
             attributes = self._sqs.get_queue_attributes(

@@ -23,12 +23,22 @@ lease is held (:meth:`~workerless.lease.LeaseModel.held`: the handler acquired i
 is reported under it; otherwise the lease is acquired here first, and a refusal means the engine has
 moved on (the execution finished, is stale, or another delivery holds it): nothing of ours is left
 to report.
+
+The queue has no event source (Lambda's would long-poll it all month, about $0.26 idle): the
+function runs on a one-minute schedule and drains it itself (:func:`drain`): short polls of up to
+10 letters (one billed request each, empty or not), each letter settled and then deleted, until the
+queue answers empty, :data:`MAX_RECEIVES` receives, or too little of the invocation is left. A letter
+that could not be settled is not deleted: the queue hands it back after its visibility timeout.
+docs/assumptions.md ("The job dead-letter queue is drained on a schedule") has the costs and the
+time a letter waits.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from workerless import observability
@@ -39,6 +49,7 @@ from workerless.errors import (
     LeaseLostError,
     MessageFormatError,
     PayloadTooLargeError,
+    QueueError,
     StoreError,
 )
 from workerless.model import ActivatedJob, Outcome
@@ -47,8 +58,76 @@ from workerless.record import DONE, JobRecord, Status
 from workerless.retry import CALLS
 
 if TYPE_CHECKING:
+    from workerless.aws.sqs import ReceivedMessage
     from workerless.engines.base import Engine
-    from workerless.ports import JobStore
+    from workerless.ports import Clock, JobStore, Queues
+
+#: Receives one scheduled drain makes at most (10 letters each): a larger backlog is left for the
+#: next schedule, a minute later, rather than looping on.
+MAX_RECEIVES = 20
+
+
+@dataclass(slots=True)
+class DrainReport:
+    """What one drain did: letters received, settled (and deleted), and left for the queue to hand
+    back after its visibility timeout (not settled yet, or not reached before the deadline)."""
+
+    receives: int = 0
+    received: int = 0
+    settled: int = 0
+    left: int = 0
+
+    def counts(self) -> dict[str, int]:
+        """The counts by name (the entry point's answer, the drain's log line)."""
+        return {"receives": self.receives, "received": self.received, "settled": self.settled, "left": self.left}
+
+
+def drain(
+    queue_url: str,
+    *,
+    queues: Queues,
+    settle: Callable[[ReceivedMessage], None],
+    deadline: float,
+    reserve_seconds: float,
+    clock: Clock = time.monotonic,
+) -> DrainReport:
+    """Receive the letters waiting in ``queue_url`` and ``settle`` each; delete the settled ones.
+
+    ``settle`` returns when nothing more is owed for a letter and raises when it must be tried
+    again later: that letter stays in flight and the queue hands it back after its visibility
+    timeout. No receive and no letter is started with less than ``reserve_seconds`` left before
+    ``deadline`` (on ``clock``); a letter received but not reached is left the same way.
+    """
+    report = DrainReport()
+    while report.receives < MAX_RECEIVES and clock() + reserve_seconds < deadline:
+        report.receives += 1
+        letters = queues.receive(queue_url)
+        if not letters:
+            break  # a short poll of an empty queue (or of a sample of its servers): the next schedule looks again
+        report.received += len(letters)
+        for message in letters:
+            if clock() + reserve_seconds >= deadline:
+                report.left += 1
+                continue
+            try:
+                settle(message)
+            except Exception as exc:  # noqa: BLE001 - a letter not settled comes back; the others go on
+                report.left += 1
+                logger.warning(
+                    "dead letter not settled yet; the queue hands it back after its visibility timeout",
+                    extra={"message_id": message.message_id, "error": type(exc).__name__, "reason": str(exc)},
+                )
+                continue
+            try:
+                queues.delete(queue_url, message.receipt_handle)
+            except QueueError as exc:
+                # Settled all the same: when it comes back, its record says so and it is deleted then.
+                logger.warning(
+                    "could not delete a settled dead letter",
+                    extra={"message_id": message.message_id, "error": str(exc)},
+                )
+            report.settled += 1
+    return report
 
 
 def process_dead_letter(

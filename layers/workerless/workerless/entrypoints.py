@@ -246,23 +246,52 @@ def heartbeat(event: dict[str, Any], context: Any, wiring: Wiring | None = None)
 
 @logger.inject_lambda_context(clear_state=True)
 def deadletter(event: dict[str, Any], context: Any, wiring: Wiring | None = None) -> dict[str, Any]:
-    """Settle every dead-lettered job at the engine (fail it with the reason, or report its stored result)."""
+    """Settle every dead-lettered job at the engine (fail it with the reason, or report its stored result).
+
+    On its schedule (an EventBridge event): drain the job dead-letter queue
+    (WORKERLESS_DEAD_LETTER_QUEUE_URL), and return the drain's counts. Given an SQS batch instead
+    (an event source mapping: a stack updated from a template that had one keeps it until the update
+    completes), settle that batch and return its partial batch response.
+    """
     from workerless.deadletter import process_dead_letter
 
     wired = _wiring(wiring)
-    settings, store = wired.settings, wired.store
-    engine = wired.observed_engine
+    settings = wired.settings
     deadline = _deadline(context)
 
-    def handle(record: SqsRecord) -> None:
+    def settle(body: str, message_id: str, receive_count: int) -> None:
+        # The engine and the table are built for the first letter only: an empty drain, every
+        # minute, calls nothing but SQS (no secret read, no DynamoDB call and its KMS request).
         process_dead_letter(
-            record.body,
-            message_id=record.message_id,
-            receive_count=record.receive_count,
-            engine=engine,
-            store=store,
+            body,
+            message_id=message_id,
+            receive_count=receive_count,
+            engine=wired.observed_engine,
+            store=wired.store,
             fail_backoff_seconds=settings.fail_backoff_seconds,
             deadline=deadline,
         )
 
-    return _batch(event, handle, wired)
+    if "Records" in event:
+        return _batch(event, lambda r: settle(r.body, r.message_id, r.receive_count), wired)
+    from workerless.deadletter import drain
+    from workerless.errors import ConfigurationError
+
+    url = settings.dead_letter_queue_url
+    if not url:
+        raise ConfigurationError(
+            "WORKERLESS_DEAD_LETTER_QUEUE_URL is not set: the scheduled dead-letter function drains that queue",
+            key="WORKERLESS_DEAD_LETTER_QUEUE_URL",
+        )
+    with wired.observer.invocation():
+        report = drain(
+            url,
+            queues=wired.queues,
+            settle=lambda m: settle(m.body, m.message_id, m.receive_count),
+            deadline=deadline,
+            # A letter may make a few engine calls, each up to one HTTP timeout.
+            reserve_seconds=settings.http_timeout_seconds + 2.0,
+        )
+    # An empty drain (every minute, nearly always) logs at DEBUG: CloudWatch Logs bills each line.
+    (logger.info if report.received else logger.debug)("dead-letter drain finished", extra={"report": report.counts()})
+    return report.counts()

@@ -20,7 +20,9 @@ Only one invocation polls at a time: the entry point takes the poller lock
 (:mod:`workerless.poller_lock`) first, and each cycle renews it when due. What a route holds is
 SQS's approximate count plus every job sent in the last WORKERLESS_SQS_LAG_SECONDS before that
 count was read (the lock hands that record from one invocation to the next): SQS's count can lag a
-send, and a job counted twice is only room left unused for a moment.
+send, and a job counted twice is only room left unused for a moment. A route read empty, with
+nothing sent to it since, is marked so in that record and not read again for EMPTY_RECHECK_SECONDS
+(only the poller sends to it): an idle tick reads no queue.
 
 Why dispatch before the ticket: if the poller dies between the two, the jobs still run and a short
 job finishes inside its lease; the other order would have the heartbeat keep alive jobs no handler
@@ -74,6 +76,10 @@ LINGER_SECONDS = 5.0
 RELAY_DELAY_SECONDS = 1
 #: A route's SQS in-flight count is re-read at most this often (a relay hands the counts on).
 DEPTH_REFRESH_SECONDS = 2.0
+#: A route whose queue was read empty, with nothing sent to it since (the lock's dispatch record says
+#: so), is not read again for this long: only the poller sends to it, so it is still empty. Read again
+#: after it all the same, for what reaches a job queue from elsewhere (a dead-letter redrive).
+EMPTY_RECHECK_SECONDS = 300.0
 
 
 @dataclass
@@ -166,8 +172,7 @@ class Poller:
         for route in self.settings.routes:
             cached = self._depths.get(route.type)
             if cached is None or now - cached[1] >= DEPTH_REFRESH_SECONDS:
-                # Timed before the call: a send that SQS's answer may not include is counted below.
-                cached = (self.queues.in_flight(route.queue_url), now)
+                cached = self._depth(route.type, route.queue_url, now)
                 self._depths[route.type] = cached
             count, read_at = cached
             # What SQS may not have counted yet: every job sent after (read time - the lag). Sent
@@ -176,6 +181,22 @@ class Poller:
             capacity = max(0, route.max_in_flight - count - recent)
             demands.append(Demand(route.type, capacity, route.engine_queue))
         return demands
+
+    def _depth(self, job_type: str, queue_url: str, now: float) -> tuple[int, float]:
+        """The route's count and when it holds (``clock``): 0 without a call while its queue is known
+        empty (read empty under :data:`EMPTY_RECHECK_SECONDS` ago, nothing sent to it since: an idle
+        tick reads no queue), else SQS's count, read now (timed before the call: a send that SQS's
+        answer may not include is counted by :meth:`demands`)."""
+        wall = self._wall(now)
+        empty = self.dispatches.empty_since(job_type)
+        if empty is not None and 0 <= wall - empty < EMPTY_RECHECK_SECONDS:
+            return 0, now
+        count = self.queues.in_flight(queue_url)
+        if count == 0 and not self.dispatches.since(job_type, wall - self.dispatches.window):
+            self.dispatches.note_empty(job_type, at=wall)  # SQS's 0 is not a send it has not counted yet
+        else:
+            self.dispatches.forget_empty(job_type)
+        return count, now
 
     def _wall(self, at: float) -> float:
         """A ``clock`` reading as a wall-clock time (the two advance together; a virtual clock too)."""
@@ -272,6 +293,9 @@ class Poller:
             report.empty_polls += 1
             return 0, None
         report.activated += len(jobs)
+        for job_type in {job.ref.job_type for job in jobs}:
+            # Its queue is about to hold them: not empty, from the intent write below on.
+            self.dispatches.forget_empty(job_type)
         # Written down before dispatch, so a poller that dies now does not cost the jobs a lease. The
         # write is to the lock's item, compare-and-set: it also tells whether the lock is still ours.
         intent = self._intent(lambda log: log.write(jobs))

@@ -70,11 +70,17 @@ class Dispatches:
 
     A bucket's time is the end of its second: a send is counted a little longer, never shorter, than
     the window (the safe side).
+
+    It also keeps, per route, when a depth read found the route's queue **empty** (the poller's
+    :meth:`note_empty`), for as long as nothing has been sent to the route since: any send drops the
+    mark. Stored as a bucket of 0 jobs at the read's second (rounded down); a reader that predates
+    the marks drops such a bucket, and so re-reads that route's depth, as before.
     """
 
     def __init__(self, window: float, sent: Mapping[str, Any] | None = None) -> None:
         self.window = float(window)
         self._sent: dict[str, dict[int, int]] = {}
+        self._empty: dict[str, int] = {}
         for job_type, buckets in (sent or {}).items():
             if not isinstance(buckets, list):
                 continue
@@ -85,11 +91,32 @@ class Dispatches:
                     continue  # an unreadable entry: SQS's count alone covers it
                 if count > 0:
                     self._sent.setdefault(str(job_type), {})[at] = count
+                elif count == 0:
+                    self._empty[str(job_type)] = max(at, self._empty.get(str(job_type), at))
+        # A mark with a send in or after its second says nothing any more.
+        for job_type, at in list(self._empty.items()):
+            if any(sent_at > at for sent_at in self._sent.get(job_type, {})):
+                del self._empty[job_type]
+
+    def note_empty(self, job_type: str, *, at: float) -> None:
+        """A depth read at ``at`` (epoch seconds) found ``job_type``'s queue empty, with nothing sent
+        to it within the window before the read (the caller checks)."""
+        self._empty[job_type] = math.floor(at)
+
+    def empty_since(self, job_type: str) -> int | None:
+        """When ``job_type``'s queue was last read empty, if nothing was sent to it since (None: not
+        known empty)."""
+        return self._empty.get(job_type)
+
+    def forget_empty(self, job_type: str) -> None:
+        """Drop ``job_type``'s empty mark (jobs of it are about to be sent, or it was read non-empty)."""
+        self._empty.pop(job_type, None)
 
     def add(self, job_type: str, count: int, *, at: float) -> None:
         """``count`` jobs of ``job_type`` sent at ``at`` (epoch seconds)."""
         if count <= 0:
             return
+        self._empty.pop(job_type, None)
         buckets = self._sent.setdefault(job_type, {})
         second = math.ceil(at)
         buckets[second] = buckets.get(second, 0) + count
@@ -109,7 +136,10 @@ class Dispatches:
                 del self._sent[job_type]
 
     def to_dict(self) -> dict[str, list[list[int]]]:
-        return {job_type: sorted([at, n] for at, n in buckets.items()) for job_type, buckets in self._sent.items()}
+        out = {job_type: sorted([at, n] for at, n in buckets.items()) for job_type, buckets in self._sent.items()}
+        for job_type, at in self._empty.items():
+            out.setdefault(job_type, []).append([at, 0])
+        return out
 
 
 class PollerLock:

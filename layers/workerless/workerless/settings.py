@@ -79,6 +79,9 @@ class Settings(BaseModel):
     routes_refresh_seconds: float = Field(default=300.0, alias="WORKERLESS_ROUTES_REFRESH_SECONDS", ge=0, le=86_400)
     heartbeat_queue_url: str | None = Field(default=None, alias="WORKERLESS_HEARTBEAT_QUEUE_URL")
     ticker_queue_url: str | None = Field(default=None, alias="WORKERLESS_TICKER_QUEUE_URL")
+    #: The job dead-letter queue the dead-letter function drains on its schedule (template.yaml's
+    #: JobDeadLetterQueue).
+    dead_letter_queue_url: str | None = Field(default=None, alias="WORKERLESS_DEAD_LETTER_QUEUE_URL")
     #: Lease asked of the engine at activation and on every extension.
     lease_seconds: int = Field(default=60, alias="WORKERLESS_LEASE_SECONDS", ge=5, le=3600)
     #: The heartbeat stops extending a job held longer than this (a stuck handler must not hold

@@ -1,4 +1,5 @@
-"""SQS: job messages to the route queues, heartbeat tickets, poller ticks, and queue depth."""
+"""SQS: job messages to the route queues, heartbeat tickets, poller ticks, queue depth, and the job
+dead-letter queue's drain."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from workerless.errors import QueueError as QueueError
 #: been read: the old default, never too high.
 FALLBACK_MESSAGE_BYTES = 262_144
 MAX_BATCH_ENTRIES = 10
+#: ReceiveMessage's MaxNumberOfMessages cap.
+MAX_RECEIVE_MESSAGES = 10
 MAX_DELAY_SECONDS = 900
 MAX_VISIBILITY_SECONDS = 43_200
 
@@ -52,6 +55,17 @@ class SendFailure:
     index: int
     reason: str
     oversized: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedMessage:
+    """One message of a ReceiveMessage answer: what a consumer reads and the handle to delete it."""
+
+    message_id: str
+    body: str
+    receipt_handle: str
+    #: SQS's ApproximateReceiveCount (1 on the first receive, and when the answer does not say).
+    receive_count: int
 
 
 class Queues:
@@ -173,6 +187,35 @@ class Queues:
         text = body if isinstance(body, str) else json.dumps(body, separators=(",", ":"))
         delay = max(0, min(MAX_DELAY_SECONDS, int(delay_seconds)))
         self._call("send_message", QueueUrl=queue_url, MessageBody=text, DelaySeconds=delay)
+
+    def receive(self, queue_url: str, *, max_messages: int = MAX_RECEIVE_MESSAGES) -> list[ReceivedMessage]:
+        """Up to ``max_messages`` (1 to 10) visible messages, without waiting (a short poll: one
+        billed request, answered at once, empty or not). Each received message is hidden for the
+        queue's visibility timeout: one not deleted by then comes back."""
+        count = max(1, min(MAX_RECEIVE_MESSAGES, int(max_messages)))
+        answer = self._call(
+            "receive_message",
+            QueueUrl=queue_url,
+            MaxNumberOfMessages=count,
+            WaitTimeSeconds=0,
+            MessageSystemAttributeNames=["ApproximateReceiveCount"],
+        )
+        received: list[ReceivedMessage] = []
+        for message in answer.get("Messages") or []:
+            count_text = (message.get("Attributes") or {}).get("ApproximateReceiveCount")
+            try:
+                receive_count = int(count_text or 1)
+            except (TypeError, ValueError):
+                receive_count = 1
+            received.append(
+                ReceivedMessage(
+                    message_id=str(message.get("MessageId") or ""),
+                    body=str(message.get("Body") or ""),
+                    receipt_handle=str(message.get("ReceiptHandle") or ""),
+                    receive_count=receive_count,
+                )
+            )
+        return received
 
     def delete(self, queue_url: str, receipt_handle: str) -> None:
         """Delete a received message (the heartbeat, once a job's owed report has landed)."""
