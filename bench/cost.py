@@ -409,9 +409,10 @@ def dispatch_on_paper(
     """One deployment's dispatch rate on AWS, from measured figures and published latencies/quotas.
 
     One poller polls at a time (the poller lock), so a deployment dispatches what one poller cycle
-    does, back to back: an engine activation (LATENCY_MS engine), one SendMessageBatch per route
-    and started 10 jobs, one heartbeat ticket, the intent log's writes, and the poller's measured CPU
-    per job stretched to 256 MB's share of a vCPU. Ceilings: the partition of the lock's item, which
+    does, back to back: an engine activation (LATENCY_MS engine), the SendMessageBatch calls of each
+    route (one per started 10 jobs, up to SEND_CONCURRENCY of them at once), one heartbeat ticket,
+    the intent log's writes, and the poller's measured CPU per job stretched to 256 MB's share of a
+    vCPU. Ceilings: the partition of the lock's item, which
     holds the intent batches (its writes a cycle against 1,000 WRU/s), and the account's Lambda
     concurrency for the handlers.
 
@@ -420,10 +421,14 @@ def dispatch_on_paper(
     first two ceilings grow with the shards; ``jobs_per_poll`` is then one shard's."""
     shards = max(1, min(shards, routes))
     per_route = jobs_per_poll / max(1, routes / shards)
-    batches = math.ceil(routes / shards) * math.ceil(max(1.0, per_route) / 10)
+    # One send_batch per route, one route after another; a route's calls side by side, up to
+    # workerless.aws.sqs.SEND_CONCURRENCY at once: a round trip per round of them.
+    from workerless.aws.sqs import SEND_CONCURRENCY
+
+    rounds = math.ceil(routes / shards) * math.ceil(math.ceil(max(1.0, per_route) / 10) / SEND_CONCURRENCY)
     cycle_ms = (
         LATENCY_MS["engine"]
-        + batches * LATENCY_MS["sqs"]
+        + rounds * LATENCY_MS["sqs"]
         + LATENCY_MS["sqs"]  # the ticket
         + 2 * LATENCY_MS["dynamodb"]  # intent activated, dispatched (the clear rides on the next write)
         + poller_cpu_ms_per_job * jobs_per_poll * LAMBDA_FULL_VCPU_MB / MEMORY_MB

@@ -814,8 +814,8 @@ def _gaps(r: dict[str, Any], t: dict[str, bool | None]) -> list[str]:
             f"{paper['jobs_per_poll']:g} jobs a poll (measured locally) in a {paper['cycle_ms']:.0f} ms cycle on AWS "
             f"(published latencies, measured CPU at 256 MB). Ceilings, jobs a second: {limits} (binding: "
             f"{paper['binding'].replace('_', ' ')}). Closing: more shards than routes would need a route split "
-            "across shards (two locks over one MaxInFlight: not done); the poller's SendMessageBatch calls of a cycle "
-            "sent side by side instead of one after another; the poller's memory raised where its CPU binds the cycle."
+            "across shards (two locks over one MaxInFlight: not done); the poller's memory raised where its CPU binds "
+            "the cycle (a route's SendMessageBatch calls already go side by side, up to 8 at once)."
         )
     return out
 

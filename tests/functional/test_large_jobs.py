@@ -75,7 +75,33 @@ def test_batches_are_sized_to_the_queues_maximum_message_size(sqs: Any) -> None:
 
     spy.batches.clear()
     assert queues.send_batch(url, [str(i) for i in range(12)]) == []
-    assert [len(sizes) for sizes in spy.batches] == [10, 2]
+    assert sorted(len(sizes) for sizes in spy.batches) == [2, 10]
+
+
+def test_a_poll_too_big_for_one_call_sends_its_calls_side_by_side(sqs: Any) -> None:
+    """GIVEN 25 job messages for one queue (three SendMessageBatch calls) and a client where the
+    second call is refused as a whole THEN the calls overlap (a barrier of 3 only calls made at once
+    pass; no wall time), every message of the two good calls is queued, and exactly the refused
+    call's entries come back as failures, by their own index."""
+    import threading
+
+    url = sqs.create_queue(QueueName="wide")["QueueUrl"]
+    barrier = threading.Barrier(3)
+
+    class Overlapping(SpyClient):
+        def send_message_batch(self, **kwargs: Any) -> Any:
+            barrier.wait(120)  # generous: only calls made one after another would wait it out
+            if kwargs["Entries"][0]["Id"] == "10":
+                raise ClientError({"Error": {"Code": "InternalError", "Message": "no"}}, "SendMessageBatch")
+            return super().send_message_batch(**kwargs)
+
+    queues = Queues(Overlapping(sqs))
+    assert queues.in_flight(url) == 0
+    failures = queues.send_batch(url, [f"job-{i}" for i in range(25)])
+
+    assert [f.index for f in failures] == list(range(10, 20))
+    assert all("InternalError" in f.reason and not f.oversized for f in failures)
+    assert sorted(drain(sqs, url)) == sorted(f"job-{i}" for i in [*range(10), *range(20, 25)])
 
 
 def test_a_message_over_the_queues_own_limit_is_oversized_naming_it(sqs: Any) -> None:

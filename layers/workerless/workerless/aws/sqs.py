@@ -16,6 +16,9 @@ from workerless.errors import QueueError as QueueError
 #: been read: the old default, never too high.
 FALLBACK_MESSAGE_BYTES = 262_144
 MAX_BATCH_ENTRIES = 10
+#: A poll's SendMessageBatch calls to one queue made at once, at most (botocore's connection pool
+#: holds 10 per client).
+SEND_CONCURRENCY = 8
 #: ReceiveMessage's MaxNumberOfMessages cap.
 MAX_RECEIVE_MESSAGES = 10
 MAX_DELAY_SECONDS = 900
@@ -148,25 +151,8 @@ class Queues:
         known = self.max_message_bytes(queue_url)
         limit = known if known is not None else FALLBACK_MESSAGE_BYTES
         failures: list[SendFailure] = []
-        chunk: list[tuple[int, str]] = []
+        chunks: list[list[tuple[int, str]]] = [[]]
         chunk_bytes = 0
-
-        def flush() -> None:
-            nonlocal chunk, chunk_bytes
-            if not chunk:
-                return
-            entries = [{"Id": str(i), "MessageBody": body} for i, body in chunk]
-            try:
-                answer = self._call("send_message_batch", QueueUrl=queue_url, Entries=entries)
-            except QueueError as exc:
-                failures.extend(SendFailure(i, str(exc)) for i, _ in chunk)
-            else:
-                for failed in answer.get("Failed", []):
-                    failures.append(
-                        SendFailure(int(failed["Id"]), f"SQS refused the message: {failed.get('Code', 'error')}")
-                    )
-            chunk, chunk_bytes = [], 0
-
         for index, body in enumerate(bodies):
             size = len(body.encode())
             if size > limit:
@@ -176,12 +162,40 @@ class Queues:
                     reason = f"job message is {size} bytes; the queue's MaximumMessageSize is {known} bytes"
                 failures.append(SendFailure(index, reason, oversized=known is not None))
                 continue
-            if len(chunk) == MAX_BATCH_ENTRIES or chunk_bytes + size > limit:
-                flush()
-            chunk.append((index, body))
+            if len(chunks[-1]) == MAX_BATCH_ENTRIES or chunk_bytes + size > limit:
+                chunks.append([])
+                chunk_bytes = 0
+            chunks[-1].append((index, body))
             chunk_bytes += size
-        flush()
-        return failures
+        chunks = [chunk for chunk in chunks if chunk]
+        if len(chunks) > 1:
+            # A big poll's calls side by side, not one after another: each is a round trip, and the
+            # poll cycle (and so one poller's dispatch rate) is mostly their sum (docs/scaling.md).
+            from workerless.threads import map_in_threads
+
+            answers = map_in_threads(
+                lambda chunk: self._send_chunk(queue_url, chunk),
+                chunks,
+                max_workers=min(len(chunks), SEND_CONCURRENCY),
+                name="send-batch",
+            )
+        else:
+            answers = [self._send_chunk(queue_url, chunk) for chunk in chunks]
+        for answer in answers:
+            failures.extend(answer)
+        return sorted(failures, key=lambda f: f.index)
+
+    def _send_chunk(self, queue_url: str, chunk: list[tuple[int, str]]) -> list[SendFailure]:
+        """One SendMessageBatch call; every entry it could not send, as failures (never raises)."""
+        entries = [{"Id": str(i), "MessageBody": body} for i, body in chunk]
+        try:
+            answer = self._call("send_message_batch", QueueUrl=queue_url, Entries=entries)
+        except QueueError as exc:
+            return [SendFailure(i, str(exc)) for i, _ in chunk]
+        return [
+            SendFailure(int(failed["Id"]), f"SQS refused the message: {failed.get('Code', 'error')}")
+            for failed in answer.get("Failed", [])
+        ]
 
     def send(self, queue_url: str, body: Mapping[str, Any] | str, *, delay_seconds: int = 0) -> None:
         text = body if isinstance(body, str) else json.dumps(body, separators=(",", ":"))
