@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from aws_lambda_powertools.logging import formatter as _powertools_formatter
 from workerless import observability
+from workerless.observability.logs import LAMBDA_LEVELS
 
 from workerless_devkit.local import loop
 
@@ -49,17 +50,6 @@ class InvocationFilter(logging.Filter):
             if scope.request_id:
                 record.function_request_id = scope.request_id
         return True
-
-
-#: Lambda's application log levels (LoggingConfig ApplicationLogLevel) as Python's: TRACE lets all through.
-LAMBDA_LEVELS = {
-    "TRACE": logging.NOTSET,
-    "DEBUG": logging.DEBUG,
-    "INFO": logging.INFO,
-    "WARN": logging.WARNING,
-    "ERROR": logging.ERROR,
-    "FATAL": logging.CRITICAL,
-}
 
 
 class ApplicationLevelFilter(logging.Filter):

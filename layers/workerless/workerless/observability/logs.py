@@ -69,8 +69,9 @@ logger = Logger(service="workerless", child=False)
 logger.registered_handler.setFormatter(JsonFormatter(service=logger.service, sampling_rate=logger.sampling_rate))
 
 
-#: Lambda's application log levels (AWS_LAMBDA_LOG_LEVEL) as Python's, as Powertools maps them.
-_LAMBDA_LEVELS = {
+#: Lambda's application log levels (LoggingConfig ApplicationLogLevel, AWS_LAMBDA_LOG_LEVEL) as
+#: Python's, as Powertools maps them: TRACE lets all through. Local mode filters with the same map.
+LAMBDA_LEVELS = {
     "TRACE": logging.NOTSET,
     "DEBUG": logging.DEBUG,
     "INFO": logging.INFO,
@@ -94,7 +95,7 @@ def apply_log_level(log_level: str | None, lambda_log_level: str | None) -> None
     if not log_level or not lambda_log_level:
         return
     wanted = logging.getLevelName(log_level.strip().upper())
-    lambda_level = _LAMBDA_LEVELS.get(lambda_log_level.strip().upper())
+    lambda_level = LAMBDA_LEVELS.get(lambda_log_level.strip().upper())
     if not isinstance(wanted, int) or lambda_level is None:
         return  # a level Powertools refused at import, or one Lambda does not set
     library = logging.getLogger(logger.name)
