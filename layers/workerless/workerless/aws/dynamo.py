@@ -320,17 +320,7 @@ class JobStore:
             values[":lease"] = {"S": lease}
         # Nothing is owed any more: the heartbeat stops re-reporting, and the receipt handle goes.
         update += " REMOVE report_owed_at, receipt, receipt_queue"
-        try:
-            self._call(
-                "update_item",
-                TableName=self.table,
-                Key={"pk": {"S": key}},
-                UpdateExpression=update,
-                ConditionExpression="attribute_exists(pk)",
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
-            )
-        except _ConditionFailed:
+        if not self._update_if(key, update, "attribute_exists(pk)", names, values):
             # No record (the dead-letter path for a job never claimed): write one so a later
             # redelivery finds the job done.
             self._call(
