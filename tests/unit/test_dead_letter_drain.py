@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from workerless.aws.sqs import ReceivedMessage
+from workerless.batch import SqsRecord
 from workerless.deadletter import MAX_RECEIVES, drain
 
 
@@ -18,9 +18,9 @@ class EndlessQueue:
         self.deleted: list[str] = []
         self._ids = itertools.count()
 
-    def receive(self, queue_url: str, *, max_messages: int = 10) -> list[ReceivedMessage]:
+    def receive(self, queue_url: str, *, max_messages: int = 10) -> list[SqsRecord]:
         self.receives += 1
-        return [ReceivedMessage(f"m{n}", "{}", f"r{n}", 1) for n in itertools.islice(self._ids, max_messages)]
+        return [SqsRecord(f"m{n}", "{}", f"r{n}", 1) for n in itertools.islice(self._ids, max_messages)]
 
     def delete(self, queue_url: str, receipt_handle: str) -> None:
         self.deleted.append(receipt_handle)
@@ -46,7 +46,7 @@ def test_letters_past_the_deadline_and_failed_ones_are_left_not_deleted() -> Non
     queue = EndlessQueue()
     now = iter([0.0, 0.0, 0.0, 0.0, 50.0, *[99.0] * 20])
 
-    def settle(message: ReceivedMessage) -> None:
+    def settle(message: SqsRecord) -> None:
         if message.message_id == "m1":
             raise RuntimeError("engine down")
 

@@ -42,18 +42,32 @@ class SqsRecord:
         message_id = record.get("messageId")
         if not isinstance(message_id, str) or not message_id:
             raise MessageFormatError("an SQS event record has no messageId", field="messageId")
-        attributes = record.get("attributes")
-        count = attributes.get("ApproximateReceiveCount") if isinstance(attributes, Mapping) else None
-        try:
-            receive_count = int(count or 1)
-        except (TypeError, ValueError):
-            receive_count = 1
         return cls(
             message_id=message_id,
             body=str(record.get("body") or ""),
             receipt_handle=str(record.get("receiptHandle") or ""),
-            receive_count=receive_count,
+            receive_count=_receive_count(record.get("attributes")),
         )
+
+    @classmethod
+    def from_message(cls, message: Mapping[str, Any]) -> SqsRecord:
+        """One message of a ReceiveMessage answer (asked with ApproximateReceiveCount): the same
+        record an event source would have delivered it as."""
+        return cls(
+            message_id=str(message.get("MessageId") or ""),
+            body=str(message.get("Body") or ""),
+            receipt_handle=str(message.get("ReceiptHandle") or ""),
+            receive_count=_receive_count(message.get("Attributes")),
+        )
+
+
+def _receive_count(attributes: object) -> int:
+    """SQS's ApproximateReceiveCount from a message's attributes; 1 when it does not say."""
+    count = attributes.get("ApproximateReceiveCount") if isinstance(attributes, Mapping) else None
+    try:
+        return int(count or 1)
+    except (TypeError, ValueError):
+        return 1
 
 
 def process_batch(

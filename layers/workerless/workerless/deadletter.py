@@ -58,7 +58,7 @@ from workerless.record import DONE, JobRecord, Status
 from workerless.retry import CALLS
 
 if TYPE_CHECKING:
-    from workerless.aws.sqs import ReceivedMessage
+    from workerless.batch import SqsRecord
     from workerless.engines.base import Engine
     from workerless.ports import Clock, JobStore, Queues
 
@@ -86,7 +86,7 @@ def drain(
     queue_url: str,
     *,
     queues: Queues,
-    settle: Callable[[ReceivedMessage], None],
+    settle: Callable[[SqsRecord], None],
     deadline: float,
     reserve_seconds: float,
     clock: Clock = time.monotonic,

@@ -259,13 +259,13 @@ def deadletter(event: dict[str, Any], context: Any, wiring: Wiring | None = None
     settings = wired.settings
     deadline = _deadline(context)
 
-    def settle(body: str, message_id: str, receive_count: int) -> None:
+    def settle(record: SqsRecord) -> None:
         # The engine and the table are built for the first letter only: an empty drain, every
         # minute, calls nothing but SQS (no secret read, no DynamoDB call and its KMS request).
         process_dead_letter(
-            body,
-            message_id=message_id,
-            receive_count=receive_count,
+            record.body,
+            message_id=record.message_id,
+            receive_count=record.receive_count,
             engine=wired.observed_engine,
             store=wired.store,
             fail_backoff_seconds=settings.fail_backoff_seconds,
@@ -273,7 +273,7 @@ def deadletter(event: dict[str, Any], context: Any, wiring: Wiring | None = None
         )
 
     if "Records" in event:
-        return _batch(event, lambda r: settle(r.body, r.message_id, r.receive_count), wired)
+        return _batch(event, settle, wired)
     from workerless.deadletter import drain
     from workerless.errors import ConfigurationError
 
@@ -287,7 +287,7 @@ def deadletter(event: dict[str, Any], context: Any, wiring: Wiring | None = None
         report = drain(
             url,
             queues=wired.queues,
-            settle=lambda m: settle(m.body, m.message_id, m.receive_count),
+            settle=settle,
             deadline=deadline,
             # A letter may make a few engine calls, each up to one HTTP timeout.
             reserve_seconds=settings.http_timeout_seconds + 2.0,

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Protocol
 from workerless.engines.base import Engine, SharedState
 
 if TYPE_CHECKING:
-    from workerless.aws.sqs import ReceivedMessage, SendFailure
+    from workerless.aws.sqs import SendFailure
+    from workerless.batch import SqsRecord
     from workerless.claimcheck import PayloadRef
     from workerless.model import ActivatedJob, Outcome
     from workerless.record import JobRecord, Status
@@ -72,7 +73,7 @@ class Queues(Protocol):
 
     def send(self, queue_url: str, body: Mapping[str, object] | str, *, delay_seconds: int = 0) -> None: ...
 
-    def receive(self, queue_url: str, *, max_messages: int = 10) -> list[ReceivedMessage]: ...
+    def receive(self, queue_url: str, *, max_messages: int = 10) -> list[SqsRecord]: ...
 
     def delete(self, queue_url: str, receipt_handle: str) -> None: ...
 

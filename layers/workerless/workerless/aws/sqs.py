@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # Declared in the one error tree (workerless.errors); re-exported where callers have always found it.
 from workerless.errors import QueueError as QueueError
+
+if TYPE_CHECKING:
+    from workerless.batch import SqsRecord
 
 #: A message's size limit is each queue's MaximumMessageSize (SQS's default and maximum: 1 MiB since
 #: 2025, existing queues included). This is the size planned for while a queue's own limit has not
@@ -58,17 +61,6 @@ class SendFailure:
     index: int
     reason: str
     oversized: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ReceivedMessage:
-    """One message of a ReceiveMessage answer: what a consumer reads and the handle to delete it."""
-
-    message_id: str
-    body: str
-    receipt_handle: str
-    #: SQS's ApproximateReceiveCount (1 on the first receive, and when the answer does not say).
-    receive_count: int
 
 
 class Queues:
@@ -202,10 +194,13 @@ class Queues:
         delay = max(0, min(MAX_DELAY_SECONDS, int(delay_seconds)))
         self._call("send_message", QueueUrl=queue_url, MessageBody=text, DelaySeconds=delay)
 
-    def receive(self, queue_url: str, *, max_messages: int = MAX_RECEIVE_MESSAGES) -> list[ReceivedMessage]:
+    def receive(self, queue_url: str, *, max_messages: int = MAX_RECEIVE_MESSAGES) -> list[SqsRecord]:
         """Up to ``max_messages`` (1 to 10) visible messages, without waiting (a short poll: one
-        billed request, answered at once, empty or not). Each received message is hidden for the
-        queue's visibility timeout: one not deleted by then comes back."""
+        billed request, answered at once, empty or not), as the records an SQS event would carry.
+        Each received message is hidden for the queue's visibility timeout: one not deleted by then
+        comes back."""
+        from workerless.batch import SqsRecord
+
         count = max(1, min(MAX_RECEIVE_MESSAGES, int(max_messages)))
         answer = self._call(
             "receive_message",
@@ -214,22 +209,7 @@ class Queues:
             WaitTimeSeconds=0,
             MessageSystemAttributeNames=["ApproximateReceiveCount"],
         )
-        received: list[ReceivedMessage] = []
-        for message in answer.get("Messages") or []:
-            count_text = (message.get("Attributes") or {}).get("ApproximateReceiveCount")
-            try:
-                receive_count = int(count_text or 1)
-            except (TypeError, ValueError):
-                receive_count = 1
-            received.append(
-                ReceivedMessage(
-                    message_id=str(message.get("MessageId") or ""),
-                    body=str(message.get("Body") or ""),
-                    receipt_handle=str(message.get("ReceiptHandle") or ""),
-                    receive_count=receive_count,
-                )
-            )
-        return received
+        return [SqsRecord.from_message(message) for message in answer.get("Messages") or []]
 
     def delete(self, queue_url: str, receipt_handle: str) -> None:
         """Delete a received message (the heartbeat, once a job's owed report has landed)."""
