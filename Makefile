@@ -8,7 +8,10 @@ STAMP := $(VENV)/.installed
 # application's environment stays the one Lambda will have.
 SAM_VENV := .venv-sam
 SAM := $(SAM_VENV)/bin/sam
-SAM_STAMP := $(SAM_VENV)/.installed
+# The SAM CLI that `make rehearse` qualifies (build, package, the transforms, the stack on loopback):
+# a new version is taken by changing this line and passing the rehearsal, not by the index moving.
+SAM_CLI_VERSION := 1.170.0
+SAM_STAMP := $(SAM_VENV)/.installed-$(SAM_CLI_VERSION)
 
 .PHONY: venv sam-venv demo test test-fast lint format bench chaos build validate clean
 
@@ -29,7 +32,7 @@ $(STAMP): pyproject.toml layers/workerless/pyproject.toml devkit/pyproject.toml 
 $(SAM_STAMP):
 	$(PYTHON) -m venv $(SAM_VENV)
 	$(SAM_VENV)/bin/pip install -q --upgrade pip
-	$(SAM_VENV)/bin/pip install -q 'aws-sam-cli>=1.120'
+	$(SAM_VENV)/bin/pip install -q 'aws-sam-cli==$(SAM_CLI_VERSION)'
 	touch $@
 
 venv: $(STAMP)
