@@ -96,9 +96,11 @@ def _summary(result: RehearsalResult, seconds: float) -> None:
         )
         if item.kept_subs:
             print(f"  Fn::Sub kept where SAM CLI's expansion would have made plain text: {item.kept_subs}")
-        warnings = Counter(f"{f.stage} {f.rule}" for f in item.findings)
+        warnings = Counter(f"{f.stage} {f.rule}" for f in item.findings if not f.not_created)
         if warnings:
             print("  cfn-lint warnings: " + ", ".join(f"{k} x{n}" for k, n in sorted(warnings.items())))
+        for finding in (f for f in item.findings if f.not_created):
+            print(f"  cfn-lint on a resource CloudFormation does not create (Condition false): {finding}")
         if item.deploy is not None:
             outcome = "created its change set" if item.deploy.succeeded else f"failed (exit {item.deploy.returncode})"
             print(f"  sam deploy --no-execute-changeset {outcome}: {item.deploy.sam_said}")

@@ -36,6 +36,7 @@ from workerless_devkit.rehearsal.bundle import (
     prepare,
     write_bundle,
 )
+from workerless_devkit.rehearsal.conditions import created_resources
 from workerless_devkit.rehearsal.errors import RehearsalError
 from workerless_devkit.rehearsal.lint import Finding, lint
 from workerless_devkit.rehearsal.sam import DeployAttempt, build, deploy_without_executing, package
@@ -66,6 +67,9 @@ class RehearsalOptions:
     built: Path | None = None
     #: Where `sam build` writes (default root/.cache/rehearsal/build: not the developer's .aws-sam).
     build_dir: Path | None = None
+    #: `sam build --cached`'s cache (default root/.cache/rehearsal/cache: the layer is rebuilt only
+    #: when layers/workerless changes, as with `make build`).
+    cache_dir: Path | None = None
     #: Parameter values over the rehearsal's own (a fake engine secret, and an alarm topic).
     parameters: Mapping[str, str] = field(default_factory=dict)
     #: The `sam` script (default: WORKERLESS_SAM, else root/.venv-sam/bin/sam).
@@ -125,8 +129,9 @@ def rehearse(options: RehearsalOptions, say: Callable[[str], None] = lambda _: N
                 say(f"using the build in {options.built}")
             else:
                 build_dir = options.build_dir or options.root / ".cache" / "rehearsal" / "build"
+                cache_dir = options.cache_dir or options.root / ".cache" / "rehearsal" / "cache"
                 say(f"sam build (SAM CLI {sam.version}) into {build_dir}")
-                built = build(sam, options.root, build_dir, build_dir.parent / "cache", build_env(app_dir, "us-east-1"))
+                built = build(sam, options.root, build_dir, cache_dir, build_env(app_dir, "us-east-1"))
         with moto_server() as endpoint:
             say(f"moto's server on {endpoint.url}")
             results = []
@@ -200,9 +205,11 @@ def _rehearse_stack(
         values = {**parameters, **pseudo_parameters(stack_name=name, region=region, account_id=ACCOUNT_ID)}
         expanded = expand(sam, packaged.template, values, env, work_dir=work)
         check_expanded(expanded.template)
-        findings += lint("expanded", json.dumps(expanded.template), [region])
+        absent = set(expanded.template["Resources"]) - set(created_resources(expanded.template, parameters))
+        findings += lint("expanded", json.dumps(expanded.template), [region], not_created=absent)
         transformed = translate(expanded.template, parameters, region)
-        findings += lint("transformed", json.dumps(transformed), [region])
+        absent = set(transformed["Resources"]) - set(created_resources(transformed, parameters))
+        findings += lint("transformed", json.dumps(transformed), [region], not_created=absent)
 
     with _timed(seconds, "stack"):
         say(f"[{name} {region}] create_stack on moto's CloudFormation")
