@@ -168,10 +168,11 @@ def translate(expanded: Mapping[str, Any], parameters: Mapping[str, str], region
     def managed_policy_map() -> dict[str, str]:
         raise TransformError("the SAM translation asked for IAM's managed-policy map (an AWS call)")
 
+    translator = Translator(
+        managed_policy_map=None, sam_parser=Parser(), plugins=[], boto_session=Session(region_name=region)
+    )
     try:
-        translated: dict[str, Any] = Translator(
-            managed_policy_map=None, sam_parser=Parser(), plugins=[], boto_session=Session(region_name=region)
-        ).translate(
+        translated: dict[str, Any] = translator.translate(
             sam_template=copy.deepcopy(dict(expanded)),
             parameter_values=dict(parameters),
             get_managed_policy_map=managed_policy_map,
@@ -179,6 +180,10 @@ def translate(expanded: Mapping[str, Any], parameters: Mapping[str, str], region
     except InvalidDocumentException as exc:
         causes = "; ".join(str(cause) for cause in exc.causes)
         raise TransformError(f"AWS::Serverless (samtranslator) refused the expanded template: {causes}") from None
+    finally:
+        # The translator times itself into a Metrics whose publisher is a no-op; unpublished, it
+        # logs "There are unpublished metrics" when collected.
+        translator.metrics.publish()
     if "Transform" in translated:
         raise TransformError(f"Transform {translated['Transform']!r} left after AWS::Serverless")
     left = sorted(
