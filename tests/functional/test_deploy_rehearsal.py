@@ -172,7 +172,12 @@ def test_bundle_json_says_which_stack_and_which_sam_cli(first: StackRehearsal) -
     assert (header["stack_name"], header["region"]) == (FIRST.name, FIRST.region)
     assert re.fullmatch(r"\d{12}", header["account_id"])
     assert header["sam_cli_version"] == _pinned_sam_cli_version()
-    assert header["parameters"] == default_parameters(FIRST)
+    # Every declared parameter, as the stack holds it: the rehearsal's values, else the Default.
+    declared = _json(first.bundle, TRANSFORMED_FILE)["Parameters"]
+    assert set(header["parameters"]) == set(declared)
+    assert header["parameters"].items() >= default_parameters(FIRST).items()
+    assert header["parameters"]["LeaseSeconds"] == str(declared["LeaseSeconds"]["Default"])
+    assert all(isinstance(v, str) for v in header["parameters"].values())
 
 
 def test_the_engine_secret_parameter_is_a_full_secret_arn(first: StackRehearsal) -> None:

@@ -4,14 +4,19 @@ The format is a contract with local mode's reader; change it only together with 
 
     <out>/bundle.json        {"stack_name", "region", "account_id", "sam_cli_version",
                               "artifact_bucket", "parameters": {name: value}}
+                             (parameters: every parameter the template declares, with the value the
+                             stack was created with: given, else the template's Default, as text)
     <out>/packaged.yaml      what `sam package` wrote
     <out>/expanded.json      after AWS::LanguageExtensions (SAM CLI's implementation)
     <out>/transformed.json   after AWS::Serverless: what CloudFormation creates (no Transform key)
     <out>/artifacts/<bucket>/<key>   every S3 object transformed.json references
     <out>/stack.json         {"resources": [{"logical_id", "type", "physical_id"}], "skipped_types": [...]}
+                             (also "stack_name", "region", "stack_id", "skipped": {logical id: type})
 
-Besides the contract, ``<out>/rehearsal.json`` is the run's report (lint findings, the `sam
-deploy` attempt, what each check covered); no reader should depend on it.
+Besides the contract, ``<out>/rehearsal.json`` is the run's report, and ``<out>/others/<stack>/``
+holds the bundle (same format) of each further stack rehearsed side by side. ``rehearsal.json``
+has the lint findings, the `sam deploy` attempt and what each check covered; no reader should
+depend on it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workerless_devkit.rehearsal.errors import RehearsalError
 from workerless_devkit.rehearsal.stack import CreatedStack
 
 BUNDLE_FILE = "bundle.json"
@@ -32,6 +38,18 @@ TRANSFORMED_FILE = "transformed.json"
 STACK_FILE = "stack.json"
 ARTIFACTS_DIR = "artifacts"
 REPORT_FILE = "rehearsal.json"
+#: Where run.py puts the bundles of the stacks after the first.
+OTHERS_DIR = "others"
+_BUNDLE_ENTRIES = {
+    BUNDLE_FILE,
+    PACKAGED_FILE,
+    EXPANDED_FILE,
+    TRANSFORMED_FILE,
+    STACK_FILE,
+    ARTIFACTS_DIR,
+    REPORT_FILE,
+    OTHERS_DIR,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,10 +77,12 @@ class BundleHeader:
 def prepare(out: Path) -> Path:
     """An empty bundle directory at ``out`` (a previous bundle there is replaced, nothing else is)."""
     if out.exists():
-        if any(out.iterdir()) and not (out / BUNDLE_FILE).is_file() and not (out / PACKAGED_FILE).is_file():
-            from workerless_devkit.rehearsal.errors import RehearsalError
-
-            raise RehearsalError(f"{out} exists and is not a rehearsal bundle: choose another output directory")
+        # Only what a bundle (or a rehearsal stopped half-way) holds; never someone's other files.
+        strangers = sorted(p.name for p in out.iterdir() if p.name not in _BUNDLE_ENTRIES)
+        if strangers:
+            raise RehearsalError(
+                f"{out} holds {', '.join(strangers[:5])}: not a rehearsal bundle; choose another output directory"
+            )
         shutil.rmtree(out)
     (out / ARTIFACTS_DIR).mkdir(parents=True)
     return out

@@ -31,6 +31,7 @@ from typing import Any
 from workerless_devkit.rehearsal import artifacts as artifact_checks
 from workerless_devkit.rehearsal.bundle import (
     ARTIFACTS_DIR,
+    OTHERS_DIR,
     PACKAGED_FILE,
     BundleHeader,
     prepare,
@@ -45,8 +46,6 @@ from workerless_devkit.rehearsal.skipped import check_dropped_properties, check_
 from workerless_devkit.rehearsal.stack import CreatedStack, create_stack
 from workerless_devkit.rehearsal.tools import SamCli, build_env, locate_sam, loopback_env, sam_config_dir
 from workerless_devkit.rehearsal.transform import check_expanded, expand, pseudo_parameters, translate
-
-OTHERS_DIR = "others"
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +230,7 @@ def _rehearse_stack(
         account_id=ACCOUNT_ID,
         sam_cli_version=sam.version,
         artifact_bucket=bucket,
-        parameters=dict(parameters),
+        parameters=_effective_parameters(transformed, parameters),
     )
     checks = {
         "skipped_checked": skipped,
@@ -261,6 +260,18 @@ def _rehearse_stack(
         checks=checks,
         seconds=seconds,
     )
+
+
+def _effective_parameters(template: Mapping[str, Any], given: Mapping[str, str]) -> dict[str, str]:
+    """Every declared parameter's value as CloudFormation holds it: given, else the Default, as text."""
+    values: dict[str, str] = {}
+    for name, spec in (template.get("Parameters") or {}).items():
+        if name in given:
+            values[name] = given[name]
+        elif "Default" in spec:
+            default = spec["Default"]
+            values[name] = ",".join(map(str, default)) if isinstance(default, list) else str(default)
+    return values
 
 
 @contextmanager
