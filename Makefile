@@ -13,7 +13,7 @@ SAM := $(SAM_VENV)/bin/sam
 SAM_CLI_VERSION := 1.170.0
 SAM_STAMP := $(SAM_VENV)/.installed-$(SAM_CLI_VERSION)
 
-.PHONY: venv sam-venv demo test test-fast lint format bench chaos build validate clean
+.PHONY: venv sam-venv demo test test-fast lint format bench chaos build validate rehearse clean
 
 # The layer's pins constrain this environment too: what the tests run is what the layer ships (a newer
 # release of a pinned dependency on the index changes nothing until requirements.txt says so).
@@ -82,6 +82,16 @@ validate: sam-venv
 # (python3.12 on PATH, pyenv's 3.12) or is given as PYTHON312=; it says so if there is none.
 build: sam-venv
 	PYTHON=$(abspath $(SAM_VENV))/bin/python $(SAM) build
+
+# The deploy rehearsal (issue 25), all on loopback: `sam build` (into .cache/rehearsal/build, not
+# .aws-sam), moto's server on 127.0.0.1, `sam package`, `sam deploy --no-execute-changeset` tried,
+# AWS::LanguageExtensions (SAM CLI's) then AWS::Serverless (samtranslator), cfn-lint at each
+# stage, two stacks side by side on moto's CloudFormation, what moto skips checked from the
+# transformed template, every artifact checked. Writes the bundle to .cache/rehearsal/bundle.
+# `make test` runs it too (tests/functional/test_deploy_rehearsal.py). REHEARSE_ARGS: see --help.
+REHEARSE_ARGS ?=
+rehearse: venv sam-venv
+	WORKERLESS_SAM=$(abspath $(SAM)) $(PY) -m workerless_devkit.rehearsal --root . $(REHEARSE_ARGS)
 
 # The long mixed chaos run (every fault on at once, hundreds of jobs per engine) and its figures;
 # docs/guarantees.md quotes them. `make test` runs a CI-sized pass (tests/functional/test_chaos_*.py).
