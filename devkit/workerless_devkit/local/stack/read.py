@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import json
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -178,6 +179,7 @@ class _Reader:
         found = ssm.get_parameter(Name=name)["Parameter"]
         described = ssm.describe_parameters(ParameterFilters=[{"Key": "Name", "Values": [name]}]).get("Parameters")
         tier = str((described or [{}])[0].get("Tier") or "Standard")
+        _check_resolved([str(found["Value"])], f"SSM parameter {logical_id} ({name})")
         return ParameterSpec(logical_id, name, str(found["Value"]), str(found.get("Type", "String")), tier)
 
     # -- functions --------------------------------------------------------------------------------
@@ -193,6 +195,7 @@ class _Reader:
             return self.resolve(props[key], f"{logical_id}.{key}")
 
         variables = (config.get("Environment") or {}).get("Variables") or {}
+        _check_resolved([_text(v) for v in variables.values()], f"{logical_id}'s environment")
         recursive = str(config.get("RecursiveLoop") or from_template("RecursiveLoop", "Terminate"))
         log_format, application_level, system_level = logging_config(
             config.get("LoggingConfig") or from_template("LoggingConfig", {}), logical_id
@@ -321,6 +324,8 @@ class _Reader:
         for page in self.iam.get_paginator("list_attached_role_policies").paginate(RoleName=role_name):
             for attached in page.get("AttachedPolicies") or []:
                 statements += self.managed(str(attached["PolicyArn"]), f"{role_id} attached")
+        for statement in statements:
+            _check_resolved(statement.resources + statement.not_resources, f"role {role_id} ({statement.source})")
         role = self.iam.get_role(RoleName=role_name)["Role"]
         boundary_arn = (role.get("PermissionsBoundary") or {}).get("PermissionsBoundaryArn")
         log_group = self.log_group(function)
@@ -405,3 +410,20 @@ def _text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+_UNRESOLVED = re.compile(r"\$\{[A-Za-z0-9:.]+\}")
+
+
+def _check_resolved(values: Any, where: str) -> None:
+    """Refuse a created value that still holds a ``${Name}`` reference as text: CloudFormation
+    resolves every one inside a Fn::Sub, so it can only come from a Fn::Sub an expansion dropped
+    (SAM CLI 1.170's expand_language_extensions turns ``!Sub "${Res}..."`` into the plain string when
+    Res is a resource; cfn-lint's AWS::LanguageExtensions transform keeps the Fn::Sub)."""
+    for value in values:
+        found = _UNRESOLVED.search(str(value))
+        if found is not None:
+            raise BundleError(
+                f"{where} holds {found.group(0)} as text ({str(value)[:120]!r}): the bundle's template lost the "
+                "Fn::Sub around it before CloudFormation saw it (expanded.json), so the deployed value would be wrong"
+            )
