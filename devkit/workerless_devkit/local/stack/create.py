@@ -118,6 +118,7 @@ def create_stack(
         stack = _wait_complete(cloudformation, bundle.stack_name)
         # moto parses a skipped type again (and warns again) whenever the stack's resources are listed.
         resources = _list_resources(cloudformation, bundle.stack_name)
+    _detach_moto_event_sources(bundle.account_id, bundle.region)
     skipped_types = sorted({m.group(1) for w in caught for m in [_SKIPPED.search(str(w.message))] if m})
     template_resources: Mapping[str, Any] = transformed.get("Resources") or {}
     skipped = {
@@ -170,6 +171,21 @@ def _list_resources(cloudformation: Any, stack_name: str) -> dict[str, StackReso
                 lid, str(summary["ResourceType"]), str(summary.get("PhysicalResourceId") or "")
             )
     return resources
+
+
+def _detach_moto_event_sources(account_id: str, region: str) -> None:
+    """Keep moto's SQS from running the stack's SQS event source mappings itself.
+
+    moto links each mapping to its queue, and on every SendMessage receives a batch (counting a
+    receive) to invoke the function in Docker, then makes it visible again when that fails (no
+    Docker here): the receive counts would redrive messages to the dead-letter queue unprocessed.
+    Local mode pumps the queues itself (:class:`~workerless_devkit.local.runtime.LocalTopology`);
+    the mappings stay in Lambda (ListEventSourceMappings answers as on AWS).
+    """
+    from moto.sqs.models import sqs_backends
+
+    for queue in sqs_backends[account_id][region].queues.values():
+        queue.lambda_event_source_mappings.clear()
 
 
 @contextlib.contextmanager
