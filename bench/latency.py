@@ -130,16 +130,19 @@ def _template_tick(template: Path) -> int:
 
 #: One poller shard per route (Mappings.Routes PollerShard), for the sharded dispatch rate.
 SHARDED_ROUTES = """  Routes:
-    charge-payment: {PollerShard: payments}
-    send-receipt: {PollerShard: receipts}
-    generate-report: {Timing: 1, PollerShard: reports}
+    chargepayment: {Type: charge-payment, PollerShard: payments}
+    sendreceipt: {Type: send-receipt, PollerShard: receipts}
+    generatereport: {Type: generate-report, Timing: 1, PollerShard: reports}
 """
 
 
 def _sharded_template() -> Path:
     """template.yaml with each route in a poller shard of its own, beside it (CodeUri is relative)."""
     text = (ROOT / "template.yaml").read_text(encoding="utf-8")
-    routes = "  Routes:\n    generate-report: {Timing: 1}\n"
+    routes = (
+        "  Routes:\n    chargepayment: {Type: charge-payment}\n    sendreceipt: {Type: send-receipt}\n"
+        "    generatereport: {Type: generate-report, Timing: 1}\n"
+    )
     if routes not in text:
         raise RuntimeError("template.yaml's Mappings.Routes is not the one the sharded bench run rewrites")
     path = ROOT / f".bench-sharded-{os.getpid()}.yaml"

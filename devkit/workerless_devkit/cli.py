@@ -765,7 +765,7 @@ def _client(args: argparse.Namespace, service: str) -> Any:
 
 
 def _template_routes(path: str) -> list[tuple[str, str]] | None:
-    """(type, queue logical id) of a template's route loop (its &JobTypes list), when the template is there."""
+    """(type, queue logical id) of a template's route loop (its &Routes list), when the template is there."""
     from workerless_devkit.devtools.scaffold import ScaffoldError, route_types
 
     template = Path(path)
@@ -778,17 +778,20 @@ def _template_routes(path: str) -> list[tuple[str, str]] | None:
 
 
 def cmd_new_handler(args: argparse.Namespace) -> int:
-    from workerless_devkit.devtools.scaffold import scaffold_handler
+    from workerless_devkit.devtools.scaffold import scaffold_handler, stem
 
     done = scaffold_handler(args.job_type, template=args.template)
     print(f"job type {done.job_type}:")
     for path in done.files:
         print(f"  created {path}")
-    print(f"  {done.template}: added {done.job_type} to the job types (one line)")
+    print(f"  {done.template}: added route {stem(done.job_type)} (the routes list, and its Mappings.Routes line)")
     print(f"    (the route loop generates {', '.join(done.resources)}; the dashboard finds it by SEARCH)")
     print("  nothing is left to wire by hand")
     print()
-    print(f"next: edit functions/{done.job_type}/app.py, then `workerless invoke {done.job_type} --variables '{{}}'`")
+    print(
+        f"next: edit functions/{stem(done.job_type)}/app.py, then "
+        f"`workerless invoke {done.job_type} --variables '{{}}'`"
+    )
     return EXIT_OK
 
 

@@ -89,7 +89,7 @@ def template_variant(
     """A copy of the real template.yaml in tmp_path with each ``old -> new`` applied (each ``old``
     must occur exactly once), and ``handlers`` ({job type: directory}) as those routes' code.
 
-    The route loop's ``CodeUri: functions/${JobType}/`` is one line for every route, so a route's code
+    The route loop's ``CodeUri: functions/${Route}/`` is one line for every route, so a route's code
     is swapped in the tree, not the text: the copy's functions/ links each of the repository's
     function directories, except a ``handlers`` type's, which links its directory instead (local
     mode resolves the link, so tracebacks name the real file)."""
@@ -100,10 +100,12 @@ def template_variant(
     functions = tmp_path / "functions"
     functions.mkdir()
     real = {d.name: d for d in (ROOT / "functions").iterdir() if d.is_dir()}
-    for job_type in handlers or {}:
-        assert job_type in real, f"no functions/{job_type} in the repository to stand in for"
+    # A route's directory is its name: the type's letters and digits (template.yaml's &Routes).
+    swapped = {job_type.replace("-", ""): directory for job_type, directory in (handlers or {}).items()}
+    for route in swapped:
+        assert route in real, f"no functions/{route} in the repository to stand in for"
     for name, directory in real.items():
-        (functions / name).symlink_to((handlers or {}).get(name, directory), target_is_directory=True)
+        (functions / name).symlink_to(swapped.get(name, directory), target_is_directory=True)
     path = tmp_path / "template.yaml"
     path.write_text(text, encoding="utf-8")
     return path

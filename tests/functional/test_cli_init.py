@@ -73,7 +73,9 @@ def test_init_creates_an_application_whose_demo_tests_and_build_pass(
     assert [p.logical_id for p in local.ssm_parameters] == [f"{stem(TYPE)}Route"]
     assert f'"type":"{TYPE}"' in local.ssm_parameters[0].value and "WORKERLESS_ROUTES:" not in text
     assert 'stack_name = "orders-app"' in (app / "samconfig.toml").read_text(encoding="utf-8")
-    assert sorted(p.name for p in (app / "functions").iterdir()) == sorted(["deadletter", "heartbeat", "poller", TYPE])
+    assert sorted(p.name for p in (app / "functions").iterdir()) == sorted(
+        ["deadletter", "heartbeat", "poller", stem(TYPE)]
+    )
     # Tests for its handlers only: none of the framework's suite.
     assert [p.relative_to(app).as_posix() for p in (app / "tests").rglob("*.py")] == [
         f"tests/unit/test_handler_{TYPE.replace('-', '_')}.py"

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from workerless_devkit import cli
-from workerless_devkit.devtools.scaffold import template_job_types
+from workerless_devkit.devtools.scaffold import stem, template_job_types
 from workerless_devkit.devtools.status import topology_status
 from workerless_devkit.emulators import RunningEmulator
 from workerless_devkit.local import LocalTopology
@@ -81,7 +81,7 @@ def test_new_handler_scaffolds_files_and_a_template_that_still_validates(
     before = (project / "template.yaml").read_text(encoding="utf-8")
     code, out, err = run(capsys, "new-handler", TYPE, "--template", str(project / "template.yaml"))
     assert code == 0, err
-    app = project / "functions" / TYPE / "app.py"
+    app = project / "functions" / stem(TYPE) / "app.py"
     test = project / "tests" / "unit" / f"test_handler_{TYPE.replace('-', '_')}.py"
     event = project / "events" / f"sqs-{TYPE}.json"
     for path in (app, test, event):
@@ -89,7 +89,7 @@ def test_new_handler_scaffolds_files_and_a_template_that_still_validates(
     assert "from workerless import Job, job_handler" in app.read_text()
     after = (project / "template.yaml").read_text(encoding="utf-8")
     assert template_job_types(after) == [*template_job_types(before), TYPE]
-    assert len(after.splitlines()) == len(before.splitlines()) + 1
+    assert len(after.splitlines()) == len(before.splitlines()) + 2  # its route, and the route's Type
 
     cfn_lint = Path(sys.executable).parent / "cfn-lint"
     lint = subprocess.run(
@@ -143,9 +143,9 @@ def test_new_handler_refuses_an_existing_type_and_leaves_everything_as_it_was(
     assert code == 2 and "reserved" in err
 
     # A directory left behind (no template entry): refused before anything is written.
-    (project / "functions" / "half-done").mkdir()
+    (project / "functions" / "halfdone").mkdir()
     code, _, err = run(capsys, "new-handler", "half-done", "--template", str(template))
-    assert code == 2 and "functions/half-done is there" in err
+    assert code == 2 and "functions/halfdone is there" in err
     assert template.read_text(encoding="utf-8") == before
     assert not (project / "events" / "sqs-half-done.json").exists()
 

@@ -35,7 +35,7 @@ class InjectedServerError(JsonRESTError):
 
 
 def load_handler(job_type: str) -> Any:
-    return testing.load_handler(ROOT / "functions" / job_type / "app.py")
+    return testing.load_handler(ROOT / "functions" / job_type.replace("-", "") / "app.py")
 
 
 def test_a_failing_result_store_is_tried_until_it_lands_not_four_times(

@@ -110,7 +110,7 @@ def _spied(engine: FakeEngine, spy: SpyQueues) -> Wiring:
 
 
 def load_handler(job_type: str) -> Any:
-    return testing.load_handler(ROOT / "functions" / job_type / "app.py")
+    return testing.load_handler(ROOT / "functions" / job_type.replace("-", "") / "app.py")
 
 
 def _queue_job(aws: Aws, job: ActivatedJob) -> dict[str, Any]:

@@ -32,7 +32,7 @@ def without_statement(text: str, role: str, sid: str) -> str:
     indented deeper).
 
     ``role`` is a logical ID as written in the template: a library role (``PollerFunctionRole``), or
-    the route loop's ``"&{JobType}FunctionRole"``, whose statement is then cut from every route's role."""
+    the route loop's ``"${Route}FunctionRole"``, whose statement is then cut from every route's role."""
     match = re.search(rf"\n[ ]*{re.escape(role)}:\n", text)
     assert match is not None, f"no resource {role} in the template"
     start = match.start()
@@ -173,7 +173,7 @@ def test_a_role_that_cannot_poll_its_event_queue_is_refused_at_start(tmp_path: P
     """GIVEN the routes' handler role without its event source statement WHEN the topology starts THEN
     it is refused as Lambda's CreateEventSourceMapping refuses it, naming the first route's function,
     event and queue."""
-    text = without_statement(TEMPLATE.read_text(encoding="utf-8"), '"&{JobType}FunctionRole"', "JobEventSource")
+    text = without_statement(TEMPLATE.read_text(encoding="utf-8"), '"${Route}FunctionRole"', "JobEventSource")
     first = stem(template_job_types(text)[0])
     topo = LocalTopology(template_copy(tmp_path, text), None)
     with pytest.raises(TemplateError) as caught:

@@ -307,9 +307,9 @@ def test_domain_route_leases_only_its_domain_queue(serve: Serve, tmp_path: Path,
     only charge scope is queues:lease:charge-payment:eu-west, and charges on both queues
     THEN the eu-west charges are leased and completed, the plain charge-payment ones stay queued
     (never leased, never asked for), and no poll is refused."""
-    routes = "    generate-report: {Timing: 1}\n"
+    route = "    chargepayment: {Type: charge-payment}\n"
     template = template_variant(
-        tmp_path, {routes: routes + '    charge-payment: {EngineQueue: "charge-payment:eu-west"}\n'}
+        tmp_path, {route: '    chargepayment: {Type: charge-payment, EngineQueue: "charge-payment:eu-west"}\n'}
     )
     others = [t for t in template_job_types(TEMPLATE.read_text(encoding="utf-8")) if t != "charge-payment"]
     emulator, url, env_file = serve(

@@ -70,7 +70,7 @@ def logs() -> Iterator[list[dict[str, Any]]]:
 
 
 def charge_handler() -> Any:
-    spec = importlib.util.spec_from_file_location("obs_charge_app", ROOT / "functions" / "charge-payment" / "app.py")
+    spec = importlib.util.spec_from_file_location("obs_charge_app", ROOT / "functions" / "chargepayment" / "app.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

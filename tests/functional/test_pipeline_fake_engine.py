@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def load_handler(job_type: str) -> Any:
-    return testing.load_handler(ROOT / "functions" / job_type / "app.py")
+    return testing.load_handler(ROOT / "functions" / job_type.replace("-", "") / "app.py")
 
 
 def run_handler(aws: Aws, job_type: str, **context: Any) -> dict[str, Any]:

@@ -67,7 +67,7 @@ def handle(aws: Aws, job: ActivatedJob) -> dict[str, Any]:
     queue = aws.queues[job.ref.job_type]
     aws.sqs.send_message(QueueUrl=queue, MessageBody=job.to_message())
     event = aws.receive_event(queue)
-    handler = testing.load_handler(ROOT / "functions" / job.ref.job_type / "app.py")
+    handler = testing.load_handler(ROOT / "functions" / job.ref.job_type.replace("-", "") / "app.py")
     response: dict[str, Any] = handler(event, FakeContext())
     aws.settle(queue, event, response)
     return response

@@ -27,7 +27,7 @@ import pytest
 from workerless.engines import ENGINE_NAMES
 from workerless.model import ActivatedJob
 from workerless.ticket import Ticket
-from workerless_devkit.devtools.scaffold import stem, template_job_types
+from workerless_devkit.devtools.scaffold import template_route_types
 from workerless_devkit.local.extensions import expand_language_extensions
 from workerless_devkit.local.template import parse_template_text
 
@@ -35,11 +35,11 @@ ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"
 SUBPROCESS_TIMEOUT = 120
 
-#: Job type (directory under functions/) -> logical-ID stem (&{JobType}), read from the template's
-#: route loop: a scaffolded type is checked like the examples.
-JOB_TYPES = {t: stem(t) for t in template_job_types(TEMPLATE.read_text(encoding="utf-8"))}
+#: Job type -> its route's name (its directory under functions/ and logical-ID stem, ${Route}), read
+#: from the template's route loop: a scaffolded type is checked like the examples.
+JOB_TYPES = {t: route for route, t in template_route_types(TEMPLATE.read_text(encoding="utf-8")).items()}
 LIBRARY_FUNCTIONS = {"PollerFunction": "poller", "HeartbeatFunction": "heartbeat", "DeadLetterFunction": "deadletter"}
-ALL_FUNCTIONS = {**LIBRARY_FUNCTIONS, **{f"{c}Function": t for t, c in JOB_TYPES.items()}}
+ALL_FUNCTIONS = {**LIBRARY_FUNCTIONS, **{f"{route}Function": route for route in JOB_TYPES.values()}}
 
 # Run by .venv-sam's python: the same translator `sam validate` and CloudFormation use, fed the
 # template after AWS::LanguageExtensions (expanded by local mode's expander, which keeps every Ref
@@ -341,7 +341,7 @@ def test_routes_are_one_parameter_per_job_type_naming_its_queue(source: dict[str
     default_max = cfn["Parameters"]["MaxInFlight"]["Default"]
     for job_type, camel in JOB_TYPES.items():
         props = parameters[f"{camel}Route"]["Properties"]
-        assert props["Name"] == {"Fn::Sub": f"{ROUTES_PATH}/{job_type}"}
+        assert props["Name"] == {"Fn::Sub": f"{ROUTES_PATH}/{camel}"}
         assert (props["Type"], props["Tier"]) == ("String", "Standard")
         route = _sub_route(cfn, props["Value"])
         (queue,) = _event_source_queues(cfn, f"{camel}Function")
@@ -535,7 +535,8 @@ def test_a_failed_watchdog_tick_is_not_retried(cfn: dict[str, Any]) -> None:
 
 
 def _route_setting(source: dict[str, Any], job_type: str, name: str, default: Any) -> Any:
-    return ((source.get("Mappings") or {}).get("Routes") or {}).get(job_type, {}).get(name, default)
+    """A route's setting in Mappings.Routes (keyed by the route's name), else ``default``."""
+    return ((source.get("Mappings") or {}).get("Routes") or {}).get(JOB_TYPES[job_type], {}).get(name, default)
 
 
 @pytest.mark.parametrize("job_type", sorted(JOB_TYPES))
@@ -743,6 +744,11 @@ def _s3_grants(cfn: dict[str, Any], function: str) -> set[tuple[str, str]]:
             assert statement["Sid"].startswith("ClaimCheck"), statement
             for resource in _as_list(statement["Resource"]):
                 text = resource["Fn::Sub"]
+                if isinstance(text, list):  # [text, {variable: value}]: a route's own prefix (its Type)
+                    text, variables = text
+                    for name, value in variables.items():
+                        assert isinstance(value, str), f"{function}: ${{{name}}} left unresolved: {value!r}"
+                        text = text.replace(f"${{{name}}}", value)
                 assert text.startswith("${PayloadBucket.Arn}/"), text
                 grants |= {(a, text.removeprefix("${PayloadBucket.Arn}")) for a in actions}
     return grants

@@ -63,7 +63,7 @@ def test_a_handler_runs_through_the_whole_local_pipeline_against_an_emulator(
     predicts, and the invocations wrote EMF metrics counting it."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("charge_app", ROOT / "functions" / "charge-payment" / "app.py")
+    spec = importlib.util.spec_from_file_location("charge_app", ROOT / "functions" / "chargepayment" / "app.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -90,12 +90,12 @@ def test_a_handler_runs_through_the_whole_local_pipeline_against_an_emulator(
     assert sum(v for d in completed for v in d["JobsCompleted"]) == 1
 
 
-def test_load_handler_imports_a_function_directory_that_is_not_a_package_name(tmp_path: Path) -> None:
+def test_load_handler_loads_a_functions_app_module_afresh_each_time(tmp_path: Path) -> None:
     from workerless.testing import load_handler
 
-    handler = load_handler(ROOT / "functions" / "send-receipt" / "app.py")
+    handler = load_handler(ROOT / "functions" / "sendreceipt" / "app.py")
     assert handler.job_type == "send-receipt"  # type: ignore[attr-defined]
-    assert load_handler(str(ROOT / "functions" / "send-receipt" / "app.py")) is not handler  # a fresh module
+    assert load_handler(str(ROOT / "functions" / "sendreceipt" / "app.py")) is not handler  # a fresh module
     (tmp_path / "app.py").write_text("value = 1\n")
     with pytest.raises(AttributeError, match="defines no 'handler'"):
         load_handler(tmp_path / "app.py")

@@ -152,7 +152,8 @@ def test_route_parameters_become_the_routes() -> None:
         ({f"{PATH}/a": "{not json"}, f"{PATH}/a", "is not JSON"),
         ({f"{PATH}/a": json.dumps({"type": "a"})}, f"{PATH}/a", "is not a route at queue"),
         ({f"{PATH}/a": _route("a", max=0)}, f"{PATH}/a", "is not a route at max"),
-        ({f"{PATH}/a": _route("b")}, f"{PATH}/a", "another job type"),
+        # Parameters are named for their routes, not their types: two routes of one type are refused.
+        ({f"{PATH}/a": _route("a"), f"{PATH}/b": _route("a")}, "WORKERLESS_ROUTES_PATH", "routed twice"),
     ],
 )
 def test_a_missing_or_malformed_route_is_a_clear_configuration_error(

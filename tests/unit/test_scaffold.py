@@ -1,4 +1,5 @@
-"""new-handler's template edit: one line, on a copy of the template in a tree of the test's own."""
+"""new-handler's template edit: two lines (its route, and the route's type), on a copy of the template in a
+tree of the test's own."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ TEMPLATE = ROOT / "template.yaml"
 TYPE = "zz-scaffold-probe"
 
 
-def test_adding_a_type_adds_one_line_and_generates_its_route() -> None:
+def test_adding_a_type_adds_its_route_and_the_routes_type_and_generates_the_rest() -> None:
     before = TEMPLATE.read_text(encoding="utf-8")
     after, ids = add_job_type(before, TYPE)
     changed = [
@@ -26,8 +27,9 @@ def test_adding_a_type_adds_one_line_and_generates_its_route() -> None:
     ]
     added = [line for line in changed if line.startswith("+")]
     removed = [line for line in changed if line.startswith("-")]
-    # The new type joins the job-type list; everything of its route is generated from it.
-    assert removed == [] and added == [f"+      - {TYPE}"], changed
+    # The type's route joins the routes list and Mappings.Routes names its engine job type; everything
+    # of the route is generated from those two lines.
+    assert removed == [] and added == [f"+    {stem(TYPE)}: {{Type: {TYPE}}}", f"+      - {stem(TYPE)}"], changed
     assert template_job_types(after) == [*template_job_types(before), TYPE]
     assert f"{stem(TYPE)}Function" in ids
 
@@ -38,7 +40,7 @@ def test_the_scaffolded_type_runs_locally_with_its_own_function_queue_and_route(
     assert all(path.is_file() for path in done.files)
     template = load_template(tmp_path / "template.yaml")
     function = template.function(f"{stem(TYPE)}Function")
-    assert function.code_dir == (tmp_path / "functions" / TYPE).resolve()
+    assert function.code_dir == (tmp_path / "functions" / stem(TYPE)).resolve()
     assert [e.queue_id for e in function.sqs_events] == [f"{stem(TYPE)}Queue"]
     # Its job queue dead-letters to the one job dead-letter queue every route shares.
     assert template.queue(f"{stem(TYPE)}Queue").dead_letter_queue_id == "JobDeadLetterQueue"
@@ -46,7 +48,7 @@ def test_the_scaffolded_type_runs_locally_with_its_own_function_queue_and_route(
     assert template.function("DeadLetterFunction").sqs_events == ()
     assert template.environment()["WORKERLESS_DEAD_LETTER_QUEUE_URL"] == template.queue("JobDeadLetterQueue").url
     (route,) = [p for p in template.ssm_parameters if p.logical_id == f"{stem(TYPE)}Route"]
-    assert route.name == f"/workerless/workerless-local/routes/{TYPE}"
+    assert route.name == f"/workerless/workerless-local/routes/{stem(TYPE)}"
     assert f'"type":"{TYPE}"' in route.value and template.queue(f"{stem(TYPE)}Queue").url in route.value
     assert "WORKERLESS_ROUTES" not in template.environment()
 

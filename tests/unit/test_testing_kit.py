@@ -151,7 +151,7 @@ def test_load_handler_finds_a_relative_path_from_the_test_file_in_any_working_di
     # GIVEN a working directory that is not the project's root
     monkeypatch.chdir(tmp_path)
     # WHEN a test loads a function by its path from the root THEN it is found from this file upward
-    handler = load_handler("functions/charge-payment/app.py")
+    handler = load_handler("functions/chargepayment/app.py")
     assert_completed(run_handler(handler, {"orderId": "7", "amount": 12.5}), paymentOk=True)
     # ... and a path found nowhere says where it looked
     with pytest.raises(FileNotFoundError, match=r"'functions/nope/app.py': not found from .* nor from .*tests/unit"):

@@ -19,14 +19,13 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from workerless_devkit.devtools.scaffold import ScaffoldError, planned_files, validate_job_type, with_job_types
+from workerless_devkit.devtools.scaffold import ScaffoldError, planned_files, stem, validate_job_type, with_job_types
 
 #: The library's own functions, copied as they are.
 LIBRARY_FUNCTIONS = ("poller", "heartbeat", "deadletter")
 #: What of layers/workerless the application needs (no build output, no caches).
 _LAYER_IGNORE = shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc", ".pytest_cache", ".mypy_cache")
 _STACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,127}$")
-_MAPPING_ROUTES = re.compile(r"^(?P<indent>[ ]*)Routes:[ ]*\n(?P<entries>(?:(?P=indent)[ ]{2}[^\n]*\n)+)", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -52,15 +51,14 @@ def source_checkout() -> Path:
 
 
 def application_template(text: str, job_type: str) -> str:
-    """The checkout's template.yaml with ``job_type`` as its one route (the job-type list, and its
-    Mappings.Routes entry: every per-route setting, MaxInFlight and EngineQueue included, lives there)."""
+    """The checkout's template.yaml with ``job_type`` as its one route (the routes list, and its
+    Mappings.Routes line: every per-route setting, MaxInFlight and EngineQueue included, lives there)."""
     text = with_job_types(text, [job_type])
-    overrides = _MAPPING_ROUTES.search(text)
-    if overrides is None:
-        raise ScaffoldError("the checkout's template.yaml has no Mappings.Routes", key="init")
-    # A mapping needs an entry; this one is the defaults written out, to show the shape.
-    example = f"{overrides.group('indent')}  {job_type}: {{MemorySize: 256}}\n"
-    return text[: overrides.start("entries")] + example + text[overrides.end("entries") :]
+    line = f"{stem(job_type)}: {{Type: {job_type}}}"
+    if line not in text:
+        raise ScaffoldError("the checkout's template.yaml has no Mappings.Routes line for the route", key="init")
+    # The defaults written out, to show where a route's settings go.
+    return text.replace(line, f"{stem(job_type)}: {{Type: {job_type}, MemorySize: 256}}", 1)
 
 
 def _pyproject(name: str, checkout: Path) -> str:
@@ -137,7 +135,7 @@ functions. Created by `workerless init`.
 
 ```
 template.yaml           the SAM application: one route (queues, role, function) per job type
-functions/{job_type}/   the example handler; poller, heartbeat, deadletter are the library's
+functions/{stem(job_type)}/   the example handler ({job_type} jobs); poller, heartbeat, deadletter are the library's
 layers/workerless/      the workerless runtime (the Lambda layer ships it and nothing else)
 devkit/                 the workerless devkit: the CLI, engine emulators, local mode, pytest fixtures
 events/                 sample Lambda events
@@ -150,8 +148,9 @@ make test    # your handlers' tests
 make build   # sam build (needs a CPython 3.12 for the layer's bytecode)
 ```
 
-Add a job type: `.venv/bin/workerless new-handler ship-parcel` writes `functions/ship-parcel/app.py`,
-its test and its event, and adds the type to `template.yaml`'s job-type list (one line).
+Add a job type: `.venv/bin/workerless new-handler ship-parcel` writes `functions/shipparcel/app.py`,
+its test and its event, and adds its route to `template.yaml` (the routes list and a Mappings.Routes
+line naming the engine's job type).
 Deploy with `.venv-sam/bin/sam deploy --guided` (it asks for the engine secret's ARN).
 """
 

@@ -83,14 +83,20 @@ def invoke_handler(
     functions_dir: str | Path = "functions",
     retries: int = 3,
 ) -> dict[str, Any]:
-    """Run ``functions_dir/<job_type>/app.py``'s handler on one made-up job of ``job_type``.
+    """Run the handler of ``job_type``'s route (``functions_dir/<route>/app.py``, the route named by
+    the type's letters and digits; a directory named as the type itself is taken first) on one
+    made-up job of ``job_type``.
 
     Returns ``{"job": {...}, "outcome": {...}, "logs": [...]}``: the made-up job's id, type and
     retries, the outcome that would be reported, and the lines the handler sent with ``job.log``.
     """
     from workerless.testing import make_activated_job, run_handler
 
+    from workerless_devkit.devtools.scaffold import stem
+
     app = Path(functions_dir) / job_type / "app.py"
+    if not app.is_file():
+        app = Path(functions_dir) / stem(job_type) / "app.py"
     if not app.is_file():
         raise ConfigurationError(_no_handler(job_type, Path(functions_dir), app), key="TYPE")
     handler = _load(app)
@@ -120,7 +126,7 @@ def _no_handler(job_type: str, functions_dir: Path, app: Path) -> str:
     close = difflib.get_close_matches(job_type, known, n=1, cutoff=0.75)
     if close:
         return f"no handler for job type {job_type!r} ({app} does not exist): did you mean {close[0]!r}?"
-    listed = f" (job types here: {', '.join(known)})" if known else ""
+    listed = f" (routes here: {', '.join(known)})" if known else ""
     return (
         f"no handler for job type {job_type!r}: {app} does not exist{listed}; scaffold one with "
         f"`workerless new-handler {job_type}`"

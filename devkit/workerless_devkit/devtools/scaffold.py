@@ -1,16 +1,22 @@
 """``workerless new-handler TYPE``: a new job type's files, and its wiring in template.yaml.
 
+A job type is served by a route whose name is the type's letters and digits (``ship-parcel`` ->
+``shipparcel``): the route's handler directory and the stem of its logical IDs. The name cannot
+keep the hyphen: `sam package` finds a loop function's code only under a ``${Route}`` logical ID,
+which CloudFormation allows letters and digits only (template.yaml's header says more).
+
 Files (each refused if it exists)::
 
-    functions/<type>/app.py                 the handler (``from workerless import Job, job_handler``)
+    functions/<route>/app.py                the handler (``from workerless import Job, job_handler``)
     tests/unit/test_handler_<type_>.py      its test, on the workerless.testing kit
     events/sqs-<type>.json                  an SQS event of one job, like events/sqs-charge-payment.json
 
-template.yaml's routes are data: the type joins the job types list (&JobTypes, the collection of the
-route loop that generates its queues, role, function, grants, alarms, outputs and the SSM parameter
-the poller reads the route from). That is one line, edited as text (comments and layout stay as they
-are), and all there is to do: the route's settings default (Mappings.Routes overrides them) and the
-dashboard finds every route by SEARCH. Nothing is written unless every check passed.
+template.yaml's routes are data: the route joins the routes list (&Routes, the collection of the route
+loop that generates its queues, role, function, grants, alarms, outputs and the SSM parameter the
+poller reads the route from), and Mappings.Routes gets its line naming the engine's job type
+(``shipparcel: {Type: ship-parcel}``, where the route's settings go too). Both are text edits
+(comments and layout stay as they are), and all there is to do: the dashboard finds every route by
+SEARCH. Nothing is written unless every check passed.
 
 Example:
     >>> stem("charge-payment")
@@ -74,8 +80,8 @@ def validate_job_type(job_type: str) -> str:
 
 
 def stem(job_type: str) -> str:
-    """The logical-ID stem of a job type: what template.yaml's ``&{JobType}`` makes of it (its
-    alphanumeric characters: ``send-receipt`` -> ``sendreceipt``)."""
+    """The name of the route that serves a job type: its letters and digits (``send-receipt`` ->
+    ``sendreceipt``), the route's handler directory and the stem of its logical IDs."""
     return re.sub(r"[^A-Za-z0-9]", "", job_type)
 
 
@@ -101,8 +107,10 @@ def resource_ids(job_type: str) -> list[str]:
 # ------------------------------------------------------------------------------------------------
 # template.yaml: a text edit (comments, order and layout stay as they are; the diff is one line)
 
-#: The job types: a YAML sequence anchored &JobTypes (the route loop's collection).
-_JOB_TYPES = re.compile(r"^(?P<indent>[ ]*)- &JobTypes[ ]*\n(?P<items>(?:(?P=indent)[ ]{2}- [^\n]*\n)+)", re.MULTILINE)
+#: The routes: a YAML sequence anchored &Routes (the route loop's collection).
+_ROUTES = re.compile(r"^(?P<indent>[ ]*)- &Routes[ ]*\n(?P<items>(?:(?P=indent)[ ]{2}- [^\n]*\n)+)", re.MULTILINE)
+#: Mappings.Routes: one line per route (its Type and settings).
+_ROUTE_SETTINGS = re.compile(r"^(?P<indent>[ ]*)Routes:[ ]*\n(?P<entries>(?:(?P=indent)[ ]{2}[^\n]*\n)+)", re.MULTILINE)
 
 
 def _yaml() -> Any:
@@ -111,55 +119,97 @@ def _yaml() -> Any:
     return YAML(typ="rt")  # round-trip: reads the short tags (!Ref, !Sub) without knowing them
 
 
-def template_job_types(text: str) -> list[str]:
-    """The job types of template.yaml's route loop (the &JobTypes list), in order."""
-    found = _JOB_TYPES.search(text)
+def template_routes(text: str) -> list[str]:
+    """The routes of template.yaml's route loop (the &Routes list), in order."""
+    found = _ROUTES.search(text)
     if found is None:
         raise ScaffoldError(
-            "template has no job type list anchored &JobTypes (the collection of its route loop)", key="JobTypes"
+            "template has no route list anchored &Routes (the collection of its route loop)", key="Routes"
         )
     return [line.strip()[2:].strip().strip("\"'") for line in found.group("items").splitlines()]
 
 
+def template_route_types(text: str) -> dict[str, str]:
+    """{route: the engine's job type} of template.yaml's routes: Mappings.Routes' Type, else the name."""
+    routes = template_routes(text)
+    settings = ((_yaml().load(text) or {}).get("Mappings") or {}).get("Routes") or {}
+    types = {}
+    for route in routes:
+        entry = settings.get(route) or {}
+        types[route] = str(entry.get("Type", route)) if isinstance(entry, dict) else route
+    return types
+
+
+def template_job_types(text: str) -> list[str]:
+    """The engine job types of template.yaml's routes, in the &Routes list's order."""
+    return list(template_route_types(text).values())
+
+
 def route_types(text: str) -> list[tuple[str, str]]:
     """(job type, queue logical id) of each route of template.yaml's route loop, in order."""
-    return [(job_type, f"{stem(job_type)}Queue") for job_type in template_job_types(text)]
+    return [(job_type, f"{route}Queue") for route, job_type in template_route_types(text).items()]
+
+
+def _route_line(indent: str, route: str, job_type: str) -> str:
+    return f"{indent}  {route}: {{Type: {job_type}}}\n"
 
 
 def with_job_types(text: str, job_types: list[str]) -> str:
-    """template.yaml's text with exactly ``job_types`` as its routes, in that order (the job-type
-    list; Mappings.Routes is left as it is: an entry for a type not listed is unused)."""
+    """template.yaml's text with exactly ``job_types`` as its routes, in that order: the &Routes list,
+    and Mappings.Routes holding one line per route (a route kept keeps its line; the others go)."""
     for job_type in job_types:
         validate_job_type(job_type)
     if not job_types:
         raise ScaffoldError("no job types given", key="TYPE")
-    template_job_types(text)  # raises when the list is missing
-    listed = _JOB_TYPES.search(text)
+    template_routes(text)  # raises when the list is missing
+    kept = {line.strip().split(":", 1)[0]: line for line in _settings_block(text).group("entries").splitlines(True)}
+    settings = _settings_block(text)
+    indent = settings.group("indent")
+    entries = "".join(
+        kept[stem(t)] if stem(t) in kept and f"Type: {t}" in kept[stem(t)] else _route_line(indent, stem(t), t)
+        for t in job_types
+    )
+    text = text[: settings.start("entries")] + entries + text[settings.end("entries") :]
+    listed = _ROUTES.search(text)
     assert listed is not None
-    items = "".join(f"{listed.group('indent')}  - {t}\n" for t in job_types)
+    items = "".join(f"{listed.group('indent')}  - {stem(t)}\n" for t in job_types)
     return text[: listed.start("items")] + items + text[listed.end("items") :]
+
+
+def _settings_block(text: str) -> re.Match[str]:
+    found = _ROUTE_SETTINGS.search(text)
+    if found is None:
+        raise ScaffoldError("template has no Mappings.Routes (one line per route)", key="Routes")
+    return found
 
 
 def add_job_type(text: str, job_type: str) -> tuple[str, list[str]]:
     """template.yaml's text with job type ``job_type`` added; returns (new text, logical IDs it generates).
 
-    One line changes: the type joins the &JobTypes list (its route, SSM parameter included, is
-    generated from it). Raises :class:`ScaffoldError` when the type is malformed or reserved, when
-    it (or a type with the same logical-ID stem) is already there, or when the template lacks the list.
+    Two lines change: the type's route joins the &Routes list (its resources, SSM parameter included,
+    are generated from it), and Mappings.Routes gets ``<route>: {Type: <job type>}``. Raises
+    :class:`ScaffoldError` when the type is malformed or reserved, when it (or a type with the same
+    route name) is already there, or when the template lacks the list or the mapping.
     """
     validate_job_type(job_type)
-    types = template_job_types(text)
-    for existing in types:
+    route = stem(job_type)
+    for existing_route, existing in template_route_types(text).items():
         if existing == job_type:
-            raise ScaffoldError(f"job type {job_type!r} is already in the template's job types", key="TYPE")
-        if stem(existing) == stem(job_type):
+            raise ScaffoldError(f"job type {job_type!r} is already in the template's routes", key="TYPE")
+        if existing_route == route:
             raise ScaffoldError(
-                f"job type {job_type!r} would have the logical IDs of {existing!r} ({stem(job_type)}Queue, ...)",
+                f"job type {job_type!r} would have the route of {existing!r} ({route}: {route}Queue, ...)",
                 key="TYPE",
             )
-    listed = _JOB_TYPES.search(text)
-    assert listed is not None  # template_job_types found it
-    item = f"{listed.group('indent')}  - {job_type}\n"
+    settings = _settings_block(text)
+    text = (
+        text[: settings.end("entries")]
+        + _route_line(settings.group("indent"), route, job_type)
+        + text[settings.end("entries") :]
+    )
+    listed = _ROUTES.search(text)
+    assert listed is not None  # template_routes found it
+    item = f"{listed.group('indent')}  - {route}\n"
     return text[: listed.end("items")] + item + text[listed.end("items") :], resource_ids(job_type)
 
 
@@ -175,7 +225,8 @@ from workerless import Job, job_handler
 
 @job_handler("{job_type}")
 def handler(job: Job) -> dict:
-    # job.variables: the job's input; job.key: an idempotency key, stable across redeliveries.
+    # job.variables: the job's input. For an effect that must happen once however often the engine
+    # retries the job, use job.workflow_key as its idempotency key (job.key is new per attempt).
     # Return the variables to complete the job with. Raise workerless.TerminalError for input that
     # can never succeed (failed, no retries), workerless.ThrowError for a business error the
     # workflow handles, anything else to fail with a retry.
@@ -191,7 +242,7 @@ from pathlib import Path
 
 from workerless.testing import assert_completed, load_handler, run_handler
 
-handler = load_handler(Path(__file__).resolve().parents[2] / "functions" / "{job_type}" / "app.py")
+handler = load_handler(Path(__file__).resolve().parents[2] / "functions" / "{stem(job_type)}" / "app.py")
 
 
 def test_a_{job_type.replace("-", "_")}_job_completes() -> None:
@@ -241,7 +292,7 @@ def event_json(job_type: str, *, region: str = "us-east-1", account: str = "1234
 
 def planned_files(project: Path, job_type: str) -> dict[Path, str]:
     return {
-        project / "functions" / job_type / "app.py": handler_source(job_type),
+        project / "functions" / stem(job_type) / "app.py": handler_source(job_type),
         project / "tests" / "unit" / f"test_handler_{job_type.replace('-', '_')}.py": test_source(job_type),
         project / "events" / f"sqs-{job_type}.json": event_json(job_type),
     }
@@ -251,7 +302,7 @@ def scaffold_handler(job_type: str, *, template: str | Path = "template.yaml") -
     """Create the job type's files next to ``template`` and wire it into the template.
 
     Every check runs before anything is written: a malformed or reserved type, an existing
-    ``functions/<type>/`` (or test or event file), existing logical IDs or route all refuse with a
+    ``functions/<route>/`` (or test or event file), existing logical IDs or route all refuse with a
     :class:`ScaffoldError` that names what exists.
     """
     validate_job_type(job_type)
@@ -261,7 +312,7 @@ def scaffold_handler(job_type: str, *, template: str | Path = "template.yaml") -
     except OSError as exc:
         raise ScaffoldError(f"cannot read template {str(template_path)!r}: {exc.strerror}", key="template") from None
     project = template_path.absolute().parent
-    function_dir = project / "functions" / job_type
+    function_dir = project / "functions" / stem(job_type)
     if function_dir.exists():
         raise ScaffoldError(f"job type {job_type!r} already exists: {function_dir} is there", key="TYPE")
     files = planned_files(project, job_type)

@@ -89,11 +89,18 @@ def routes_in_text(text: str) -> list[tuple[str, str]]:
 
 
 def _sub_text(value: Any) -> str | None:
-    """The text of an ``Fn::Sub`` (string or [string, variables]) or of a plain string."""
+    """The text of an ``Fn::Sub`` (string or [string, variables]) or of a plain string; a variable
+    whose value is already a string (a route's Type, resolved by AWS::LanguageExtensions) is put in."""
     if isinstance(value, dict):
         value = value.get("Fn::Sub")
     if isinstance(value, list) and value:
-        value = value[0]
+        text, variables = value[0], value[1] if len(value) > 1 and isinstance(value[1], dict) else {}
+        if not isinstance(text, str):
+            return None
+        for name, item in variables.items():
+            if isinstance(item, str):
+                text = text.replace(f"${{{name}}}", item)
+        return text
     return value if isinstance(value, str) else None
 
 

@@ -55,16 +55,17 @@ class StubLambdaContext:
 def load_handler(path: str | Path, name: str = "handler") -> Callable[..., Any]:
     """Import a function's ``app.py`` by path and return its entry point (``handler``).
 
-    Function directories are named after job types (``functions/charge-payment``), which are not
-    importable package names; this loads the file as a module of its own, as Lambda does.
+    Every function's module is ``app`` (``functions/chargepayment/app.py``, ``functions/poller/app.py``),
+    so several cannot be imported by that name in one process; this loads the file as a module of its
+    own, as Lambda does.
 
     A relative ``path`` that is not there from the working directory is looked for from the calling
     file's directory and each one above it: a test in ``tests/unit/`` finds
-    ``functions/charge-payment/app.py`` at the project's root whichever directory pytest runs from.
+    ``functions/chargepayment/app.py`` at the project's root whichever directory pytest runs from.
 
     Example (an illustration: it needs a running engine or AWS, which tests/functional provide)::
 
-        handler = load_handler("functions/charge-payment/app.py")
+        handler = load_handler("functions/chargepayment/app.py")
     """
     import importlib.util
     import sys
