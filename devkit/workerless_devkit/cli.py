@@ -2,7 +2,7 @@
 
 ::
 
-    workerless local    [--template template.yaml] [--env-file .env] [--until-idle S] [--status-every S] ...
+    workerless local    [--template template.yaml | --bundle DIR] [--env-file .env] [--until-idle S] ...
     workerless emulate  ENGINE [--port N] [--auth on|off] [--jobs FILE]
     workerless demo     [--engine sheptra] [--jobs N] [--template template.yaml]
     workerless new-handler TYPE [--template template.yaml]
@@ -101,6 +101,13 @@ def build_parser() -> argparse.ArgumentParser:
         "engine named by the env file (a real engine or `workerless emulate`).",
     )
     local.add_argument("--template", default="template.yaml", help="SAM template (default: template.yaml)")
+    local.add_argument(
+        "--bundle",
+        default=None,
+        metavar="DIR",
+        help="run the stack a deploy creates instead: a deploy rehearsal's bundle directory (transformed.json and "
+        "its artifacts), created as a stack on the embedded CloudFormation; --template is then not read",
+    )
     local.add_argument("--env-file", default=None, help="engine connection values, dotenv (default: .env if present)")
     local.add_argument(
         "--parameter-overrides",
@@ -205,18 +212,25 @@ def cmd_local(args: argparse.Namespace) -> int:
     env_file = args.env_file
     if env_file is None and Path(".env").is_file():
         env_file = ".env"
-    topology = LocalTopology(
-        args.template,
-        env_file,
-        parameters=parse_overrides(args.parameter_overrides),
-        schedule_seconds=args.schedule_seconds,
-        log_format=_log_format(args),
-    )
-    print(_describe(topology), file=sys.stderr)
-    _check_engine_values(topology, env_file)
+    options: dict[str, Any] = {
+        "parameters": parse_overrides(args.parameter_overrides),
+        "schedule_seconds": args.schedule_seconds,
+        "log_format": _log_format(args),
+    }
+    bundle = getattr(args, "bundle", None)
+    if bundle is not None:
+        # What runs is read from the stack, which exists once the topology has started.
+        topology = LocalTopology.from_bundle(bundle, env_file, **options)
+    else:
+        topology = LocalTopology(args.template, env_file, **options)
+        print(_describe(topology), file=sys.stderr)
+        _check_engine_values(topology, env_file)
     code = EXIT_OK
     problem: str | None = None
     with _stop_on_signals() as stop, topology, _status_reporter(topology, args.status_every):
+        if bundle is not None:
+            print(_describe(topology), file=sys.stderr)
+            _check_engine_values(topology, env_file)
         try:
             if args.until_idle is not None:
                 problem = _run_until_idle(topology, args, stop)

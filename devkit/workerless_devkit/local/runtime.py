@@ -22,6 +22,12 @@
   (see :mod:`workerless_devkit.local.iam`);
 - reproduces Lambda's recursive loop detection (see :mod:`workerless_devkit.local.loop`).
 
+Or, from a rehearsal bundle (:meth:`LocalTopology.from_bundle`), it runs the stack a deploy creates:
+the bundle's transformed template created as a stack on moto's CloudFormation, and everything above
+read back from that stack (each function's handler, environment, timeout, memory, role and
+policies as created in IAM, event source mappings, queue attributes), the code from the uploaded
+artifacts (:mod:`workerless_devkit.local.stack`).
+
 It runs the template as written. A test that needs shorter timings passes them as template
 parameters (``parameters={"JobQueueVisibilityTimeout": "10", "HandlerTimeout": "10"}``); the only
 timing departure is ``schedule_seconds``, which a schedule's rate cannot express below a minute.
@@ -42,7 +48,9 @@ import json
 import logging
 import os
 import re
+import shutil
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -61,6 +69,7 @@ from workerless_devkit.local.context import LocalLambdaContext
 from workerless_devkit.local.engine_health import EngineHealth
 from workerless_devkit.local.iam.enforce import IamEnforcer
 from workerless_devkit.local.logs import LogFormat, application_levels, local_logging
+from workerless_devkit.local.stack.bundle import Bundle, load_bundle
 from workerless_devkit.local.summary import Summary, get_summary, reset_summary
 from workerless_devkit.local.template import (
     ACCOUNT_ID,
@@ -77,6 +86,8 @@ from workerless_devkit.local.template import (
 
 if TYPE_CHECKING:
     from workerless.wiring import Wiring
+
+    from workerless_devkit.local.stack import StackView
 
 log = logging.getLogger("workerless_devkit.local")
 
@@ -151,7 +162,7 @@ class LocalTopology:
     """The template's functions, queues and tables, running in this process.
 
     Args:
-        template_path: the SAM template.
+        template_path: the SAM template (None with ``bundle``).
         env_file: dotenv file with the engine's connection values (``WORKERLESS_ENV_FILE``); the
             engine is its ``WORKERLESS_ENGINE`` or is inferred from its keys.
         parameters: template parameter overrides (``{"TickSeconds": "2"}``), checked as
@@ -177,11 +188,13 @@ class LocalTopology:
         log_format: the runtime's log lines as CloudWatch gets them (``json``) or one short line
             each for a terminal (``readable``); either way at the template's LogLevel and naming
             the function that wrote them (:mod:`workerless_devkit.local.logs`).
+        bundle: run a rehearsal bundle's stack instead of a template (see :meth:`from_bundle`); its
+            stack name is the bundle's, and ``parameters`` override the bundle's own.
     """
 
     def __init__(
         self,
-        template_path: str | Path,
+        template_path: str | Path | None,
         env_file: str | Path | None = None,
         *,
         parameters: Mapping[str, str] | None = None,
@@ -196,12 +209,32 @@ class LocalTopology:
         enforce_iam: bool = True,
         engine_secret: bool = False,
         log_format: LogFormat = "json",
+        bundle: str | Path | None = None,
     ) -> None:
         if schedule_seconds is not None and schedule_seconds <= 0:
             raise ConfigurationError("schedule_seconds must be positive", key="schedule_seconds")
-        self.template: LocalTemplate = load_template(template_path, parameters=parameters, stack_name=stack_name)
-        # What AWS would refuse to deploy must not run locally either.
-        rules.check_template(self.template)
+        if (template_path is None) == (bundle is None):
+            raise ConfigurationError("LocalTopology runs a template or a rehearsal bundle: give exactly one")
+        self._template: LocalTemplate | None = None
+        self._bundle: Bundle | None = None
+        self._parameters = dict(parameters or {})
+        #: The stack read back from the embedded CloudFormation (a bundle's run, once started).
+        self.stack: StackView | None = None
+        self._code_dir: Path | None = None
+        if bundle is not None:
+            # The stack, and with it what runs, exists once start() has created it in the mock.
+            self._bundle = load_bundle(bundle)
+            stack_name = self._bundle.stack_name
+            if engine_secret:
+                raise ConfigurationError(
+                    "engine_secret is not supported with a bundle: its roles name the bundle's EngineSecretArn",
+                    key="engine_secret",
+                )
+        else:
+            assert template_path is not None
+            self._template = load_template(template_path, parameters=parameters, stack_name=stack_name)
+            # What AWS would refuse to deploy must not run locally either.
+            rules.check_template(self._template)
         self.stack_name = stack_name
         self.env_file = Path(env_file).resolve() if env_file is not None else None
         self.enforce_iam = enforce_iam
@@ -220,8 +253,8 @@ class LocalTopology:
         self._reset_summary = reset_summary
         self.log_format: LogFormat = log_format
         self._logging = contextlib.ExitStack()
-        # Computed now so a configuration error surfaces before anything starts.
-        self.environment: dict[str, str] = self._environment()
+        # Computed now so a configuration error surfaces before anything starts (a bundle's: at start).
+        self.environment: dict[str, str] = self._environment() if self._template is not None else {}
 
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -258,6 +291,29 @@ class LocalTopology:
         self.engine_health = EngineHealth()
         self._stopped_loops: list[StoppedLoop] = []
         self._limits = limits.LimitState()
+
+    @classmethod
+    def from_bundle(cls, bundle: str | Path, env_file: str | Path | None = None, **options: Any) -> LocalTopology:
+        """Run the stack a deploy creates, from a rehearsal bundle directory (bundle.json,
+        transformed.json, artifacts/; :mod:`workerless_devkit.local.stack.bundle`).
+
+        At :meth:`start`, inside the embedded AWS: the artifacts are uploaded, the stack is created
+        on moto's CloudFormation from transformed.json, and what runs is read back from it (see
+        :mod:`workerless_devkit.local.stack`); IAM enforcement holds each function to its role as
+        created in IAM. ``options`` are the constructor's (``parameters`` override the bundle's).
+
+        Example:
+            >>> with LocalTopology.from_bundle("rehearsal/", "emulator.env") as topology:  # doctest: +SKIP
+            ...     topology.run_until_idle(idle_seconds=3, max_seconds=60)
+        """
+        return cls(None, env_file, bundle=bundle, **options)
+
+    @property
+    def template(self) -> LocalTemplate:
+        """What runs: the template as local mode resolves it, or (from a bundle) the created stack's."""
+        if self._template is None:
+            raise RuntimeError("a bundle's stack is created at start(): the topology is not running yet")
+        return self._template
 
     # ------------------------------------------------------------------------------------------
     # Public API
@@ -369,6 +425,8 @@ class LocalTopology:
         add_response_watcher(self.engine_health.answered_by)
         try:
             self._apply_environment()
+            if self._bundle is not None:
+                self._create_stack(self._bundle)
             level = self.environment.get("POWERTOOLS_LOG_LEVEL") or "INFO"
             # Lambda's own filter on top (LoggingConfig ApplicationLogLevel), function by function.
             lambda_levels = application_levels(
@@ -377,7 +435,8 @@ class LocalTopology:
             self._logging.enter_context(
                 local_logging(level, self.log_format, self.engine_health, application_levels=lambda_levels)
             )
-            self._create_resources()
+            if self._bundle is None:
+                self._create_resources()
             if self.engine_secret:
                 self._create_engine_secret()
             if self.enforce_iam:
@@ -422,6 +481,9 @@ class LocalTopology:
         clear_settings()
         with contextlib.suppress(Exception):
             self._mock.stop()
+        if self._code_dir is not None:
+            shutil.rmtree(self._code_dir, ignore_errors=True)
+            self._code_dir = None
         self._started = False
 
     def run_until_idle(
@@ -683,6 +745,39 @@ class LocalTopology:
             for bucket in self.template.buckets:
                 s3.create_bucket(Bucket=bucket.name)
 
+    def _create_stack(self, bundle: Bundle) -> None:
+        """Create the bundle's stack in the mock and take what runs from it (instead of
+        :meth:`_create_resources`): the template, the environment, the queues."""
+        import boto3
+        from botocore.config import Config
+
+        from workerless_devkit.local.stack import load_stack
+
+        session = boto3.session.Session(region_name=REGION)
+        self._code_dir = Path(tempfile.mkdtemp(prefix=f"workerless-{bundle.stack_name}-"))
+        started = time.monotonic()
+        self.stack = load_stack(bundle, session, self._code_dir, parameters=self._parameters)
+        template = self.stack.template
+        log.info(
+            "stack %s created from %s in %.1f s: %d functions, %d queues; not created by moto's CloudFormation: %s",
+            bundle.stack_name,
+            bundle.transformed_path,
+            time.monotonic() - started,
+            len(template.functions),
+            len(template.queues),
+            ", ".join(sorted(self.stack.created.skipped)) or "-",
+        )
+        rules.check_template(template)
+        self._template = template
+        self.environment = self._environment()
+        self._apply_environment()
+        config = Config(retries={"mode": "standard", "max_attempts": 3})
+        self._sqs = session.client("sqs", config=config)
+        self._dynamodb = session.client("dynamodb", config=config)
+        for queue in template.queues:
+            self._queue_urls[queue.logical_id] = queue.url
+            self._queue_by_name[queue.name] = queue
+
     def _create_engine_secret(self) -> None:
         """The env file's engine values as an embedded secret, named to the functions as in AWS."""
         import boto3
@@ -700,6 +795,9 @@ class LocalTopology:
         """Render every function's role and refuse (or warn about) what AWS would, before anything runs."""
         from workerless_devkit.local.iam.roles import render_roles, secret_parameter
 
+        if self.stack is not None:  # a bundle's: the roles as created in IAM
+            self._install_enforcer(IamEnforcer(self.stack.roles, secret_arn=_embedded_secret_arn))
+            return
         overrides: dict[str, str] = {}
         if self._secret_arn is not None:
             name = secret_parameter(self.template)
@@ -710,7 +808,9 @@ class LocalTopology:
                 )
             overrides[name] = self._secret_arn
         roles = render_roles(self.template, parameters=overrides, stack_name=self.stack_name)
-        enforcer = IamEnforcer(roles, secret_arn=_embedded_secret_arn)
+        self._install_enforcer(IamEnforcer(roles, secret_arn=_embedded_secret_arn))
+
+    def _install_enforcer(self, enforcer: IamEnforcer) -> None:
         for warning in enforcer.check_platform(self.template):
             log.warning("IAM: %s", warning)
         self.iam = enforcer

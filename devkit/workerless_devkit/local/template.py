@@ -174,6 +174,8 @@ class FunctionSpec:
     sqs_events: tuple[SqsEventSpec, ...] = ()
     schedule_events: tuple[ScheduleEventSpec, ...] = ()
     ignored_events: tuple[str, ...] = ()
+    #: Its execution role's ARN (None: SAM generates one, which only a transformed template names).
+    role: str | None = None
 
     @property
     def arn(self) -> str:
@@ -261,6 +263,9 @@ class LocalTemplate:
     buckets: tuple[BucketSpec, ...] = ()
     #: Its SSM parameters (the routes').
     ssm_parameters: tuple[ParameterSpec, ...] = ()
+    #: Where it was read from: ``"template"`` (the devkit's resolution of template.yaml) or
+    #: ``"stack"`` (a stack created from a rehearsal bundle, :mod:`workerless_devkit.local.stack`).
+    source: str = "template"
 
     def parameters_under(self, path: str) -> dict[str, str]:
         """{name: value} of the SSM parameters directly under ``path`` (what GetParametersByPath,
@@ -379,6 +384,22 @@ def intrinsic_resolver(
     return _Resolver(data, base_dir=Path("."), parameters=parameters or {}, stack_name=stack_name).resolve
 
 
+def stack_resolver(
+    data: Mapping[str, Any], *, parameters: Mapping[str, str], stack_name: str, physical_ids: Mapping[str, str]
+) -> Any:
+    """:func:`intrinsic_resolver` for a template a stack was created from (no language extensions
+    left): a resource's name is its physical id in that stack (``physical_ids``: logical id ->
+    physical id as ListStackResources gives it), not local mode's ``{stack}-{LogicalId}``."""
+    return _Resolver(
+        data,
+        base_dir=Path("."),
+        parameters=parameters,
+        stack_name=stack_name,
+        expand=False,
+        physical_ids=physical_ids,
+    ).resolve
+
+
 # --------------------------------------------------------------------------------------------------
 # Resolution
 
@@ -397,16 +418,27 @@ def rate_seconds(expression: str) -> float | None:
 
 
 class _Resolver:
-    def __init__(self, data: Mapping[str, Any], *, base_dir: Path, parameters: Mapping[str, str], stack_name: str):
+    def __init__(
+        self,
+        data: Mapping[str, Any],
+        *,
+        base_dir: Path,
+        parameters: Mapping[str, str],
+        stack_name: str,
+        expand: bool = True,
+        physical_ids: Mapping[str, str] | None = None,
+    ):
         self.base_dir = base_dir
         self.stack_name = stack_name
+        self.physical_ids = dict(physical_ids or {})
         self.unset: list[str] = []
         self.params = self._parameters(data.get("Parameters") or {}, parameters)
         # CloudFormation expands AWS::LanguageExtensions (Fn::ForEach, ...) before anything else.
-        try:
-            data = expand_language_extensions(data, self.params)
-        except ExtensionError as exc:
-            raise TemplateError(str(exc)) from None
+        if expand:
+            try:
+                data = expand_language_extensions(data, self.params)
+            except ExtensionError as exc:
+                raise TemplateError(str(exc)) from None
         self.data = data
         resources = data.get("Resources")
         if not isinstance(resources, dict) or not resources:
@@ -453,6 +485,10 @@ class _Resolver:
     # -- references -----------------------------------------------------------------------------
 
     def physical_name(self, logical_id: str) -> str:
+        physical = self.physical_ids.get(logical_id)
+        if physical:
+            # A created stack's: a queue's physical id is its URL, the rest are names.
+            return physical.rsplit("/", 1)[-1] if physical.startswith("https://sqs.") else physical
         resource = self.resources[logical_id]
         props = resource.get("Properties") or {}
         rtype = resource["Type"]
@@ -859,7 +895,7 @@ class _Resolver:
         recursive = str(prop("RecursiveLoop", "Terminate"))
         if recursive not in ("Allow", "Terminate"):
             raise TemplateError(f"{lid}.RecursiveLoop must be Allow or Terminate, got {recursive!r}")
-        log_format, application_level, system_level = _logging_config(prop("LoggingConfig") or {}, lid)
+        log_format, application_level, system_level = logging_config(prop("LoggingConfig") or {}, lid)
         sqs_events: list[SqsEventSpec] = []
         schedules: list[ScheduleEventSpec] = []
         ignored: list[str] = []
@@ -906,7 +942,9 @@ class _Resolver:
                 )
             else:
                 ignored.append(f"{event_name} ({etype})")
+        role = prop("Role")
         return FunctionSpec(
+            role=None if role is None else str(role),
             logical_id=lid,
             function_name=self.physical_name(lid),
             code_dir=(self.base_dir / code_uri).resolve(),
@@ -930,7 +968,7 @@ SYSTEM_LOG_LEVELS = ("DEBUG", "INFO", "WARN")
 _LOGGING_KEYS = frozenset({"LogFormat", "ApplicationLogLevel", "SystemLogLevel", "LogGroup"})
 
 
-def _logging_config(config: Any, lid: str) -> tuple[str, str | None, str | None]:
+def logging_config(config: Any, lid: str) -> tuple[str, str | None, str | None]:
     """A function's LoggingConfig checked as Lambda checks it: its format, application and system
     levels. Lambda filters by level only in the JSON format and refuses a level with Text."""
     where = f"{lid}.LoggingConfig"
