@@ -156,6 +156,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--engine", choices=ENGINES, default="sheptra")
     demo.add_argument("--jobs", type=int, default=9, help="jobs to create, spread over the example types (default 9)")
     demo.add_argument("--template", default="template.yaml")
+    demo.add_argument(
+        "--bundle",
+        default=None,
+        metavar="DIR",
+        help="run the stack of a deploy rehearsal's bundle (`make rehearse` writes .cache/rehearsal/bundle): what "
+        "CloudFormation creates from the packaged template, code from the uploaded artifacts; the job types are "
+        "still read from --template",
+    )
     demo.add_argument("--max-seconds", type=float, default=50.0, help="give up after this long (default 50)")
     _add_log_format(demo)
     _add_schedule_option(demo, default=2.0)
@@ -500,12 +508,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory(prefix="workerless-demo-") as tmp:
             env_file = running.write_env_file(Path(tmp) / "demo.env")
             parameters = _demo_parameters(template, args, log_level=functions_level)
-            topology = LocalTopology(
-                template,
-                env_file,
-                parameters=parameters,
-                schedule_seconds=args.schedule_seconds,
-                log_format=_log_format(args),
+            options: dict[str, Any] = {
+                "parameters": parameters,
+                "schedule_seconds": args.schedule_seconds,
+                "log_format": _log_format(args),
+            }
+            topology = (
+                LocalTopology(template, env_file, **options)
+                if args.bundle is None
+                else LocalTopology.from_bundle(args.bundle, env_file, **options)
             )
             types = _demo_job_types(template)
             print(f"{args.engine} emulator on {running.url}; {args.jobs} job(s) of {', '.join(types)}")
@@ -514,7 +525,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 for i in range(args.jobs)
             ]
             progress = _Progress(emulator, ids, started)
-            print("starting the functions locally (embedded SQS and DynamoDB)...", flush=True)
+            where = "the template" if args.bundle is None else f"the stack of {args.bundle}"
+            print(f"starting the functions of {where} locally (embedded AWS: moto)...", flush=True)
             with _stop_on_signals() as stop, topology:
                 finished = topology.run_until(lambda: progress.update() or stop.is_set(), args.max_seconds)
                 finished = finished and not stop.is_set()

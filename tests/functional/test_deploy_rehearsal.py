@@ -394,3 +394,10 @@ def test_nothing_named_account_wide_is_shared_by_the_two_stacks(first: StackRehe
     assert all(
         str(p).startswith(("/workerless/workerless-rehearsal/", "/workerless/workerless-rehearsal-b/")) for p in paths
     )
+    # A layer's name is the region's and account's: each stack names its own after itself, so two
+    # stacks in one region would not publish versions of one layer. (moto's CloudFormation gives the
+    # layer version no physical ID: the name is read from the template CloudFormation receives.)
+    for item in (first, second):
+        transformed = _json(item.bundle, TRANSFORMED_FILE)
+        (layer,) = [r for r in transformed["Resources"].values() if r["Type"] == "AWS::Lambda::LayerVersion"]
+        assert layer["Properties"]["LayerName"] == f"{item.header.stack_name}-workerless"

@@ -9,8 +9,9 @@ template created as a stack on moto's CloudFormation, read back, and run.
 - The three example job types run through the stack-backed local mode against the Sheptra
   emulator over 127.0.0.1, every job final.
 
-The bundle is the deploy rehearsal's (``WORKERLESS_REHEARSAL_BUNDLE``, a bundle directory: bundle.json,
-transformed.json, artifacts/); without one these tests are skipped, naming why.
+The bundle is the deploy rehearsal's: this module rehearses one stack (us-east-1) itself, or takes a
+bundle directory a rehearsal wrote (``WORKERLESS_REHEARSAL_BUNDLE``: bundle.json, transformed.json,
+artifacts/; `make rehearse` writes .cache/rehearsal/bundle).
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ from workerless_devkit.local import LocalTopology
 from workerless_devkit.local.iam.roles import FunctionRole, render_roles
 from workerless_devkit.local.stack import StackView, load_bundle, load_stack
 from workerless_devkit.local.template import LocalTemplate, load_template
+from workerless_devkit.rehearsal import RehearsalOptions, StackTarget, rehearse
 
-from tests.functional.pipeline import TEMPLATE, wait_final
+from tests.functional.pipeline import ROOT, TEMPLATE, wait_final
+from tests.functional.test_template import _sam_path
 
 pytestmark = pytest.mark.slow
 
@@ -37,11 +40,25 @@ BUNDLE_ENV = "WORKERLESS_REHEARSAL_BUNDLE"
 
 
 @pytest.fixture(scope="module")
-def bundle_dir() -> Path:
+def bundle_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     value = os.environ.get(BUNDLE_ENV)
-    if not value:
-        pytest.skip(f"no rehearsal bundle: set {BUNDLE_ENV} to a bundle directory (the deploy rehearsal writes one)")
-    return Path(value)
+    if value:
+        return Path(value)
+    # The rehearsal of one stack: sam build (its own directory, the shared build cache) and package
+    # on moto's server, the transforms, the stack created; its bundle is what local mode runs here.
+    work = tmp_path_factory.mktemp("local-stack-rehearsal")
+    result = rehearse(
+        RehearsalOptions(
+            root=ROOT,
+            out=work / "bundle",
+            stacks=(StackTarget("workerless-rehearsal", "us-east-1"),),
+            build_dir=work / "build",
+            cache_dir=ROOT / ".cache" / "rehearsal" / "cache",
+            sam=str(_sam_path()),
+            try_deploy=False,
+        )
+    )
+    return result.stacks[0].bundle
 
 
 @pytest.fixture(scope="module")

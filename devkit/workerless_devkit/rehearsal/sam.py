@@ -13,6 +13,7 @@ Both are a :class:`PackagingError` here (CloudFormation would refuse the templat
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import re
 from collections.abc import Iterator, Mapping
@@ -32,24 +33,32 @@ GENERATED_MAPPING = re.compile(r"^SAMCodeUri|^SAMContentUri")
 
 
 def build(sam: SamCli, root: Path, build_dir: Path, cache_dir: Path, env: Mapping[str, str]) -> Path:
-    """`make build`'s `sam build` into ``build_dir`` (not the developer's .aws-sam); the built template."""
-    run(
-        [
-            str(sam.sam),
-            "build",
-            "--language-extensions",
-            "--build-dir",
-            str(build_dir),
-            "--cache-dir",
-            str(cache_dir),
-            "--cached",
-            "--parallel",
-        ],
-        # The layer's Makefile runs pip under the Python it is given (make build: .venv-sam's).
-        env={**env, "PYTHON": str(sam.python)},
-        cwd=root,
-        what="sam build",
-    )
+    """`make build`'s `sam build` into ``build_dir`` (not the developer's .aws-sam); the built template.
+
+    Two builds sharing ``cache_dir`` (two test modules on two xdist workers, or `make rehearse`
+    beside `make test`) take turns: `sam build --cached` rewrites the cache's entries in place.
+    """
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with (cache_dir.parent / f"{cache_dir.name}.lock").open("w") as lock:
+        # Blocks until the other build is done; the lock goes with the file when this one ends.
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        run(
+            [
+                str(sam.sam),
+                "build",
+                "--language-extensions",
+                "--build-dir",
+                str(build_dir),
+                "--cache-dir",
+                str(cache_dir),
+                "--cached",
+                "--parallel",
+            ],
+            # The layer's Makefile runs pip under the Python it is given (make build: .venv-sam's).
+            env={**env, "PYTHON": str(sam.python)},
+            cwd=root,
+            what="sam build",
+        )
     built = build_dir / "template.yaml"
     if not built.is_file():
         raise PackagingError(f"sam build succeeded but wrote no {built}")
