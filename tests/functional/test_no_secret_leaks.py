@@ -126,6 +126,10 @@ def test_no_credential_appears_in_any_log_line_or_exception(
                 handler_timeout=4.0,
                 long_reports=0,
                 max_seconds=8,  # enough for every error path; recovery is test_chaos_*'s business
+                # ... and on a busy machine, on until a job has completed (the run's subject is the
+                # logs of a working pipeline); 240 s is where it gives up, not a time it must beat.
+                at_least_completed=1,
+                give_up_seconds=240,
                 log_level="DEBUG",
                 on_emulator=spy.attach,
             )
