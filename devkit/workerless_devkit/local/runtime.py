@@ -759,9 +759,11 @@ class LocalTopology:
         if self.template.buckets:
             # The claim check's bucket (moto's S3, the same PutObject / GetObject calls as on AWS).
             # Its lifecycle rule is not emulated: nothing in a local run lives for a week.
+            from workerless_devkit.local.stack.create import create_bucket
+
             s3 = session.client("s3", config=config)
             for bucket in self.template.buckets:
-                s3.create_bucket(Bucket=bucket.name)
+                create_bucket(s3, bucket.name)
 
     def _create_stack(self, bundle: Bundle) -> None:
         """Create the bundle's stack in the mock and take what runs from it (instead of
