@@ -8,10 +8,14 @@ template created as a stack on moto's CloudFormation, read back, and run.
   <stack>-<LogicalId>-<suffix>, the inner loop <stack>-<LogicalId>): both are compared as <LogicalId>.
 - The three example job types run through the stack-backed local mode against the Sheptra
   emulator over 127.0.0.1, every job final.
+- Two stacks side by side (item 4): the rehearsal's second stack, another name in another region
+  (us-west-2), runs too, everything of it in its own region (queue URLs, ARNs, the IAM check, the
+  functions' AWS_REGION and so their clients).
 
-The bundle is the deploy rehearsal's: this module rehearses one stack (us-east-1) itself, or takes a
-bundle directory a rehearsal wrote (``WORKERLESS_REHEARSAL_BUNDLE``: bundle.json, transformed.json,
-artifacts/; `make rehearse` writes .cache/rehearsal/bundle).
+The bundles are the deploy rehearsal's: this module rehearses two stacks (us-east-1, then
+us-west-2 as `make rehearse` does) itself, or takes a bundle directory a rehearsal wrote
+(``WORKERLESS_REHEARSAL_BUNDLE``: bundle.json, transformed.json, artifacts/, and the second stack's
+bundle under others/; `make rehearse` writes .cache/rehearsal/bundle).
 """
 
 from __future__ import annotations
@@ -37,28 +41,41 @@ from tests.functional.test_template import _sam_path
 pytestmark = pytest.mark.slow
 
 BUNDLE_ENV = "WORKERLESS_REHEARSAL_BUNDLE"
+#: The two stacks of `make rehearse`: another name, another region.
+STACKS = (
+    StackTarget("workerless-rehearsal", "us-east-1"),
+    StackTarget("workerless-rehearsal-b", "us-west-2", alarms=False),
+)
 
 
 @pytest.fixture(scope="module")
-def bundle_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def bundles(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The first stack's bundle and the second's, of one rehearsal."""
     value = os.environ.get(BUNDLE_ENV)
     if value:
-        return Path(value)
-    # The rehearsal of one stack: sam build (its own directory, the shared build cache) and package
-    # on moto's server, the transforms, the stack created; its bundle is what local mode runs here.
+        others = sorted(p for p in (Path(value) / "others").glob("*") if p.is_dir())
+        assert len(others) == 1, f"{BUNDLE_ENV}={value}: expected one second stack's bundle under others/, {others}"
+        return Path(value), others[0]
+    # The rehearsal of two stacks: sam build (its own directory, the shared build cache) and package
+    # on moto's server, the transforms, the stacks created; their bundles are what local mode runs here.
     work = tmp_path_factory.mktemp("local-stack-rehearsal")
     result = rehearse(
         RehearsalOptions(
             root=ROOT,
             out=work / "bundle",
-            stacks=(StackTarget("workerless-rehearsal", "us-east-1"),),
+            stacks=STACKS,
             build_dir=work / "build",
             cache_dir=ROOT / ".cache" / "rehearsal" / "cache",
             sam=str(_sam_path()),
             try_deploy=False,
         )
     )
-    return result.stacks[0].bundle
+    return result.stacks[0].bundle, result.stacks[1].bundle
+
+
+@pytest.fixture(scope="module")
+def bundle_dir(bundles: tuple[Path, Path]) -> Path:
+    return bundles[0]
 
 
 @pytest.fixture(scope="module")
@@ -245,3 +262,58 @@ def test_the_example_job_types_run_through_the_stack_to_a_final_state(
     states = [emulator.job_state(j)["state"] for j in jobs]
     assert states == ["completed", "failed", "completed", "completed"], states
     print(f"stack-backed run: {time.monotonic() - started:.1f} s")  # the run's cost, in -s output
+
+
+def test_two_stacks_of_one_rehearsal_run_each_in_its_own_region(
+    bundles: tuple[Path, Path], sheptra_emulator: RunningEmulator
+) -> None:
+    """Item 4 in local mode: the rehearsal's us-east-1 stack and its us-west-2 one (another name),
+    each created and run through ``LocalTopology.from_bundle``, every job final, everything of the
+    second in us-west-2. One after the other in this process, not at once: each topology starts its
+    own moto mock and sets the process environment (AWS_REGION among it), so two cannot run together
+    in one process."""
+    import boto3
+
+    emulator = sheptra_emulator.emulator
+    assert sheptra_emulator.env_file is not None
+    ran: dict[str, str] = {}
+    for bundle_path in bundles:
+        bundle = load_bundle(bundle_path)
+        region, other = bundle.region, "us-west-2" if bundle.region == "us-east-1" else "us-east-1"
+        jobs = [
+            emulator.create_job("charge-payment", {"orderId": f"{region}-1", "amount": 12}),
+            emulator.create_job("charge-payment", {"orderId": "bad", "amount": 0}),
+            emulator.create_job("send-receipt", {"orderId": f"{region}-1"}),
+            emulator.create_job("generate-report", {"seconds": 1}),
+        ]
+        topology = LocalTopology.from_bundle(
+            bundle_path,
+            sheptra_emulator.env_file,
+            parameters={"LeaseSeconds": "5", "TickSeconds": "1"},
+            schedule_seconds=1,
+        )
+        with topology:
+            assert (topology.stack_name, topology.place.region) == (bundle.stack_name, region)
+            wait_final(topology, emulator.job_state, jobs, 60)
+            # What Lambda sets in each function's environment, and what the library's clients use.
+            assert (os.environ["AWS_REGION"], os.environ["AWS_DEFAULT_REGION"]) == (region, region)
+            template = topology.template
+            for queue in template.queues:
+                assert topology.queue_url(queue.logical_id).startswith(f"https://sqs.{region}.amazonaws.com/"), queue
+                assert queue.arn.startswith(f"arn:aws:sqs:{region}:"), queue
+            assert all(f.arn.startswith(f"arn:aws:lambda:{region}:") for f in template.functions)
+            assert all(t.arn.startswith(f"arn:aws:dynamodb:{region}:") for t in template.tables)
+            # The IAM check held every call to the roles as created, on resources of this region.
+            assert topology.iam is not None and not topology.iam.refusals, topology.iam.refusals
+            regional = {g.resource for g in topology.iam.grants if g.action.split(":")[0] in ("sqs", "dynamodb", "ssm")}
+            assert regional and all(f":{region}:" in arn for arn in regional), sorted(regional)
+            # The functions' records are in this region's table, and nothing was created in the other.
+            (table,) = template.tables
+            assert topology.client("dynamodb").scan(TableName=table.name, Select="COUNT")["Count"] > 0
+            elsewhere = boto3.session.Session(region_name=other)
+            assert elsewhere.client("dynamodb").list_tables()["TableNames"] == []
+            assert elsewhere.client("sqs").list_queues().get("QueueUrls", []) == []
+        states = [emulator.job_state(j)["state"] for j in jobs]
+        assert states == ["completed", "failed", "completed", "completed"], (region, states)
+        ran[region] = bundle.stack_name
+    assert ran == {"us-east-1": "workerless-rehearsal", "us-west-2": "workerless-rehearsal-b"}, ran

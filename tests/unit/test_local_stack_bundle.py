@@ -78,11 +78,19 @@ def test_a_bundle_is_read_and_its_parameters_are_text(tmp_path: Path) -> None:
     assert (bundle.stack_name, bundle.parameters) == ("workerless-rehearsal", {"LeaseSeconds": "5"})
 
 
+def test_a_bundle_of_another_region_and_account_runs_there(tmp_path: Path) -> None:
+    bundle = load_bundle(_bundle(tmp_path, region="eu-west-1", account_id="210987654321"))
+    assert bundle.place.queue_url("q") == "https://sqs.eu-west-1.amazonaws.com/210987654321/q"
+    assert bundle.place.function_arn("f") == "arn:aws:lambda:eu-west-1:210987654321:function:f"
+
+
 @pytest.mark.parametrize(
     ("changes", "expected"),
     [
         ({"stack_name": ""}, "stack_name must be a non-empty string"),
-        ({"region": "eu-west-1"}, "local mode runs a stack in region us-east-1 of account 123456789012"),
+        ({"region": "US East"}, "region 'US East' is not an AWS region name"),
+        ({"region": "cn-north-1"}, "not in the aws partition"),
+        ({"account_id": "1234"}, "not a 12-digit AWS account id"),
         ({"parameters": ["x"]}, "parameters must be a mapping"),
     ],
 )

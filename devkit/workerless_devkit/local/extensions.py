@@ -49,10 +49,14 @@ def uses_language_extensions(data: Mapping[str, Any]) -> bool:
     return TRANSFORM in transforms
 
 
-def expand_language_extensions(data: Mapping[str, Any], parameters: Mapping[str, Any]) -> dict[str, Any]:
+def expand_language_extensions(
+    data: Mapping[str, Any], parameters: Mapping[str, Any], *, pseudo: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """The template as CloudFormation sees it after ``AWS::LanguageExtensions`` (a new dict).
 
     ``parameters``: the template's parameter values (a list parameter as a list or as "a,b" text).
+    ``pseudo``: AWS::Region, AWS::AccountId and AWS::Partition where the stack runs (default: local
+    mode's, us-east-1 of account 123456789012).
     Without the transform declared, the template is returned as it is, unless it uses the
     transform's constructs (then CloudFormation would refuse it, and so does this).
     """
@@ -70,7 +74,11 @@ def expand_language_extensions(data: Mapping[str, Any], parameters: Mapping[str,
                     f"{where}: Fn::ForEach is not allowed in {section} "
                     f"(CloudFormation accepts it only in {', '.join(FOREACH_SECTIONS)})"
                 )
-    expander = _Expander(template.get("Mappings") or {}, dict(template.get("Parameters") or {}), parameters)
+    if pseudo is None:
+        from workerless_devkit.local.template import LOCAL_PLACE
+
+        pseudo = LOCAL_PLACE.pseudo_parameters()
+    expander = _Expander(template.get("Mappings") or {}, dict(template.get("Parameters") or {}), parameters, pseudo)
     for section in FOREACH_SECTIONS:
         if isinstance(template.get(section), dict):
             if section == "Resources":
@@ -88,10 +96,17 @@ def expand_language_extensions(data: Mapping[str, Any], parameters: Mapping[str,
 
 
 class _Expander:
-    def __init__(self, mappings: Mapping[str, Any], declared: Mapping[str, Any], values: Mapping[str, Any]):
+    def __init__(
+        self,
+        mappings: Mapping[str, Any],
+        declared: Mapping[str, Any],
+        values: Mapping[str, Any],
+        pseudo: Mapping[str, str],
+    ):
         self.mappings = mappings
         self.declared = declared
         self.values = values
+        self.pseudo = pseudo
 
     # -- Fn::ForEach ----------------------------------------------------------------------------
 
@@ -211,9 +226,7 @@ class _Expander:
         if isinstance(value, dict) and set(value) == {"Ref"} and value["Ref"] in self.declared:
             value = self.values.get(value["Ref"], (self.declared[value["Ref"]] or {}).get("Default"))
         if isinstance(value, dict) and set(value) == {"Ref"} and str(value["Ref"]).startswith("AWS::"):
-            from workerless_devkit.local.template import ACCOUNT_ID, REGION  # local mode's pseudo parameters
-
-            value = {"AWS::Region": REGION, "AWS::AccountId": ACCOUNT_ID, "AWS::Partition": "aws"}.get(value["Ref"])
+            value = self.pseudo.get(value["Ref"])
         if not isinstance(value, str | int | float) or isinstance(value, bool):
             raise ExtensionError(
                 f"{where}: a Fn::FindInMap key must be a string, a parameter or another Fn::FindInMap, got {value!r}"

@@ -72,11 +72,11 @@ from workerless_devkit.local.logs import LogFormat, application_levels, local_lo
 from workerless_devkit.local.stack.bundle import Bundle, load_bundle
 from workerless_devkit.local.summary import Summary, get_summary, reset_summary
 from workerless_devkit.local.template import (
-    ACCOUNT_ID,
-    REGION,
+    LOCAL_PLACE,
     STACK_NAME,
     FunctionSpec,
     LocalTemplate,
+    Place,
     QueueSpec,
     ScheduleEventSpec,
     SqsEventSpec,
@@ -93,15 +93,24 @@ log = logging.getLogger("workerless_devkit.local")
 
 Handler = Callable[[Any, Any], Any]
 
-#: Fake credentials and region for the embedded AWS; set only while a topology runs.
-FAKE_AWS_ENV: Mapping[str, str] = {
-    "AWS_DEFAULT_REGION": REGION,
-    "AWS_REGION": REGION,
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_SECURITY_TOKEN": "testing",
-}
+
+def fake_aws_env(place: Place) -> dict[str, str]:
+    """Fake credentials for the embedded AWS, and where it is: the region Lambda sets in a
+    function's environment (AWS_REGION, AWS_DEFAULT_REGION) and the account moto answers as
+    (MOTO_ACCOUNT_ID). Set only while a topology runs."""
+    return {
+        "AWS_DEFAULT_REGION": place.region,
+        "AWS_REGION": place.region,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_SECURITY_TOKEN": "testing",
+        "MOTO_ACCOUNT_ID": place.account_id,
+    }
+
+
+#: :func:`fake_aws_env` of template.yaml's place (us-east-1).
+FAKE_AWS_ENV: Mapping[str, str] = fake_aws_env(LOCAL_PLACE)
 #: Removed while a topology runs: they would send the embedded AWS calls elsewhere, or (the secret
 #: ARN) make the library read engine values from Secrets Manager instead of the env file.
 REMOVED_ENV: tuple[str, ...] = (
@@ -189,7 +198,12 @@ class LocalTopology:
             each for a terminal (``readable``); either way at the template's LogLevel and naming
             the function that wrote them (:mod:`workerless_devkit.local.logs`).
         bundle: run a rehearsal bundle's stack instead of a template (see :meth:`from_bundle`); its
-            stack name is the bundle's, and ``parameters`` override the bundle's own.
+            stack name, region and account are the bundle's, and ``parameters`` override the
+            bundle's own.
+
+    Where it runs is :attr:`place`: template.yaml in us-east-1 of account 123456789012, a bundle's
+    stack where its bundle.json says. Every ARN and queue URL, the IAM check's resources, the
+    embedded AWS's clients and the functions' AWS_REGION / AWS_DEFAULT_REGION are of that place.
     """
 
     def __init__(
@@ -225,6 +239,7 @@ class LocalTopology:
             # The stack, and with it what runs, exists once start() has created it in the mock.
             self._bundle = load_bundle(bundle)
             stack_name = self._bundle.stack_name
+            place = self._bundle.place
             if engine_secret:
                 raise ConfigurationError(
                     "engine_secret is not supported with a bundle: its roles name the bundle's EngineSecretArn",
@@ -233,9 +248,12 @@ class LocalTopology:
         else:
             assert template_path is not None
             self._template = load_template(template_path, parameters=parameters, stack_name=stack_name)
+            place = self._template.place
             # What AWS would refuse to deploy must not run locally either.
             rules.check_template(self._template)
         self.stack_name = stack_name
+        #: The account and region the stack runs in.
+        self.place: Place = place
         self.env_file = Path(env_file).resolve() if env_file is not None else None
         self.enforce_iam = enforce_iam
         self.engine_secret = engine_secret
@@ -349,7 +367,7 @@ class LocalTopology:
 
         if not self._started:
             raise RuntimeError("the topology is not running")
-        session: Any = boto3.session.Session(region_name=REGION)
+        session: Any = boto3.session.Session(region_name=self.place.region)
         return session.client(service)
 
     @contextlib.contextmanager
@@ -634,7 +652,7 @@ class LocalTopology:
         return env
 
     def _apply_environment(self) -> None:
-        changes: dict[str, str | None] = {**FAKE_AWS_ENV, **self.environment}
+        changes: dict[str, str | None] = {**fake_aws_env(self.place), **self.environment}
         for key in REMOVED_ENV:
             changes.setdefault(key, None)
         for key, value in changes.items():
@@ -700,7 +718,7 @@ class LocalTopology:
         import boto3
         from botocore.config import Config
 
-        session = boto3.session.Session(region_name=REGION)
+        session = boto3.session.Session(region_name=self.place.region)
         config = Config(retries={"mode": "standard", "max_attempts": 3})
         self._sqs = session.client("sqs", config=config)
         self._dynamodb = session.client("dynamodb", config=config)
@@ -741,9 +759,11 @@ class LocalTopology:
         if self.template.buckets:
             # The claim check's bucket (moto's S3, the same PutObject / GetObject calls as on AWS).
             # Its lifecycle rule is not emulated: nothing in a local run lives for a week.
+            from workerless_devkit.local.stack.create import create_bucket
+
             s3 = session.client("s3", config=config)
             for bucket in self.template.buckets:
-                s3.create_bucket(Bucket=bucket.name)
+                create_bucket(s3, bucket.name)
 
     def _create_stack(self, bundle: Bundle) -> None:
         """Create the bundle's stack in the mock and take what runs from it (instead of
@@ -753,7 +773,7 @@ class LocalTopology:
 
         from workerless_devkit.local.stack import load_stack
 
-        session = boto3.session.Session(region_name=REGION)
+        session = boto3.session.Session(region_name=self.place.region)
         self._code_dir = Path(tempfile.mkdtemp(prefix=f"workerless-{bundle.stack_name}-"))
         started = time.monotonic()
         self.stack = load_stack(bundle, session, self._code_dir, parameters=self._parameters)
@@ -783,7 +803,7 @@ class LocalTopology:
         import boto3
 
         assert self.env_file is not None  # checked in __init__
-        client: Any = boto3.session.Session(region_name=REGION).client("secretsmanager")
+        client: Any = boto3.session.Session(region_name=self.place.region).client("secretsmanager")
         answer = client.create_secret(
             Name=f"{self.stack_name}/engine", SecretString=self.env_file.read_text(encoding="utf-8")
         )
@@ -795,8 +815,13 @@ class LocalTopology:
         """Render every function's role and refuse (or warn about) what AWS would, before anything runs."""
         from workerless_devkit.local.iam.roles import render_roles, secret_parameter
 
+        place = self.place
+
+        def secret_arn(secret_id: str) -> str | None:
+            return _embedded_secret_arn(secret_id, place)
+
         if self.stack is not None:  # a bundle's: the roles as created in IAM
-            self._install_enforcer(IamEnforcer(self.stack.roles, secret_arn=_embedded_secret_arn))
+            self._install_enforcer(IamEnforcer(self.stack.roles, secret_arn=secret_arn, place=place))
             return
         overrides: dict[str, str] = {}
         if self._secret_arn is not None:
@@ -808,7 +833,7 @@ class LocalTopology:
                 )
             overrides[name] = self._secret_arn
         roles = render_roles(self.template, parameters=overrides, stack_name=self.stack_name)
-        self._install_enforcer(IamEnforcer(roles, secret_arn=_embedded_secret_arn))
+        self._install_enforcer(IamEnforcer(roles, secret_arn=secret_arn, place=place))
 
     def _install_enforcer(self, enforcer: IamEnforcer) -> None:
         for warning in enforcer.check_platform(self.template):
@@ -1191,12 +1216,13 @@ def schedule_interval(schedule: ScheduleEventSpec, override: float | None) -> fl
     return schedule.seconds
 
 
-def _embedded_secret_arn(secret_id: str) -> str | None:
-    """The full ARN of the embedded Secrets Manager's secret named or ARN'd ``secret_id``, if any."""
+def _embedded_secret_arn(secret_id: str, place: Place = LOCAL_PLACE) -> str | None:
+    """The full ARN of the embedded Secrets Manager's secret (in ``place``) named or ARN'd
+    ``secret_id``, if any."""
     try:
         from moto.secretsmanager.models import secretsmanager_backends
 
-        secret = secretsmanager_backends[ACCOUNT_ID][REGION].secrets.get(secret_id)
+        secret = secretsmanager_backends[place.account_id][place.region].secrets.get(secret_id)
     except Exception:  # noqa: BLE001 - unknown to moto (or moto changed): evaluated as given
         return None
     return str(secret.arn) if secret is not None else None
@@ -1281,7 +1307,7 @@ def _record(message: Mapping[str, Any], queue: QueueSpec) -> dict[str, Any]:
         "md5OfBody": message.get("MD5OfBody", ""),
         "eventSource": "aws:sqs",
         "eventSourceARN": queue.arn,
-        "awsRegion": REGION,
+        "awsRegion": queue.place.region,
     }
     if message.get("MD5OfMessageAttributes"):
         record["md5OfMessageAttributes"] = message["MD5OfMessageAttributes"]
@@ -1326,14 +1352,15 @@ def _batch_item_failures(result: Any, message_ids: set[str]) -> set[str] | None:
 
 def _scheduled_event(spec: FunctionSpec, schedule: ScheduleEventSpec) -> dict[str, Any]:
     """An EventBridge scheduled event, as a Schedule event source delivers it."""
+    place = spec.place
     return {
         "version": "0",
         "id": str(uuid.uuid4()),
         "detail-type": "Scheduled Event",
         "source": "aws.events",
-        "account": ACCOUNT_ID,
+        "account": place.account_id,
         "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "region": REGION,
-        "resources": [f"arn:aws:events:{REGION}:{ACCOUNT_ID}:rule/{spec.function_name}-{schedule.name}"],
+        "region": place.region,
+        "resources": [place.rule_arn(f"{spec.function_name}-{schedule.name}")],
         "detail": {},
     }

@@ -31,6 +31,8 @@ from workerless.errors import ConfigurationError
 
 from workerless_devkit.local.extensions import ExtensionError, expand_language_extensions
 
+#: Where local mode runs template.yaml: moto's default account, in us-east-1. A rehearsal bundle's
+#: stack runs where its bundle.json says (:class:`Place`).
 REGION = "us-east-1"
 ACCOUNT_ID = "123456789012"
 STACK_NAME = "workerless-local"
@@ -80,6 +82,66 @@ _NO_VALUE = object()
 
 class TemplateError(ConfigurationError):
     """The template cannot be run locally: names the resource and what is wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """The account and region a stack runs in (partition ``aws``): every ARN, queue URL and pseudo
+    parameter local mode makes for it names them. A value, handed down with what runs (the
+    template and its specs); template.yaml runs in :data:`LOCAL_PLACE`.
+
+    Example:
+        >>> Place("us-west-2").queue_url("jobs")
+        'https://sqs.us-west-2.amazonaws.com/123456789012/jobs'
+    """
+
+    region: str = REGION
+    account_id: str = ACCOUNT_ID
+
+    def queue_url(self, name: str) -> str:
+        return f"https://sqs.{self.region}.amazonaws.com/{self.account_id}/{name}"
+
+    def queue_arn(self, name: str) -> str:
+        return f"arn:aws:sqs:{self.region}:{self.account_id}:{name}"
+
+    def parameter_arn(self, name: str) -> str:
+        """An SSM parameter's (or a path's) ARN: ``arn:aws:ssm:<region>:<account>:parameter/<name
+        without its leading slash>``, as IAM evaluates GetParameter(s)ByPath against it."""
+        return f"arn:aws:ssm:{self.region}:{self.account_id}:parameter/{name.lstrip('/')}"
+
+    def table_arn(self, name: str) -> str:
+        return f"arn:aws:dynamodb:{self.region}:{self.account_id}:table/{name}"
+
+    def log_group_arn(self, name: str) -> str:
+        """A log group's ARN without the ``:*`` its CloudFormation ``Arn`` attribute carries."""
+        return f"arn:aws:logs:{self.region}:{self.account_id}:log-group:{name}"
+
+    def role_arn(self, name: str) -> str:
+        return f"arn:aws:iam::{self.account_id}:role/{name}"
+
+    def function_arn(self, name: str) -> str:
+        return f"arn:aws:lambda:{self.region}:{self.account_id}:function:{name}"
+
+    def layer_arn(self, name: str, version: int = 1) -> str:
+        return f"arn:aws:lambda:{self.region}:{self.account_id}:layer:{name}:{version}"
+
+    def secret_arn(self, name: str) -> str:
+        """A secret's ARN without the random suffix Secrets Manager adds."""
+        return f"arn:aws:secretsmanager:{self.region}:{self.account_id}:secret:{name}"
+
+    def stack_id(self, stack_name: str) -> str:
+        return f"arn:aws:cloudformation:{self.region}:{self.account_id}:stack/{stack_name}/local"
+
+    def rule_arn(self, name: str) -> str:
+        return f"arn:aws:events:{self.region}:{self.account_id}:rule/{name}"
+
+    def pseudo_parameters(self) -> dict[str, str]:
+        """AWS::Region, AWS::AccountId and AWS::Partition."""
+        return {"AWS::Region": self.region, "AWS::AccountId": self.account_id, "AWS::Partition": "aws"}
+
+
+#: Where template.yaml runs (us-east-1 of moto's default account).
+LOCAL_PLACE = Place()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -176,10 +238,11 @@ class FunctionSpec:
     ignored_events: tuple[str, ...] = ()
     #: Its execution role's ARN (None: SAM generates one, which only a transformed template names).
     role: str | None = None
+    place: Place = LOCAL_PLACE
 
     @property
     def arn(self) -> str:
-        return f"arn:aws:lambda:{REGION}:{ACCOUNT_ID}:function:{self.function_name}"
+        return self.place.function_arn(self.function_name)
 
     @property
     def allows_recursion(self) -> bool:
@@ -199,14 +262,15 @@ class QueueSpec:
     fifo: bool = False
     #: SQS's default and maximum since 2025 when the template sets none (1 MiB).
     maximum_message_size: int = 1_048_576
+    place: Place = LOCAL_PLACE
 
     @property
     def url(self) -> str:
-        return queue_url(self.name)
+        return self.place.queue_url(self.name)
 
     @property
     def arn(self) -> str:
-        return queue_arn(self.name)
+        return self.place.queue_arn(self.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,10 +281,11 @@ class TableSpec:
     attribute_definitions: tuple[dict[str, str], ...]
     ttl_attribute: str | None = None
     global_secondary_indexes: tuple[dict[str, Any], ...] = ()
+    place: Place = LOCAL_PLACE
 
     @property
     def arn(self) -> str:
-        return f"arn:aws:dynamodb:{REGION}:{ACCOUNT_ID}:table/{self.name}"
+        return self.place.table_arn(self.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,10 +308,11 @@ class ParameterSpec:
     value: str
     type: str = "String"
     tier: str = "Standard"
+    place: Place = LOCAL_PLACE
 
     @property
     def arn(self) -> str:
-        return parameter_arn(self.name)
+        return self.place.parameter_arn(self.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,6 +332,8 @@ class LocalTemplate:
     #: Where it was read from: ``"template"`` (the devkit's resolution of template.yaml) or
     #: ``"stack"`` (a stack created from a rehearsal bundle, :mod:`workerless_devkit.local.stack`).
     source: str = "template"
+    #: The account and region it runs in: its ARNs', queue URLs' and functions' AWS_REGION.
+    place: Place = LOCAL_PLACE
 
     def parameters_under(self, path: str) -> dict[str, str]:
         """{name: value} of the SSM parameters directly under ``path`` (what GetParametersByPath,
@@ -310,35 +378,37 @@ class LocalTemplate:
         return union
 
 
-def queue_url(name: str) -> str:
-    return f"https://sqs.{REGION}.amazonaws.com/{ACCOUNT_ID}/{name}"
+# The ARNs of :data:`LOCAL_PLACE` unless ``place`` is given (:class:`Place` has the same methods).
 
 
-def queue_arn(name: str) -> str:
-    return f"arn:aws:sqs:{REGION}:{ACCOUNT_ID}:{name}"
+def queue_url(name: str, *, place: Place = LOCAL_PLACE) -> str:
+    return place.queue_url(name)
 
 
-def parameter_arn(name: str) -> str:
-    """An SSM parameter's (or a path's) ARN: ``arn:aws:ssm:<region>:<account>:parameter/<name
-    without its leading slash>``, as IAM evaluates GetParameter(s)ByPath against it."""
-    return f"arn:aws:ssm:{REGION}:{ACCOUNT_ID}:parameter/{name.lstrip('/')}"
+def queue_arn(name: str, *, place: Place = LOCAL_PLACE) -> str:
+    return place.queue_arn(name)
+
+
+def parameter_arn(name: str, *, place: Place = LOCAL_PLACE) -> str:
+    """An SSM parameter's (or a path's) ARN (:meth:`Place.parameter_arn`)."""
+    return place.parameter_arn(name)
 
 
 def bucket_arn(name: str) -> str:
     return f"arn:aws:s3:::{name}"
 
 
-def table_arn(name: str) -> str:
-    return f"arn:aws:dynamodb:{REGION}:{ACCOUNT_ID}:table/{name}"
+def table_arn(name: str, *, place: Place = LOCAL_PLACE) -> str:
+    return place.table_arn(name)
 
 
-def log_group_arn(name: str) -> str:
+def log_group_arn(name: str, *, place: Place = LOCAL_PLACE) -> str:
     """A log group's ARN without the ``:*`` its CloudFormation ``Arn`` attribute carries."""
-    return f"arn:aws:logs:{REGION}:{ACCOUNT_ID}:log-group:{name}"
+    return place.log_group_arn(name)
 
 
-def role_arn(name: str) -> str:
-    return f"arn:aws:iam::{ACCOUNT_ID}:role/{name}"
+def role_arn(name: str, *, place: Place = LOCAL_PLACE) -> str:
+    return place.role_arn(name)
 
 
 def load_template(
@@ -346,8 +416,10 @@ def load_template(
     *,
     parameters: Mapping[str, str] | None = None,
     stack_name: str = STACK_NAME,
+    place: Place = LOCAL_PLACE,
 ) -> LocalTemplate:
-    """Read and resolve ``path``. Raises :class:`TemplateError` naming what cannot be run locally."""
+    """Read and resolve ``path`` for a stack in ``place``. Raises :class:`TemplateError` naming what
+    cannot be run locally."""
     template_path = Path(path)
     try:
         text = template_path.read_text(encoding="utf-8")
@@ -355,7 +427,12 @@ def load_template(
         raise TemplateError(f"cannot read template {str(template_path)!r}: {exc.strerror}") from None
     data = parse_template_text(text, source=str(template_path))
     return resolve_template(
-        data, base_dir=template_path.parent, path=template_path, parameters=parameters, stack_name=stack_name
+        data,
+        base_dir=template_path.parent,
+        path=template_path,
+        parameters=parameters,
+        stack_name=stack_name,
+        place=place,
     )
 
 
@@ -366,26 +443,36 @@ def resolve_template(
     path: Path | None = None,
     parameters: Mapping[str, str] | None = None,
     stack_name: str = STACK_NAME,
+    place: Place = LOCAL_PLACE,
 ) -> LocalTemplate:
     """Resolve an already parsed template (``load_template`` without the file)."""
-    return _Resolver(data, base_dir=base_dir, parameters=parameters or {}, stack_name=stack_name).build(
+    return _Resolver(data, base_dir=base_dir, parameters=parameters or {}, stack_name=stack_name, place=place).build(
         path or base_dir / "template.yaml"
     )
 
 
 def intrinsic_resolver(
-    data: Mapping[str, Any], *, parameters: Mapping[str, str] | None = None, stack_name: str = STACK_NAME
+    data: Mapping[str, Any],
+    *,
+    parameters: Mapping[str, str] | None = None,
+    stack_name: str = STACK_NAME,
+    place: Place = LOCAL_PLACE,
 ) -> Any:
     """A function ``(value, where) -> value`` evaluating the intrinsic functions in ``value`` against
     ``data`` (a parsed template, e.g. SAM's translation of one) with local mode's names and ARNs.
 
     ``where`` names the property in errors. Used to resolve IAM statements (workerless_devkit.local.iam).
     """
-    return _Resolver(data, base_dir=Path("."), parameters=parameters or {}, stack_name=stack_name).resolve
+    return _Resolver(data, base_dir=Path("."), parameters=parameters or {}, stack_name=stack_name, place=place).resolve
 
 
 def stack_resolver(
-    data: Mapping[str, Any], *, parameters: Mapping[str, str], stack_name: str, physical_ids: Mapping[str, str]
+    data: Mapping[str, Any],
+    *,
+    parameters: Mapping[str, str],
+    stack_name: str,
+    physical_ids: Mapping[str, str],
+    place: Place = LOCAL_PLACE,
 ) -> Any:
     """:func:`intrinsic_resolver` for a template a stack was created from (no language extensions
     left): a resource's name is its physical id in that stack (``physical_ids``: logical id ->
@@ -397,6 +484,7 @@ def stack_resolver(
         stack_name=stack_name,
         expand=False,
         physical_ids=physical_ids,
+        place=place,
     ).resolve
 
 
@@ -427,16 +515,18 @@ class _Resolver:
         stack_name: str,
         expand: bool = True,
         physical_ids: Mapping[str, str] | None = None,
+        place: Place = LOCAL_PLACE,
     ):
         self.base_dir = base_dir
         self.stack_name = stack_name
+        self.place = place
         self.physical_ids = dict(physical_ids or {})
         self.unset: list[str] = []
         self.params = self._parameters(data.get("Parameters") or {}, parameters)
         # CloudFormation expands AWS::LanguageExtensions (Fn::ForEach, ...) before anything else.
         if expand:
             try:
-                data = expand_language_extensions(data, self.params)
+                data = expand_language_extensions(data, self.params, pseudo=place.pseudo_parameters())
             except ExtensionError as exc:
                 raise TemplateError(str(exc)) from None
         self.data = data
@@ -513,11 +603,12 @@ class _Resolver:
         return f"{self.stack_name}-{logical_id}"
 
     def ref(self, name: str, where: str) -> Any:
+        place = self.place
         pseudo = {
-            "AWS::Region": REGION,
-            "AWS::AccountId": ACCOUNT_ID,
+            "AWS::Region": place.region,
+            "AWS::AccountId": place.account_id,
             "AWS::StackName": self.stack_name,
-            "AWS::StackId": f"arn:aws:cloudformation:{REGION}:{ACCOUNT_ID}:stack/{self.stack_name}/local",
+            "AWS::StackId": place.stack_id(self.stack_name),
             "AWS::Partition": "aws",
             "AWS::URLSuffix": "amazonaws.com",
             "AWS::NotificationARNs": [],
@@ -533,9 +624,9 @@ class _Resolver:
         rtype = self.resources[name]["Type"]
         physical = self.physical_name(name)
         if rtype == QUEUE_TYPE:
-            return queue_url(physical)
+            return place.queue_url(physical)
         if rtype == "AWS::Serverless::LayerVersion":
-            return f"arn:aws:lambda:{REGION}:{ACCOUNT_ID}:layer:{physical}:1"
+            return place.layer_arn(physical)
         return physical
 
     def get_att(self, logical_id: str, attribute: str, where: str) -> Any:
@@ -543,17 +634,23 @@ class _Resolver:
             raise TemplateError(f"{where}: !GetAtt {logical_id}.{attribute} names no resource of the template")
         rtype = self.resources[logical_id]["Type"]
         physical = self.physical_name(logical_id)
-        table = f"arn:aws:dynamodb:{REGION}:{ACCOUNT_ID}:table/{physical}"
+        place = self.place
+        table = place.table_arn(physical)
+        function = place.function_arn(physical)
         known: dict[str, dict[str, Any]] = {
             # A log group's Arn attribute ends in ":*" (the group's streams), as CloudFormation's does.
-            "AWS::Logs::LogGroup": {"Arn": f"{log_group_arn(physical)}:*"},
-            "AWS::IAM::Role": {"Arn": role_arn(physical)},
-            QUEUE_TYPE: {"Arn": queue_arn(physical), "QueueName": physical, "QueueUrl": queue_url(physical)},
+            "AWS::Logs::LogGroup": {"Arn": f"{place.log_group_arn(physical)}:*"},
+            "AWS::IAM::Role": {"Arn": place.role_arn(physical)},
+            QUEUE_TYPE: {
+                "Arn": place.queue_arn(physical),
+                "QueueName": physical,
+                "QueueUrl": place.queue_url(physical),
+            },
             "AWS::DynamoDB::Table": {"Arn": table, "StreamArn": f"{table}/stream/local"},
             "AWS::Serverless::SimpleTable": {"Arn": table},
             BUCKET_TYPE: {"Arn": bucket_arn(physical), "DomainName": f"{physical}.s3.amazonaws.com"},
-            "AWS::Serverless::Function": {"Arn": f"arn:aws:lambda:{REGION}:{ACCOUNT_ID}:function:{physical}"},
-            "AWS::Lambda::Function": {"Arn": f"arn:aws:lambda:{REGION}:{ACCOUNT_ID}:function:{physical}"},
+            "AWS::Serverless::Function": {"Arn": function},
+            "AWS::Lambda::Function": {"Arn": function},
         }
         attributes = known.get(rtype, {})
         if attribute not in attributes:
@@ -744,6 +841,7 @@ class _Resolver:
             unset_parameters=tuple(self.unset),
             buckets=tuple(buckets),
             ssm_parameters=tuple(ssm_parameters),
+            place=self.place,
         )
 
     def _ssm_parameter(self, lid: str, props: Mapping[str, Any]) -> ParameterSpec:
@@ -772,7 +870,7 @@ class _Resolver:
                 f"{lid}.Value would be {size} bytes deployed (stack {self.stack_name!r}); a {tier} parameter's "
                 f"value is 1 to {limit} bytes (Parameter Store)"
             )
-        return ParameterSpec(lid, name, value, kind, tier)
+        return ParameterSpec(lid, name, value, kind, tier, place=self.place)
 
     def _check_environment_size(self, lid: str, environment: Mapping[str, str]) -> None:
         """Refuse what Lambda would: a function whose variables are over 4 KB once deployed."""
@@ -831,7 +929,7 @@ class _Resolver:
                 (
                     q
                     for q, r in self.resources.items()
-                    if r["Type"] == QUEUE_TYPE and queue_arn(self.physical_name(q)) == target
+                    if r["Type"] == QUEUE_TYPE and self.place.queue_arn(self.physical_name(q)) == target
                 ),
                 None,
             )
@@ -849,6 +947,7 @@ class _Resolver:
             dead_letter_queue_id=dlq_id,
             max_receive_count=max_receive,
             fifo=_truthy(self.resolve(props.get("FifoQueue", False), f"{lid}.FifoQueue")),
+            place=self.place,
         )
 
     def _table(self, lid: str, resource: Mapping[str, Any]) -> TableSpec:
@@ -861,6 +960,7 @@ class _Resolver:
                 name=self.physical_name(lid),
                 key_schema=({"AttributeName": str(primary["Name"]), "KeyType": "HASH"},),
                 attribute_definitions=({"AttributeName": str(primary["Name"]), "AttributeType": kind},),
+                place=self.place,
             )
         key_schema = self.resolve(props.get("KeySchema"), f"{lid}.KeySchema")
         attributes = self.resolve(props.get("AttributeDefinitions"), f"{lid}.AttributeDefinitions")
@@ -876,6 +976,7 @@ class _Resolver:
             attribute_definitions=tuple({str(k): str(v) for k, v in item.items()} for item in attributes),
             ttl_attribute=ttl_attribute,
             global_secondary_indexes=tuple(indexes),
+            place=self.place,
         )
 
     def _function(self, lid: str, props: Mapping[str, Any], arn_to_queue: Mapping[str, str]) -> FunctionSpec:
@@ -959,6 +1060,7 @@ class _Resolver:
             sqs_events=tuple(sqs_events),
             schedule_events=tuple(schedules),
             ignored_events=tuple(ignored),
+            place=self.place,
         )
 
 

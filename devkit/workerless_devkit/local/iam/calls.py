@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
-from workerless_devkit.local.template import ACCOUNT_ID, REGION, parameter_arn
+from workerless_devkit.local.template import LOCAL_PLACE, Place
 
 #: Resource of a call whose resource local mode does not model: every statement's resources match.
 UNMODELLED = ""
@@ -71,48 +71,52 @@ def needs(
     params: Mapping[str, Any],
     *,
     secret_arn: Callable[[str], str | None] | None = None,
+    place: Place = LOCAL_PLACE,
 ) -> list[Need]:
     """The authorisations of ``operation`` of the service whose IAM prefix is ``prefix``.
 
     ``secret_arn`` maps a SecretId (name or ARN) to the secret's full ARN, or None if unknown.
+    ``place``: the account and region of the caller, whose ARNs a name (a table's, a parameter's)
+    stands for.
     """
     if (prefix, operation) in _NO_PERMISSION:
         return []
     if prefix == "sqs":
-        return [_sqs(operation, params)]
+        return [_sqs(operation, params, place)]
     if prefix == "dynamodb":
-        return _dynamodb(operation, params)
+        return _dynamodb(operation, params, place)
     if prefix == "secretsmanager":
-        return [_secret(operation, params, secret_arn)]
+        return [_secret(operation, params, secret_arn, place)]
     if prefix == "s3":
         return [_s3(operation, params)]
     if prefix == "ssm" and operation in _SSM_BY_NAME | _SSM_BY_NAMES | {"GetParametersByPath"}:
-        return _ssm(operation, params)
+        return _ssm(operation, params, place)
     return [Need(f"{prefix}:{operation}", UNMODELLED, "*")]
 
 
 # -- SQS --------------------------------------------------------------------------------------------
 
 
-def sqs_queue_arn(queue_url: str) -> str:
-    """The ARN of the queue at ``queue_url`` (``https://sqs.<region>.amazonaws.com/<account>/<name>``)."""
+def sqs_queue_arn(queue_url: str, place: Place = LOCAL_PLACE) -> str:
+    """The ARN of the queue at ``queue_url`` (``https://sqs.<region>.amazonaws.com/<account>/<name>``;
+    what the URL does not say is ``place``'s)."""
     parsed = urlparse(queue_url)
     parts = [p for p in parsed.path.split("/") if p]
     name = parts[-1] if parts else queue_url.rstrip("/").rsplit("/", 1)[-1]
-    account = parts[-2] if len(parts) >= 2 and parts[-2].isdigit() else ACCOUNT_ID
+    account = parts[-2] if len(parts) >= 2 and parts[-2].isdigit() else place.account_id
     host = (parsed.hostname or "").split(".")
-    region = host[1] if len(host) > 2 and host[0] == "sqs" else REGION
+    region = host[1] if len(host) > 2 and host[0] == "sqs" else place.region
     return f"arn:aws:sqs:{region}:{account}:{name}"
 
 
-def _sqs(operation: str, params: Mapping[str, Any]) -> Need:
+def _sqs(operation: str, params: Mapping[str, Any], place: Place) -> Need:
     action = f"sqs:{_SQS_BATCH.get(operation, operation)}"
     url = params.get("QueueUrl")
     if isinstance(url, str) and url:
-        arn = sqs_queue_arn(url)
+        arn = sqs_queue_arn(url, place)
     elif isinstance(params.get("QueueName"), str):
-        account = params.get("QueueOwnerAWSAccountId") or ACCOUNT_ID
-        arn = f"arn:aws:sqs:{REGION}:{account}:{params['QueueName']}"
+        account = params.get("QueueOwnerAWSAccountId") or place.account_id
+        arn = Place(place.region, str(account)).queue_arn(params["QueueName"])
     else:
         arn = "*"  # ListQueues and the like: no resource-level permission
     return Need(action, arn, arn)
@@ -121,26 +125,26 @@ def _sqs(operation: str, params: Mapping[str, Any]) -> Need:
 # -- DynamoDB ---------------------------------------------------------------------------------------
 
 
-def dynamodb_table_arn(table: str) -> str:
-    return table if table.startswith("arn:") else f"arn:aws:dynamodb:{REGION}:{ACCOUNT_ID}:table/{table}"
+def dynamodb_table_arn(table: str, place: Place = LOCAL_PLACE) -> str:
+    return table if table.startswith("arn:") else place.table_arn(table)
 
 
-def _table_need(action: str, table: Any, index: Any = None) -> Need:
+def _table_need(action: str, table: Any, place: Place, index: Any = None) -> Need:
     if not isinstance(table, str) or not table:
         return Need(action, "*", "*")
-    arn = dynamodb_table_arn(table)
+    arn = dynamodb_table_arn(table, place)
     if isinstance(index, str) and index:
         arn = f"{arn}/index/{index}"
     return Need(action, arn, arn)
 
 
-def _dynamodb(operation: str, params: Mapping[str, Any]) -> list[Need]:
+def _dynamodb(operation: str, params: Mapping[str, Any], place: Place) -> list[Need]:
     if operation in ("BatchGetItem", "BatchWriteItem"):
         tables = params.get("RequestItems") or {}
-        return [_table_need(f"dynamodb:{operation}", table) for table in tables]
+        return [_table_need(f"dynamodb:{operation}", table, place) for table in tables]
     if operation == "TransactGetItems":
         return [
-            _table_need("dynamodb:GetItem", (item.get("Get") or {}).get("TableName"))
+            _table_need("dynamodb:GetItem", (item.get("Get") or {}).get("TableName"), place)
             for item in params.get("TransactItems") or []
             if isinstance(item, Mapping)
         ]
@@ -151,10 +155,10 @@ def _dynamodb(operation: str, params: Mapping[str, Any]) -> list[Need]:
                 continue
             for kind, action in _TRANSACT_WRITE.items():
                 if kind in item:
-                    out.append(_table_need(f"dynamodb:{action}", (item[kind] or {}).get("TableName")))
+                    out.append(_table_need(f"dynamodb:{action}", (item[kind] or {}).get("TableName"), place))
         return out
     index = params.get("IndexName") if operation in ("Query", "Scan") else None
-    return [_table_need(f"dynamodb:{operation}", params.get("TableName"), index)]
+    return [_table_need(f"dynamodb:{operation}", params.get("TableName"), place, index)]
 
 
 # -- S3 ---------------------------------------------------------------------------------------------
@@ -192,7 +196,7 @@ _SSM_BY_NAME = frozenset(
 _SSM_BY_NAMES = frozenset({"GetParameters", "DeleteParameters"})
 
 
-def _ssm(operation: str, params: Mapping[str, Any]) -> list[Need]:
+def _ssm(operation: str, params: Mapping[str, Any], place: Place) -> list[Need]:
     action = f"ssm:{operation}"
     if operation == "GetParametersByPath":
         path = params.get("Path")
@@ -205,13 +209,16 @@ def _ssm(operation: str, params: Mapping[str, Any]) -> list[Need]:
     if not names:
         return [Need(action, "*", "*")]
     # A trailing slash of a path is not part of what IAM compares (the ARN names the path).
-    return [Need(action, parameter_arn(n.rstrip("/") or n), parameter_arn(n.rstrip("/") or n)) for n in names]
+    arns = [place.parameter_arn(n.rstrip("/") or n) for n in names]
+    return [Need(action, arn, arn) for arn in arns]
 
 
 # -- Secrets Manager --------------------------------------------------------------------------------
 
 
-def _secret(operation: str, params: Mapping[str, Any], secret_arn: Callable[[str], str | None] | None) -> Need:
+def _secret(
+    operation: str, params: Mapping[str, Any], secret_arn: Callable[[str], str | None] | None, place: Place
+) -> Need:
     action = f"secretsmanager:{operation}"
     secret_id = params.get("SecretId")
     if not isinstance(secret_id, str) or not secret_id:
@@ -220,9 +227,5 @@ def _secret(operation: str, params: Mapping[str, Any], secret_arn: Callable[[str
     if full is None:
         # Not a secret local mode knows: an ARN is evaluated as given; a bare name as the ARN a secret
         # of that name would have, its random suffix unknown (only patterns ending in * match it).
-        full = (
-            secret_id
-            if secret_id.startswith("arn:")
-            else f"arn:aws:secretsmanager:{REGION}:{ACCOUNT_ID}:secret:{secret_id}"
-        )
+        full = secret_id if secret_id.startswith("arn:") else place.secret_arn(secret_id)
     return Need(action, full, secret_id)

@@ -34,7 +34,7 @@ import workerless
 
 from workerless_devkit.local.iam.calls import Need, needs
 from workerless_devkit.local.iam.roles import FunctionRole
-from workerless_devkit.local.template import LocalTemplate, TemplateError, log_group_arn, queue_arn
+from workerless_devkit.local.template import LOCAL_PLACE, LocalTemplate, Place, TemplateError
 
 #: What Lambda's SQS event source mapping calls with the function's role (CreateEventSourceMapping
 #: refuses a role that lacks one of them).
@@ -131,9 +131,12 @@ class IamEnforcer:
         roles: Mapping[str, FunctionRole],
         *,
         secret_arn: Callable[[str], str | None] | None = None,
+        place: Place = LOCAL_PLACE,
     ) -> None:
         self.roles = dict(roles)
         self._secret_arn = secret_arn
+        #: The account and region the functions run in: what a name in a call (a table's) stands for.
+        self.place = place
         self._lock = threading.Lock()
         self._grants: set[Grant] = set()
         self._refusals: list[Refusal] = []
@@ -156,7 +159,7 @@ class IamEnforcer:
         role = self.roles.get(function_id)
         if role is None:
             return None  # not a function of the template (a direct call in a test): nothing to hold it to
-        wanted = needs(prefix, operation, params, secret_arn=self._secret_arn)
+        wanted = needs(prefix, operation, params, secret_arn=self._secret_arn, place=self.place)
         for need in wanted:
             decision = role.decide(need.action, need.resource if need.modelled else None)
             if not decision.allowed:
@@ -200,9 +203,9 @@ class IamEnforcer:
             for event in spec.sqs_events:
                 if not event.enabled:
                     continue
-                arn = queue_arn(template.queue(event.queue_id).name)
+                arn = template.queue(event.queue_id).arn
                 entries += [(f"event source {event.name}", Need(action, arn, arn)) for action in EVENT_SOURCE_ACTIONS]
-            group = log_group_arn(role.log_group)
+            group = template.place.log_group_arn(role.log_group)
             stream = f"{group}:log-stream:{_LOG_STREAM}"
             entries += [
                 ("logs", Need(action, stream, stream)) for action in ("logs:CreateLogStream", "logs:PutLogEvents")

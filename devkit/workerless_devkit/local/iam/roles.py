@@ -11,7 +11,8 @@ CloudFormation template that is deployed; from it, for every function:
 - a ``PermissionsBoundary`` caps what the role allows.
 
 Intrinsics in the statements are then resolved by local mode's own resolver, so every resource is
-the concrete ARN local mode creates (``arn:aws:sqs:us-east-1:123456789012:<queue>``,
+the concrete ARN local mode creates (``arn:aws:sqs:<region>:<account>:<queue>``, of the template's
+:class:`~workerless_devkit.local.template.Place`,
 ``arn:aws:dynamodb:...:table/<table>``, a log group's ``Arn`` ending in ``:*``).
 """
 
@@ -26,9 +27,10 @@ from workerless_devkit.local.extensions import ExtensionError, expand_language_e
 from workerless_devkit.local.iam.managed import MANAGED_POLICIES, managed_policy
 from workerless_devkit.local.iam.policy import Decision, PolicyError, Statement, evaluate, parse_statements
 from workerless_devkit.local.template import (
-    ACCOUNT_ID,
+    LOCAL_PLACE,
     STACK_NAME,
     LocalTemplate,
+    Place,
     TemplateError,
     intrinsic_resolver,
     parse_template_text,
@@ -53,11 +55,13 @@ class FunctionRole:
     log_group_in_template: bool = False
     boundary: tuple[Statement, ...] | None = None
     generated: bool = False
+    #: The account (and region) the role is in.
+    place: Place = LOCAL_PLACE
 
     @property
     def principal(self) -> str:
         """The caller AWS names in an AccessDenied message: the function's role session."""
-        return f"arn:aws:sts::{ACCOUNT_ID}:assumed-role/{self.role_name}/{self.function_name}"
+        return f"arn:aws:sts::{self.place.account_id}:assumed-role/{self.role_name}/{self.function_name}"
 
     def decide(self, action: str, resource: str | None) -> Decision:
         """The role's decision on ``action`` on ``resource``, its permissions boundary included."""
@@ -92,11 +96,11 @@ def render_roles(
     values.update(parameters or {})
     # CloudFormation expands AWS::LanguageExtensions (Fn::ForEach, ...) before the SAM transform.
     try:
-        source = expand_language_extensions(source, values)
+        source = expand_language_extensions(source, values, pseudo=template.place.pseudo_parameters())
     except ExtensionError as exc:
         raise TemplateError(str(exc)) from None
-    translated = translate(source, values)
-    resolve = intrinsic_resolver(translated, parameters=values, stack_name=stack_name)
+    translated = translate(source, values, region=template.place.region)
+    resolve = intrinsic_resolver(translated, parameters=values, stack_name=stack_name, place=template.place)
     resources: dict[str, Any] = translated.get("Resources") or {}
     log_groups = {
         str(resolve({"Ref": lid}, lid)): lid for lid, r in resources.items() if r.get("Type") == "AWS::Logs::LogGroup"
@@ -132,13 +136,17 @@ def render_roles(
             if boundary_arn is None
             else _managed_statements(boundary_arn, f"{role_id}.PermissionsBoundary", resources, resolve),
             generated=spec.logical_id in _generated_roles(source),
+            place=template.place,
         )
     return roles
 
 
-def translate(source: Mapping[str, Any], parameters: Mapping[str, str]) -> dict[str, Any]:
-    """SAM's translation of ``source`` (a parsed template), offline: local code locations become S3
-    URIs (the translator accepts only those) and managed policies are never looked up."""
+def translate(
+    source: Mapping[str, Any], parameters: Mapping[str, str], *, region: str = LOCAL_PLACE.region
+) -> dict[str, Any]:
+    """SAM's translation of ``source`` (a parsed template) for a stack in ``region``, offline: local
+    code locations become S3 URIs (the translator accepts only those) and managed policies are never
+    looked up."""
     resources = source.get("Resources") or {}
     serverless = any(str((r or {}).get("Type", "")).startswith("AWS::Serverless::") for r in resources.values())
     if not serverless:
@@ -184,7 +192,7 @@ def translate(source: Mapping[str, Any], parameters: Mapping[str, str]) -> dict[
             managed_policy_map=None,
             sam_parser=Parser(),
             plugins=[],
-            boto_session=Session(region_name="us-east-1"),
+            boto_session=Session(region_name=region),
         ).translate(sam_template=template, parameter_values=dict(parameters), get_managed_policy_map=managed_policy_map)
     except InvalidDocumentException as exc:
         causes = "; ".join(str(cause) for cause in exc.causes)

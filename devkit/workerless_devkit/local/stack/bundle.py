@@ -16,17 +16,23 @@ transforms CloudFormation runs server-side); local mode creates the stack from i
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workerless_devkit.local.template import ACCOUNT_ID, REGION, TemplateError
+from workerless_devkit.local.template import Place, TemplateError
 
 BUNDLE_FILE = "bundle.json"
 TRANSFORMED_FILE = "transformed.json"
 EXPANDED_FILE = "expanded.json"
 ARTIFACTS_DIR = "artifacts"
+#: A region of the aws partition (us-west-2, eu-central-1, ap-southeast-3 ...) and an account id.
+_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9]+$")
+_ACCOUNT = re.compile(r"^[0-9]{12}$")
+#: Regions of other partitions (aws-cn, aws-us-gov, the isolated ones): their ARNs begin arn:<partition>.
+_OTHER_PARTITIONS = ("cn-", "us-gov-", "us-iso")
 
 
 class BundleError(TemplateError):
@@ -44,6 +50,11 @@ class Bundle:
     artifact_bucket: str
     parameters: dict[str, str] = field(default_factory=dict)
     sam_cli_version: str = ""
+
+    @property
+    def place(self) -> Place:
+        """The account and region its stack is created and run in."""
+        return Place(self.region, self.account_id)
 
     @property
     def transformed_path(self) -> Path:
@@ -89,13 +100,16 @@ def load_bundle(path: str | Path) -> Bundle:
     parameters = data.get("parameters") or {}
     if not isinstance(parameters, Mapping) or not all(isinstance(k, str) for k in parameters):
         raise BundleError(f"{where}: parameters must be a mapping of parameter name to value")
-    if values["region"] != REGION or values["account_id"] != ACCOUNT_ID:
-        # Local mode's embedded AWS (its ARNs, the functions' AWS_REGION, the IAM check) is one
-        # account in one region.
+    # The stack runs where the bundle says (its ARNs, queue URLs, the functions' AWS_REGION, the IAM
+    # check): any region of the aws partition, any account.
+    if not _REGION.fullmatch(values["region"]):
+        raise BundleError(f"{where}: region {values['region']!r} is not an AWS region name")
+    if values["region"].startswith(_OTHER_PARTITIONS):
         raise BundleError(
-            f"{where}: local mode runs a stack in region {REGION} of account {ACCOUNT_ID}; this bundle's is "
-            f"region {values['region']} of account {values['account_id']}"
+            f"{where}: region {values['region']} is not in the aws partition: local mode makes arn:aws: ARNs only"
         )
+    if not _ACCOUNT.fullmatch(values["account_id"]):
+        raise BundleError(f"{where}: account_id {values['account_id']!r} is not a 12-digit AWS account id")
     for name in (TRANSFORMED_FILE,):
         if not (root / name).is_file():
             raise BundleError(f"rehearsal bundle {str(root)!r} has no {name}")

@@ -64,6 +64,16 @@ class CreatedStack:
         return [r for r in self.resources.values() if r.type == resource_type]
 
 
+def create_bucket(s3: Any, name: str) -> None:
+    """CreateBucket in the client's region: outside us-east-1 S3 needs the region named as the
+    LocationConstraint (IllegalLocationConstraintException without it)."""
+    region = str(s3.meta.region_name)
+    if region == "us-east-1":
+        s3.create_bucket(Bucket=name)
+    else:
+        s3.create_bucket(Bucket=name, CreateBucketConfiguration={"LocationConstraint": region})
+
+
 def upload_artifacts(bundle: Bundle, s3: Any) -> int:
     """Put every artifact of the bundle into the embedded S3 (creating its buckets); how many."""
     artifacts = bundle.artifacts()
@@ -72,7 +82,7 @@ def upload_artifacts(bundle: Bundle, s3: Any) -> int:
     buckets = sorted({bucket for bucket, _ in artifacts})
     for bucket in buckets:
         with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):
-            s3.create_bucket(Bucket=bucket)
+            create_bucket(s3, bucket)
     for (bucket, key), path in artifacts.items():
         s3.put_object(Bucket=bucket, Key=key, Body=path.read_bytes())
     return len(artifacts)

@@ -89,11 +89,14 @@ class _Reader:
         self.code_root = code_root
         self.transformed = bundle.transformed()
         self.resources: Mapping[str, Any] = self.transformed.get("Resources") or {}
+        #: Where the stack is: every spec read carries it (its ARNs, its queue URLs).
+        self.place = bundle.place
         self.resolve = stack_resolver(
             self.transformed,
             parameters=created.parameters,
             stack_name=created.stack_name,
             physical_ids=created.physical_ids(),
+            place=self.place,
         )
         self.session = session
         self.s3 = session.client("s3")
@@ -121,6 +124,7 @@ class _Reader:
             buckets=tuple(self.bucket(r.logical_id, r.physical_id) for r in self.created.of_type(BUCKET)),
             ssm_parameters=tuple(self.parameter(r.logical_id, r.physical_id) for r in self.created.of_type(PARAMETER)),
             source="stack",
+            place=self.place,
         )
         roles = {f.logical_id: self.role(f) for f in functions}
         return StackView(template, roles, self.created, layers, tuple(dict.fromkeys(self.notes)))
@@ -146,6 +150,7 @@ class _Reader:
             max_receive_count=int(redrive["maxReceiveCount"]) if redrive else None,
             fifo=attributes.get("FifoQueue") == "true",
             maximum_message_size=number("MaximumMessageSize") or 0,
+            place=self.place,
         )
 
     def table(self, logical_id: str, name: str) -> TableSpec:
@@ -168,6 +173,7 @@ class _Reader:
             attribute_definitions=tuple(dict(a) for a in table["AttributeDefinitions"]),
             ttl_attribute=attribute,
             global_secondary_indexes=tuple(dict(i) for i in table.get("GlobalSecondaryIndexes") or []),
+            place=self.place,
         )
 
     def bucket(self, logical_id: str, name: str) -> BucketSpec:
@@ -180,7 +186,9 @@ class _Reader:
         described = ssm.describe_parameters(ParameterFilters=[{"Key": "Name", "Values": [name]}]).get("Parameters")
         tier = str((described or [{}])[0].get("Tier") or "Standard")
         _check_resolved([str(found["Value"])], f"SSM parameter {logical_id} ({name})")
-        return ParameterSpec(logical_id, name, str(found["Value"]), str(found.get("Type", "String")), tier)
+        return ParameterSpec(
+            logical_id, name, str(found["Value"]), str(found.get("Type", "String")), tier, place=self.place
+        )
 
     # -- functions --------------------------------------------------------------------------------
 
@@ -217,6 +225,7 @@ class _Reader:
             sqs_events=tuple(self.sqs_events(logical_id, str(config["FunctionArn"]), queue_by_arn)),
             schedule_events=tuple(self.schedules(logical_id, str(config["FunctionArn"]))),
             role=str(config["Role"]),
+            place=self.place,
         )
 
     def sqs_events(self, function_id: str, function_arn: str, queue_by_arn: Mapping[str, str]) -> list[SqsEventSpec]:
@@ -340,6 +349,7 @@ class _Reader:
             log_group_in_template=log_group in log_groups,
             boundary=None if boundary_arn is None else self.managed(str(boundary_arn), f"{role_id} boundary"),
             generated=function.logical_id in self.generated_roles(),
+            place=self.place,
         )
 
     def managed(self, arn: str, where: str) -> tuple[Statement, ...]:
