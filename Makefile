@@ -90,11 +90,13 @@ build: sam-venv
 # transformed template, every artifact checked. Writes the bundle to .cache/rehearsal/bundle.
 # `make test` runs it too (tests/functional/test_deploy_rehearsal.py). REHEARSE_ARGS: see --help.
 REHEARSE_ARGS ?=
-# Then the demo's jobs of every example type run through the first stack (local mode creates it from
-# the bundle on its embedded CloudFormation and runs the uploaded code) against a Sheptra emulator.
+# Then the demo's jobs of every example type run through each stack (local mode creates it from its
+# bundle on its embedded CloudFormation, in the stack's region, and runs the uploaded code) against a
+# Sheptra emulator: the first stack, then the second beside it.
 rehearse: venv sam-venv
 	WORKERLESS_SAM=$(abspath $(SAM)) $(PY) -m workerless_devkit.rehearsal --root . $(REHEARSE_ARGS)
 	$(VENV)/bin/workerless demo --bundle .cache/rehearsal/bundle --jobs 6
+	$(VENV)/bin/workerless demo --bundle .cache/rehearsal/bundle/others/workerless-rehearsal-b --jobs 3
 
 # The long mixed chaos run (every fault on at once, hundreds of jobs per engine) and its figures;
 # docs/guarantees.md quotes them. `make test` runs a CI-sized pass (tests/functional/test_chaos_*.py).
