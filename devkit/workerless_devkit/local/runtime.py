@@ -343,6 +343,14 @@ class LocalTopology:
             return dict(self._invocations)
 
     @property
+    def drained_queues(self) -> frozenset[str]:
+        """Logical ids of the queues a function has received from itself (a scheduled drain's): from
+        then on a message waiting there keeps the topology from being idle."""
+        with self._lock:
+            names = set(self._drained)
+        return frozenset(spec.logical_id for name, spec in self._queue_by_name.items() if name in names)
+
+    @property
     def errors(self) -> dict[str, int]:
         """Invocations that raised or timed out, per function logical id."""
         with self._lock:
