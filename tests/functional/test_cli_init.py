@@ -73,6 +73,16 @@ def test_init_creates_an_application_whose_demo_tests_and_build_pass(
     assert [p.logical_id for p in local.ssm_parameters] == [f"{stem(TYPE)}Route"]
     assert f'"type":"{TYPE}"' in local.ssm_parameters[0].value and "WORKERLESS_ROUTES:" not in text
     assert 'stack_name = "orders-app"' in (app / "samconfig.toml").read_text(encoding="utf-8")
+    # The engine's connection values (the docs put them in .env) are never committed: git ignores them.
+    subprocess.run(["git", "init", "-q", str(app)], check=True, timeout=60)
+    ignored = subprocess.run(
+        ["git", "-C", str(app), "check-ignore", ".env", "emulator.env", "prod.env", "functions/x/app.py"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert ignored.stdout.split() == [".env", "emulator.env", "prod.env"], ignored
     assert sorted(p.name for p in (app / "functions").iterdir()) == sorted(
         ["deadletter", "heartbeat", "poller", stem(TYPE)]
     )

@@ -127,6 +127,20 @@ validate: sam-venv
 """
 
 
+#: The application's .gitignore: the engine's connection values (.env, and the emulator's
+#: emulator.env: `workerless emulate --env-out`) are secrets, as are any other env files.
+_GITIGNORE = """.venv/
+.venv-sam/
+.aws-sam/
+.cache/
+__pycache__/
+*.egg-info/
+# engine connection values (the docs put a real engine's in .env): never committed
+.env
+*.env
+"""
+
+
 def _readme(name: str, job_type: str) -> str:
     return f"""# {name}
 
@@ -180,7 +194,7 @@ def init_application(directory: str | Path, *, job_type: str = "example-job") ->
         target / "pyproject.toml": _pyproject(name, checkout),
         target / "Makefile": MAKEFILE,
         target / "README.md": _readme(name, job_type),
-        target / ".gitignore": ".venv/\n.venv-sam/\n.aws-sam/\n__pycache__/\n*.egg-info/\n",
+        target / ".gitignore": _GITIGNORE,
         **planned_files(target, job_type),
     }
     for path, content in files.items():
