@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 from workerless import observability
 from workerless_devkit import cli
-from workerless_devkit.devtools.scaffold import stem, template_job_types
+from workerless_devkit.devtools.scaffold import template_routes
 from workerless_devkit.emulators import RunningEmulator
 from workerless_devkit.local.extensions import expand_language_extensions
 from workerless_devkit.local.template import parse_template_text
@@ -414,10 +414,10 @@ def test_operating_names_every_alarm_and_metric() -> None:
     # Every alarm the stack gets: the route loop expanded as CloudFormation expands it.
     expanded = expand_language_extensions(parse_template_text(source), {})
     alarms = [lid for lid, r in expanded["Resources"].items() if r.get("Type") == "AWS::CloudWatch::Alarm"]
-    stems = "|".join(stem(t) for t in template_job_types(source))
+    stems = "|".join(template_routes(source))
     assert stems and alarms
     for alarm in alarms:
-        per_type = re.sub(rf"^({stems})(QueueAgeAlarm)$", r"<type>\2", alarm)
+        per_type = re.sub(rf"^({stems})(QueueAgeAlarm)$", r"<route>\2", alarm)
         assert f"`{per_type}`" in text, f"operating.md does not describe {alarm}"
     for name in observability.METRICS:
         assert f"`{name}`" in text, f"operating.md does not describe the metric {name}"
