@@ -14,6 +14,7 @@ from workerless import entrypoints, runtime, testing
 from workerless.lease import BEGIN_LEASE
 from workerless.model import ActivatedJob
 from workerless.record import Status
+from workerless.settings import get_settings
 from workerless.testing import FakeEngine
 
 from tests.functional.aws import Aws, FakeContext
@@ -316,3 +317,29 @@ def test_a_claim_taken_over_during_lease_acquire_is_not_run(aws: Aws) -> None:
     record = runtime.get_store().get(f"fake#{job_id}#r3")
     assert record is not None and record.status is Status.CLAIMED
     assert record.owner == "another-delivery" and record.begun_at is None
+
+
+def test_a_lease_held_past_the_maximum_hold_is_marked_lost_and_never_run_after(
+    aws: Aws, engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GIVEN a dispatched job whose ticket is older than WORKERLESS_MAX_HOLD_SECONDS (a route whose
+    message can come back later than that: a dead invocation's, after a 5,400 s visibility timeout)
+    WHEN the heartbeat stops extending its lease THEN it marks the lease LOST, so the message that
+    comes back is acknowledged without running the handler: the engine's new attempt is the only
+    run (issue 26, 2.3: before, the returning message ran the job a second time)."""
+    job_id = engine.add_job("charge-payment", {"orderId": "1", "amount": 1})
+    entrypoints.poller({}, FakeContext())
+    event = _ticket_event(aws)
+    (record,) = event["Records"]
+    ticket = json.loads(record["body"])
+    ticket["first_seen"] = time.time() - get_settings().max_hold_seconds - 1
+    record["body"] = json.dumps(ticket)
+
+    entrypoints.heartbeat(event, FakeContext())
+    stored = runtime.get_store().get(f"fake#{job_id}#r3")
+    assert stored is not None and stored.status is Status.LOST
+    assert job_id not in engine.extensions
+
+    response = run_handler(aws, "charge-payment")
+    assert response == {"batchItemFailures": []}
+    assert job_id not in engine.reports

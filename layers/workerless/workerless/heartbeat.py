@@ -186,6 +186,8 @@ def _visit(
                 "job held past the maximum hold time: no longer extending its lease",
                 extra={"job_id": ref.job_id, "job_type": ref.job_type, "max_hold_seconds": settings.max_hold_seconds},
             )
+            if model.held(record) and not _give_up(entry, store=store, lease=lease):
+                visit.again.append(entry)  # the mark did not land: the next round marks it
             continue
         # A begin lease is renewed once the handler's lease acquire has landed (the claim's
         # begun_at), and also while the result is STORED but not yet accepted: its re-report is
@@ -227,6 +229,26 @@ def _visit(
             continue
         _extend(entry, visit, settings=settings, engine=engine, store=store, deadline=deadline)
     return visit
+
+
+def _give_up(entry: TicketEntry, *, store: JobStore, lease: str) -> bool:
+    """Mark LOST a lease the heartbeat stops extending (held past WORKERLESS_MAX_HOLD_SECONDS): the
+    engine hands the job out again once it lapses, so no delivery of this lease may run the handler
+    after that. Without the mark, a message that comes back later (a dead invocation's, after its
+    queue's visibility timeout: 5,400 s for a long route, past the 3,600 s hold) would take over the
+    dead claim and run the job a second time beside the engine's new attempt. A stored or reported
+    result is left as it is (``mark`` writes only an unclaimed or claimed record). False when the
+    write failed (tried again next round)."""
+    ref = entry.ref
+    try:
+        store.mark(
+            ref.key, Status.LOST, reason="held past WORKERLESS_MAX_HOLD_SECONDS", job_type=ref.job_type, lease=lease
+        )
+    except StoreError as exc:
+        logger.warning("could not mark the lease lost; trying again", extra={"job_id": ref.job_id, "error": str(exc)})
+        return False
+    observability.emit(ref.job_type, "lease_lost", job_id=ref.job_id)
+    return True
 
 
 def _rereport(
