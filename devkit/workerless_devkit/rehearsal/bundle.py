@@ -28,15 +28,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# The file names are the reader's (local mode's), the bundle's one contract; re-exported for the writer's users.
+from workerless_devkit.local.stack.bundle import ARTIFACTS_DIR as ARTIFACTS_DIR
+from workerless_devkit.local.stack.bundle import BUNDLE_FILE as BUNDLE_FILE
+from workerless_devkit.local.stack.bundle import EXPANDED_FILE as EXPANDED_FILE
+from workerless_devkit.local.stack.bundle import TRANSFORMED_FILE as TRANSFORMED_FILE
 from workerless_devkit.rehearsal.errors import RehearsalError
 from workerless_devkit.rehearsal.stack import CreatedStack
 
-BUNDLE_FILE = "bundle.json"
 PACKAGED_FILE = "packaged.yaml"
-EXPANDED_FILE = "expanded.json"
-TRANSFORMED_FILE = "transformed.json"
 STACK_FILE = "stack.json"
-ARTIFACTS_DIR = "artifacts"
 REPORT_FILE = "rehearsal.json"
 #: Where run.py puts the bundles of the stacks after the first.
 OTHERS_DIR = "others"

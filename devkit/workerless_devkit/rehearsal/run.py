@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workerless_devkit.local.stack.create import create_bucket
 from workerless_devkit.rehearsal import artifacts as artifact_checks
 from workerless_devkit.rehearsal.bundle import (
     ARTIFACTS_DIR,
@@ -172,10 +173,7 @@ def _rehearse_stack(
     prepare(bundle)
     bucket = f"workerless-rehearsal-artifacts-{region}"
     s3 = endpoint.client("s3", region)
-    if region == "us-east-1":
-        s3.create_bucket(Bucket=bucket)
-    else:
-        s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": region})
+    create_bucket(s3, bucket)
     env = loopback_env(app_dir, region, endpoint.url, endpoint.s3_url)
     findings: list[Finding] = []
 

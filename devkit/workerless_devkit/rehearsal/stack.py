@@ -14,22 +14,18 @@ DescribeStackResources): every CloudFormation call here is inside that collectio
 from __future__ import annotations
 
 import json
-import logging
 import re
 import time
-import warnings
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from workerless_devkit.local.stack.create import moto_skip_notes
 from workerless_devkit.rehearsal.conditions import created_resources
 from workerless_devkit.rehearsal.errors import StackError
 from workerless_devkit.rehearsal.server import Endpoint
 
 #: moto's warning for a resource type its CloudFormation does not model (moto 5.x).
-SKIP_WARNING = r"Tried to parse \S+ but it's not supported by moto's CloudFormation implementation"
-_SKIP_LOG = "No Moto CloudFormation support for %s"
 #: Bounds of the wait for CREATE_COMPLETE (moto creates synchronously: the first look usually sees it).
 WAIT_POLLS = 120
 WAIT_SECONDS = 60.0
@@ -92,7 +88,7 @@ def create_stack(
     cloudformation = endpoint.client("cloudformation", region)
     from botocore.exceptions import ClientError
 
-    with _moto_skip_messages() as warned:
+    with moto_skip_notes() as warned:
         try:
             stack_id = cloudformation.create_stack(
                 StackName=name,
@@ -137,32 +133,3 @@ def _wait(cloudformation: Any, name: str) -> tuple[str, str]:
     if not _DONE.search(status):
         raise StackError(f"stack {name} still {status} after {WAIT_POLLS} looks or {WAIT_SECONDS:.0f} s")
     return status, reason
-
-
-@contextmanager
-def _moto_skip_messages() -> Iterator[list[str]]:
-    """Collects moto's skip warning and log line (only those) for the block; each type once."""
-    types: list[str] = []
-    logger = logging.getLogger("moto")
-
-    class _Drop(logging.Filter):
-        def filter(self, record: logging.LogRecord) -> bool:
-            return record.msg != _SKIP_LOG
-
-    drop = _Drop()
-    logger.addFilter(drop)
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            # moto raises it in its server's request thread; the filter list is process-wide.
-            warnings.filterwarnings("always", message=SKIP_WARNING, category=UserWarning)
-            yield types
-        for item in caught:
-            text = str(item.message)
-            if re.match(SKIP_WARNING, text):
-                found = text.split()[3]
-                if found not in types:
-                    types.append(found)
-            else:  # not ours to judge: hand it on as it came
-                warnings.warn_explicit(item.message, item.category, item.filename, item.lineno)
-    finally:
-        logger.removeFilter(drop)

@@ -30,7 +30,6 @@ CAPABILITIES = ("CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAN
 #: How often, and how many times, DescribeStacks is asked while the stack is created.
 WAIT_POLL_SECONDS = 0.05
 WAIT_ATTEMPTS = 600
-_SKIPPED = re.compile(r"Tried to parse (\S+) but it's not supported")
 
 
 class StackCreateError(BundleError):
@@ -110,8 +109,7 @@ def create_stack(
     upload_artifacts(bundle, session.client("s3"))
     cloudformation = session.client("cloudformation")
     body = template_body if template_body is not None else bundle.transformed_path.read_text(encoding="utf-8")
-    with warnings.catch_warnings(record=True) as caught, _aws_log_group_arn(), _quiet_moto_parsing():
-        warnings.simplefilter("always")
+    with moto_skip_notes() as skipped_types, _aws_log_group_arn():
         try:
             answer = cloudformation.create_stack(
                 StackName=bundle.stack_name,
@@ -129,15 +127,10 @@ def create_stack(
         # moto parses a skipped type again (and warns again) whenever the stack's resources are listed.
         resources = _list_resources(cloudformation, bundle.stack_name)
     _detach_moto_event_sources(bundle.account_id, bundle.region)
-    skipped_types = sorted({m.group(1) for w in caught for m in [_SKIPPED.search(str(w.message))] if m})
-    for w in caught:
-        # Only moto's "not supported" notes are this module's to collect; anything else is the caller's.
-        if not _SKIPPED.search(str(w.message)):
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     template_resources: Mapping[str, Any] = transformed.get("Resources") or {}
     skipped = {
         kind: tuple(sorted(lid for lid, r in template_resources.items() if r.get("Type") == kind))
-        for kind in skipped_types
+        for kind in sorted(skipped_types)
     }
     return CreatedStack(
         stack_name=bundle.stack_name,
@@ -222,17 +215,39 @@ def _aws_log_group_arn() -> Iterator[None]:
         LogGroup.get_cfn_attribute = original  # type: ignore[method-assign]
 
 
+#: What moto's CloudFormation warns (and logs) for each resource type it does not create.
+SKIP_WARNING = r"Tried to parse \S+ but it's not supported by moto's CloudFormation implementation"
+_SKIP_LOG = "No Moto CloudFormation support for %s"
+
+
 @contextlib.contextmanager
-def _quiet_moto_parsing() -> Iterator[None]:
-    """moto also logs each skipped type at WARNING ("No Moto CloudFormation support for ..."): they
-    are reported once instead, as :attr:`CreatedStack.skipped`."""
+def moto_skip_notes() -> Iterator[list[str]]:
+    """Collects, for the block, the resource types moto's CloudFormation skips (its warning; its log
+    line is dropped), each type once, in the order seen. Every other warning is handed on as it came.
+
+    moto raises the warning wherever it parses the template: in this thread (mock_aws) or in its
+    server's request thread (the rehearsal); the filter list is process-wide either way.
+    """
+    types: list[str] = []
     logger = logging.getLogger("moto")
 
-    def unsupported(record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("No Moto CloudFormation support")
+    class _Drop(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            return record.msg != _SKIP_LOG
 
-    logger.addFilter(unsupported)
+    drop = _Drop()
+    logger.addFilter(drop)
     try:
-        yield
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.filterwarnings("always", message=SKIP_WARNING, category=UserWarning)
+            yield types
+        for item in caught:
+            text = str(item.message)
+            if re.match(SKIP_WARNING, text):
+                found = text.split()[3]
+                if found not in types:
+                    types.append(found)
+            else:  # not ours to judge: hand it on as it came
+                warnings.warn_explicit(item.message, item.category, item.filename, item.lineno)
     finally:
-        logger.removeFilter(unsupported)
+        logger.removeFilter(drop)
