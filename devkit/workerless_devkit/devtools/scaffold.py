@@ -162,8 +162,8 @@ def with_job_types(text: str, job_types: list[str]) -> str:
     if not job_types:
         raise ScaffoldError("no job types given", key="TYPE")
     template_routes(text)  # raises when the list is missing
-    kept = {line.strip().split(":", 1)[0]: line for line in _settings_block(text).group("entries").splitlines(True)}
     settings = _settings_block(text)
+    kept = {line.strip().split(":", 1)[0]: line for line in settings.group("entries").splitlines(True)}
     indent = settings.group("indent")
     entries = "".join(
         kept[stem(t)] if stem(t) in kept and f"Type: {t}" in kept[stem(t)] else _route_line(indent, stem(t), t)
