@@ -373,3 +373,51 @@ def test_the_owner_steps_need_no_read() -> None:
     assert len(world.item()["batches"]) == 1
     lock.release()
     assert not world.item().get("batches")
+
+
+class FlakyState(CountingState):
+    """A CountingState whose writes fail (DynamoDB after botocore's retries) while ``down``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+
+    def put(self, key: str, value: dict[str, Any], *, expected_version: int | None) -> bool:
+        if self.down:
+            from workerless.errors import StoreError
+
+            raise StoreError("DynamoDB put_item failed: InternalServerError")
+        return super().put(key, value, expected_version=expected_version)
+
+
+@pytest.mark.parametrize("ticket_sent", [True, False])
+def test_a_failed_dispatched_write_does_not_get_queued_jobs_handed_back(ticket_sent: bool) -> None:
+    """Issue 26, 2.4. GIVEN SendMessageBatch queued three jobs and DynamoDB then failed the intent
+    log's ``dispatched`` write and the clear after it, and was back for the lock's release WHEN the
+    next invocation runs THEN none of the queued jobs is handed back (they would run twice): the
+    release recorded what was sent. Without a ticket, the next invocation sends it instead."""
+    world = World()
+    world.state = state = FlakyState()
+
+    class DownAfterSend(Queues):
+        def send_batch(self, url: str, bodies: list[str]) -> list[Any]:
+            failures = super().send_batch(url, bodies)
+            state.down = True  # every write from here to the end of the poll fails
+            return failures
+
+    def back(counters: Any) -> None:
+        state.down = False  # DynamoDB is back for the release (after the poll loop)
+
+    world.engine.after_cycle = back  # type: ignore[method-assign]
+    first = DownAfterSend(refuse_tickets=not ticket_sent)
+    world.invoke(first)
+    assert len(first.jobs) == 3 and len(first.ticketed_ids()) == (3 if ticket_sent else 0)
+
+    world.clock.now += STALE
+    queues = Queues()
+    world.invoke(queues)
+    assert world.engine.releases == {}, "jobs queued (and running) were handed back: they would run twice"
+    assert queues.jobs == []
+    if not ticket_sent:
+        assert sorted(queues.ticketed_ids()) == sorted(world.engine.jobs), "the owed ticket is sent by the next"
+    assert not world.item().get("batches")

@@ -187,7 +187,15 @@ class IntentLog:
                 for b in batches
             ]
 
-        if self._update(change, what="dispatched") and not found:
+        try:
+            written = self._update(change, what="dispatched")
+        except Exception:
+            # The jobs are queued whatever the item says: the next write of the item must say so.
+            self._amend(change)
+            raise
+        if not written and self.lock.held:
+            self._amend(change)
+        if written and not found:
             # Only a recoverer removes a live holder's batch: this one stalled past stale_seconds
             # between its steps, and its jobs were handed back while being queued.
             logger.warning("this batch was finished by another invocation while being dispatched")
@@ -247,6 +255,11 @@ class IntentLog:
                 self.lock.close(batch_id)
             return
         self._update(lambda batches: [b for b in batches if b.get("id") not in taken], what="finished")
+
+    def _amend(self, change: Callable[[Batches], Batches]) -> None:
+        """Keep a ``dispatched`` step the item refused (a failed write) in the holder's memory, so
+        its next write, its release or its hand-over records the jobs as queued (never re-offered)."""
+        self.lock.amend(change)
 
     def _take_found(self) -> Batches:
         if self.lock.found is None or not self.lock.found.get("batches"):

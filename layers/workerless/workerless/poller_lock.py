@@ -195,6 +195,8 @@ class PollerLock:
         #: The intent batches in the item as this holder last wrote it.
         self.batches: Batches = []
         self._closed: set[str] = set()
+        #: :attr:`batches` holds a change the item does not (:meth:`amend`): the next write carries it.
+        self._unwritten = False
         self._version: int | None = None
         self._until = 0.0
         #: The item as read back after a refused write (who wrote it instead).
@@ -246,6 +248,15 @@ class PollerLock:
         ours until :meth:`handed_over` (the relay was sent) or :meth:`release` (it was not)."""
         if self._version is None:
             return None
+        if self._unwritten and [b for b in self.batches if b.get("id") not in self._closed]:
+            # The item still says something this holder knows to be wrong about a batch that is still
+            # open (a failed write: :meth:`amend`); the relayed invocation would read and act on it.
+            try:
+                if not self.update_batches(None):
+                    return None
+            except Exception:
+                logger.warning("could not write the poller lock before relaying; released instead", exc_info=True)
+                return None
         ids = [str(b.get("id")) for b in self.batches]
         return {
             "version": self._version,
@@ -310,6 +321,17 @@ class PollerLock:
             return True
         logger.warning("the poller lock was taken over while this invocation held it; polling stops")
         return False
+
+    def amend(self, change: Callable[[Batches], Batches]) -> None:
+        """A write of the batches through ``change`` failed (DynamoDB, after botocore's retries), but
+        what it records has happened (the jobs were queued): keep it in memory so that the holder's
+        next write of the item (a renewal, the next batch, the release) carries it. Without this, that
+        write saved the batch as it was (``activated``) and the next invocation handed back jobs
+        that were queued and ticketed."""
+        if self._version is None:
+            return
+        self.batches = change([b for b in self.batches if b.get("id") not in self._closed])
+        self._unwritten = True
 
     def close(self, batch_id: str) -> None:
         """``batch_id`` is finished (queued and ticketed): the next write of the item drops it."""
@@ -408,6 +430,7 @@ class PollerLock:
                 return False
             written = int(current["version"])
         self._conflict = None
+        self._unwritten = False
         if holder is not None:
             self._version, self._until = written, until
         self.batches = list(batches)
