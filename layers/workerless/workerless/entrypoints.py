@@ -154,6 +154,7 @@ def _poll_shard(
             intents=intents,
             lock=holding,
             payloads=wiring.payloads,
+            store=wiring.store,
         )
 
     if not (lock.inherit(token) if isinstance(token, dict) else lock.acquire()):

@@ -27,8 +27,11 @@ Who finishes a batch a poller left open:
 
 - the invocation that takes the lock from a holder that is gone (released with a ticket still owed,
   expired, or relayed with a batch still open): at once, taken with the takeover write;
-- an invocation that finds the lock held: a batch older than ``stale_seconds`` (a live poller takes
-  milliseconds between the steps), taken by compare-and-set (stamped with the time taken), the
+- an invocation that finds the lock held: a batch older than ``stale_seconds`` (a live poller
+  usually takes milliseconds between the steps, but not always: claim-check uploads one after
+  another and SQS calls botocore retries can take tens of seconds, so the batch may still be being
+  queued; the poller fences each job's record before handing it back, see
+  :meth:`workerless.poller.Poller._fence`), taken by compare-and-set (stamped with the time taken), the
   holder and its expiry left as they are (a live holder's next write sees that and carries on).
 
 A taken batch stays in the item until it is finished (the holder's next write drops it; an
@@ -61,8 +64,10 @@ from workerless.poller_lock import Batches, PollerLock
 
 
 def stale_after(lease_seconds: float) -> float:
-    """How old an unfinished batch must be before another invocation finishes it: far longer than
-    a live poller takes between two steps (milliseconds), far shorter than a lease."""
+    """How old an unfinished batch must be before another invocation finishes it: longer than a live
+    poller usually takes between two steps (milliseconds), far shorter than a lease. Not a bound on
+    a slow dispatch (it can take tens of seconds): finishing a batch early is made safe by the job
+    record fence (:meth:`workerless.poller.Poller._fence`), not by this window."""
     return max(2.0, min(10.0, lease_seconds / 4.0))
 
 

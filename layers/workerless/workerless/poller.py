@@ -58,7 +58,7 @@ from workerless.ticket import Ticket, TicketEntry
 if TYPE_CHECKING:
     from workerless.engines.base import Engine
     from workerless.poller_lock import PollerLock
-    from workerless.ports import Intents, PayloadStore, Queues
+    from workerless.ports import Intents, JobStore, PayloadStore, Queues
 
 T = TypeVar("T")
 
@@ -116,8 +116,12 @@ class Poller:
         lock: PollerLock | None = None,
         wall: Callable[[], float] | None = None,
         payloads: PayloadStore | None = None,
+        store: JobStore | None = None,
     ) -> None:
         self.settings = settings
+        #: The job records: recovery fences a job before handing it back (:meth:`_fence`). None: no
+        #: fence (a job a slow or failing poller queued after all can then run twice).
+        self.store = store
         self.engine = engine
         self.queues = queues
         #: workerless.aws.payloads.Payloads, the claim check (None or disabled: nothing is offloaded).
@@ -333,11 +337,59 @@ class Poller:
                     self._intent(functools.partial(_put_back, unsent))
                 continue
             reason = "the poller that activated it stopped before queuing it"
-            for job in jobs:
+            back, queued = self._fence(jobs)
+            for job in back:
                 self._hand_back(job, reason, report, deadline=deadline)
+            unsent = self._send_ticket(queued) if queued else []
+            if unsent:
+                self._intent(functools.partial(_put_back, unsent))
         if stale:
             # Out of the log only now: a poller that dies while finishing them leaves them to the next.
             self._intent(lambda log: log.finished())
+
+    def _fence(self, jobs: list[ActivatedJob]) -> tuple[list[ActivatedJob], list[ActivatedJob]]:
+        """Of an ``activated`` batch found unfinished, the jobs safe to hand back and those a handler
+        already has (queued after all: owed a ticket, never handed back).
+
+        ``activated`` does not prove that the jobs were never queued: its poller may still be
+        dispatching them (a slow SendMessageBatch or claim-check upload past the stale window), or
+        may have queued them and failed to record it. A job is handed back only once its record is
+        fenced: marked LOST under its lease if no delivery has touched it, so a message of it queued
+        meanwhile is acknowledged without running (the engine runs the handed-back job as a new
+        lease, whose fingerprint differs and claims the record). A record already there means a
+        handler has it: ticketed instead. A fence that cannot be written leaves the job to its lease
+        (the engine hands it out again when it lapses). Only where the lease is the activation's and
+        leases of a job are told apart (:meth:`workerless.lease.LeaseModel.fingerprint`); a begin
+        lease is fenced by the engine's own acquire, and a job without a fingerprint is handed back
+        as before."""
+        store, model = self.store, self.engine.lease
+        if store is None or not model.held(None):
+            return jobs, []
+        back: list[ActivatedJob] = []
+        queued: list[ActivatedJob] = []
+        for job in jobs:
+            lease = model.fingerprint(job.ref)
+            if not lease:
+                back.append(job)
+                continue
+            try:
+                fenced = store.fence(
+                    job.key, reason="handed back by the poller's recovery", job_type=job.ref.job_type, lease=lease
+                )
+            except Exception:
+                logger.warning(
+                    "could not fence a job before handing it back; left to its lease",
+                    extra={"job_type": job.ref.job_type, **observability.correlation_keys(job)},
+                    exc_info=True,
+                )
+                continue
+            (back if fenced else queued).append(job)
+        if queued:
+            logger.warning(
+                "jobs of an unfinished batch were queued after all: ticketed, not handed back",
+                extra={"jobs": len(queued)},
+            )
+        return back, queued
 
     def _dispatch(
         self, jobs: list[ActivatedJob], report: PollReport, *, deadline: float, intent: str | None = None

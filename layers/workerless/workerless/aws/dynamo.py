@@ -244,6 +244,40 @@ class JobStore:
             return False, found
         return True, None
 
+    def fence(self, key: str, *, reason: str, job_type: str, lease: str) -> bool:
+        """Mark ``key`` LOST under ``lease`` only if no delivery has touched it (no record): what the
+        poller's recovery writes before handing back a job that may have been queued after all. True
+        when written (a queued delivery of that lease now finds LOST and does not run; a later lease
+        of the job, another fingerprint, claims it); False when a record exists (a handler has it).
+        One conditional PutItem (the poller's IAM already allows PutItem on the table)."""
+        now = self._clock()
+        item: dict[str, Any] = {
+            "pk": {"S": key},
+            "status": {"S": Status.LOST.value},
+            "lost_reason": {"S": reason},
+            "job_type": {"S": job_type},
+            "lease": {"S": lease},
+            "expires_at": self._ttl(now),
+        }
+        try:
+            self._call(
+                "put_item",
+                TableName=self.table,
+                Item=item,
+                ConditionExpression="attribute_not_exists(pk)",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except _ConditionFailed as refused:
+            found = to_record(refused.item) if refused.item else self.get(key)
+            # Our own write landed and its answer was lost (botocore's retry met it): fenced all the same.
+            return (
+                found is not None
+                and found.status is Status.LOST
+                and found.lease == lease
+                and found.lost_reason == reason
+            )
+        return True
+
     def mark_begun(self, key: str, *, owner: str) -> bool:
         """Stamp this delivery's claim with when its engine lease began (StageNext lease acquire).
 
