@@ -15,6 +15,9 @@ from workerless.retry import CALLS
 
 if TYPE_CHECKING:
     from workerless.engines.base import Engine
+    from workerless.lease import LeaseModel
+    from workerless.poller_lock import Dispatches
+    from workerless.ports import JobStore
 
 
 def release(engine: Engine, job: ActivatedJob, reason: str, *, deadline: float) -> None:
@@ -71,3 +74,77 @@ def fail_for_good(engine: Engine, job: ActivatedJob, reason: str, *, deadline: f
                 assert_never(never)
         return
     observability.emit(job.ref.job_type, "failed", **observability.correlation_keys(job), reason=reason)
+
+
+def fence(
+    store: JobStore | None, model: LeaseModel, jobs: list[ActivatedJob]
+) -> tuple[list[ActivatedJob], list[ActivatedJob]]:
+    """Of an ``activated`` batch a poller left unfinished, the jobs safe to hand back and those a
+    handler already has (queued after all: owed a ticket, never handed back).
+
+    Its poller may still be dispatching them (a slow SendMessageBatch or claim-check upload past
+    the stale window) or may have queued them and failed to record it. A job is handed back only
+    once its record is fenced (``JobStore.fence``: LOST under its lease if no delivery touched it),
+    so a message of it queued meanwhile is acknowledged without running, while the engine's next
+    lease of the job (another fingerprint) claims the record. A record already there: ticketed. A
+    fence that cannot be written leaves the job to its lease. Only for an activation lease whose
+    leases are told apart (:meth:`~workerless.lease.LeaseModel.fingerprint`); a begin lease is
+    fenced by the engine's acquire, and a job without a fingerprint goes back as before."""
+    if store is None or not model.held(None):
+        return jobs, []
+    back: list[ActivatedJob] = []
+    queued: list[ActivatedJob] = []
+    for job in jobs:
+        lease = model.fingerprint(job.ref)
+        if not lease:
+            back.append(job)
+            continue
+        try:
+            fenced = store.fence(
+                job.key, reason="handed back by the poller's recovery", job_type=job.ref.job_type, lease=lease
+            )
+        except Exception:
+            logger.warning(
+                "could not fence a job before handing it back; left to its lease",
+                extra={"job_type": job.ref.job_type, **observability.correlation_keys(job)},
+                exc_info=True,
+            )
+            continue
+        (back if fenced else queued).append(job)
+    if queued:
+        logger.warning(
+            "jobs of an unfinished batch were queued after all: ticketed, not handed back", extra={"jobs": len(queued)}
+        )
+    return back, queued
+
+
+def tracked(
+    store: JobStore | None, dispatches: Dispatches, job_type: str, now: float, horizon: float, *, refresh: bool
+) -> int | None:
+    """The jobs of ``job_type`` the poller (and those before it, through the lock's item) activated
+    within ``horizon`` seconds whose job record is not yet final: exact where SQS's approximate
+    counts lag (AWS: they may take a minute to settle), and never fewer than the route holds of
+    them. Final records are dropped when ``refresh`` (the route's count is being read again: one
+    strongly consistent BatchGetItem of at most the route's jobs in flight). None when it cannot
+    bound the route: no job store, a record that does not go back ``horizon`` seconds (a lock item
+    written by a poller that predates it), or records that could not be read.
+
+    ``horizon`` is the longest the engine can hold a lease of ours (WORKERLESS_MAX_HOLD_SECONDS,
+    after which the heartbeat stops extending it, plus a lease): a job whose record never turns
+    final (a claim given back, a delivery left to the engine) stops counting then."""
+    if store is None:
+        return None
+    if refresh:
+        dispatches.prune_live(now, horizon=horizon)
+    if not dispatches.complete(now, horizon=horizon):
+        return None
+    keys = dispatches.live(job_type)
+    if refresh and keys:
+        try:
+            records = store.get_many(keys)
+        except Exception:
+            logger.warning("could not read the route's job records; its SQS count alone bounds it", exc_info=True)
+            return None
+        dispatches.drop(job_type, [k for k, r in records.items() if not r.in_pipeline])
+        keys = dispatches.live(job_type)
+    return len(keys)

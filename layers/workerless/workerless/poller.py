@@ -119,8 +119,7 @@ class Poller:
         store: JobStore | None = None,
     ) -> None:
         self.settings = settings
-        #: The job records: recovery fences a job before handing it back (:meth:`_fence`). None: no
-        #: fence (a job a slow or failing poller queued after all can then run twice).
+        #: The job records: fences hand-backs (:meth:`_fence`), counts what routes hold (:meth:`_tracked`).
         self.store = store
         self.engine = engine
         self.queues = queues
@@ -182,9 +181,19 @@ class Poller:
             # What SQS may not have counted yet: every job sent after (read time - the lag). Sent
             # after the read is counted this way too, so nothing is added to the cached count.
             recent = self.dispatches.since(route.type, self._wall(read_at) - self.dispatches.window)
-            capacity = max(0, route.max_in_flight - count - recent)
+            held = count + recent
+            exact = self._tracked(route.type, refresh=read_at == now)
+            if exact is not None:
+                # Both are upper bounds on what the route holds: the smaller is the better one.
+                held = min(held, exact)
+            capacity = max(0, route.max_in_flight - held)
             demands.append(Demand(route.type, capacity, route.engine_queue))
         return demands
+
+    def _tracked(self, job_type: str, *, refresh: bool) -> int | None:
+        """The route's jobs whose record is not final (:func:`workerless.giveback.tracked`)."""
+        horizon = float(self.settings.max_hold_seconds + self.settings.lease_seconds)
+        return giveback.tracked(self.store, self.dispatches, job_type, self._wall_clock(), horizon, refresh=refresh)
 
     def _depth(self, job_type: str, queue_url: str, now: float) -> tuple[int, float]:
         """The route's count and when it holds (``clock``): 0 without a call while its queue is known
@@ -300,6 +309,10 @@ class Poller:
         for job_type in {job.ref.job_type for job in jobs}:
             # Its queue is about to hold them: not empty, from the intent write below on.
             self.dispatches.forget_empty(job_type)
+        at = self._wall_clock()
+        for job in jobs:
+            # Counted until their records are final, from the intent write below on (written with it).
+            self.dispatches.track(job.ref.job_type, job.key, at=at)
         # Written down before dispatch, so a poller that dies now does not cost the jobs a lease. The
         # write is to the lock's item, compare-and-set: it also tells whether the lock is still ours.
         intent = self._intent(lambda log: log.write(jobs))
@@ -348,48 +361,8 @@ class Poller:
             self._intent(lambda log: log.finished())
 
     def _fence(self, jobs: list[ActivatedJob]) -> tuple[list[ActivatedJob], list[ActivatedJob]]:
-        """Of an ``activated`` batch found unfinished, the jobs safe to hand back and those a handler
-        already has (queued after all: owed a ticket, never handed back).
-
-        ``activated`` does not prove that the jobs were never queued: its poller may still be
-        dispatching them (a slow SendMessageBatch or claim-check upload past the stale window), or
-        may have queued them and failed to record it. A job is handed back only once its record is
-        fenced: marked LOST under its lease if no delivery has touched it, so a message of it queued
-        meanwhile is acknowledged without running (the engine runs the handed-back job as a new
-        lease, whose fingerprint differs and claims the record). A record already there means a
-        handler has it: ticketed instead. A fence that cannot be written leaves the job to its lease
-        (the engine hands it out again when it lapses). Only where the lease is the activation's and
-        leases of a job are told apart (:meth:`workerless.lease.LeaseModel.fingerprint`); a begin
-        lease is fenced by the engine's own acquire, and a job without a fingerprint is handed back
-        as before."""
-        store, model = self.store, self.engine.lease
-        if store is None or not model.held(None):
-            return jobs, []
-        back: list[ActivatedJob] = []
-        queued: list[ActivatedJob] = []
-        for job in jobs:
-            lease = model.fingerprint(job.ref)
-            if not lease:
-                back.append(job)
-                continue
-            try:
-                fenced = store.fence(
-                    job.key, reason="handed back by the poller's recovery", job_type=job.ref.job_type, lease=lease
-                )
-            except Exception:
-                logger.warning(
-                    "could not fence a job before handing it back; left to its lease",
-                    extra={"job_type": job.ref.job_type, **observability.correlation_keys(job)},
-                    exc_info=True,
-                )
-                continue
-            (back if fenced else queued).append(job)
-        if queued:
-            logger.warning(
-                "jobs of an unfinished batch were queued after all: ticketed, not handed back",
-                extra={"jobs": len(queued)},
-            )
-        return back, queued
+        """Of an unfinished ``activated`` batch, the jobs safe to hand back and those a handler has."""
+        return giveback.fence(self.store, self.engine.lease, jobs)
 
     def _dispatch(
         self, jobs: list[ActivatedJob], report: PollReport, *, deadline: float, intent: str | None = None
@@ -509,6 +482,7 @@ class Poller:
 
     def _hand_back(self, job: ActivatedJob, reason: str, report: PollReport, *, deadline: float) -> None:
         report.released += 1
+        self.dispatches.drop(job.ref.job_type, [job.key])  # not ours any more (never queued, or fenced)
         observability.emit(job.ref.job_type, "released", **observability.correlation_keys(job))
         logger.warning(
             "handing the job back to the engine",
@@ -518,6 +492,7 @@ class Poller:
 
     def _fail_for_good(self, job: ActivatedJob, reason: str, report: PollReport, *, deadline: float) -> None:
         report.released += 1
+        self.dispatches.drop(job.ref.job_type, [job.key])
         giveback.fail_for_good(self.engine, job, reason, deadline=deadline)
 
 

@@ -81,6 +81,23 @@ class Dispatches:
         self.window = float(window)
         self._sent: dict[str, dict[int, int]] = {}
         self._empty: dict[str, int] = {}
+        # The jobs activated for each route whose record was not yet seen final: job record key ->
+        # when (epoch second). Kept under a "#live" key of the record (a reader that predates it
+        # skips it: not a list). ``tracking_since``: since when every job is in it (0: since the
+        # item was made; None: not known, an item written by a poller that predates it).
+        self._live: dict[str, dict[str, int]] = {}
+        self.tracking_since: float | None = 0.0 if sent is None else None
+        live, since = (sent or {}).get("#live"), (sent or {}).get("#since")
+        if isinstance(live, dict) and isinstance(since, int | float):
+            self.tracking_since = float(since)
+            for job_type, rows in live.items():
+                for row in rows if isinstance(rows, list) else []:
+                    try:
+                        key, at = str(row[0]), int(row[1])
+                    except (TypeError, ValueError, IndexError):
+                        self.tracking_since = None  # an unreadable entry: the record is incomplete
+                        continue
+                    self._live.setdefault(str(job_type), {})[key] = at
         for job_type, buckets in (sent or {}).items():
             if not isinstance(buckets, list):
                 continue
@@ -135,10 +152,45 @@ class Dispatches:
             else:
                 del self._sent[job_type]
 
-    def to_dict(self) -> dict[str, list[list[int]]]:
-        out = {job_type: sorted([at, n] for at, n in buckets.items()) for job_type, buckets in self._sent.items()}
+    def track(self, job_type: str, key: str, *, at: float) -> None:
+        """A job of ``job_type`` (its record key) was activated at ``at``: counted until its record
+        is seen final (:meth:`drop`) or the horizon passes (:meth:`prune_live`)."""
+        if self.tracking_since is None:
+            self.tracking_since = float(math.floor(at))  # complete from now on
+        self._live.setdefault(job_type, {})[key] = math.floor(at)
+
+    def live(self, job_type: str) -> list[str]:
+        """The record keys of ``job_type``'s tracked jobs."""
+        return list(self._live.get(job_type, {}))
+
+    def drop(self, job_type: str, keys: Any) -> None:
+        """These jobs are final (or were never queued): no longer counted."""
+        tracked = self._live.get(job_type)
+        if tracked is None:
+            return
+        for key in keys:
+            tracked.pop(key, None)
+        if not tracked:
+            del self._live[job_type]
+
+    def prune_live(self, now: float, *, horizon: float) -> None:
+        """Forget jobs activated more than ``horizon`` seconds ago: their lease is ours no longer."""
+        for job_type in list(self._live):
+            self.drop(job_type, [k for k, at in self._live[job_type].items() if at < now - horizon])
+
+    def complete(self, now: float, *, horizon: float) -> bool:
+        """Whether every job activated in the last ``horizon`` seconds is tracked."""
+        return self.tracking_since is not None and (self.tracking_since == 0.0 or now - self.tracking_since >= horizon)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            job_type: sorted([at, n] for at, n in buckets.items()) for job_type, buckets in self._sent.items()
+        }
         for job_type, at in self._empty.items():
             out.setdefault(job_type, []).append([at, 0])
+        if self.tracking_since is not None:
+            out["#since"] = self.tracking_since
+            out["#live"] = {t: [[k, at] for k, at in keys.items()] for t, keys in self._live.items()}
         return out
 
 

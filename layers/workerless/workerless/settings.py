@@ -97,7 +97,7 @@ class Settings(BaseModel):
     #: How long after sending a job the poller counts it itself, on top of SQS's approximate count
     #: (which can lag a send): the longer, the safer MaxInFlight, and the longer each job holds its
     #: slot (docs/scaling.md).
-    sqs_lag_seconds: float = Field(default=2.0, alias="WORKERLESS_SQS_LAG_SECONDS", ge=0, le=900)
+    sqs_lag_seconds: float = Field(default=60.0, alias="WORKERLESS_SQS_LAG_SECONDS", ge=0, le=900)
     #: Seconds between ticks of the self-rescheduling poller chain (0: schedule only).
     tick_seconds: int = Field(default=0, alias="WORKERLESS_TICK_SECONDS", ge=0, le=900)
     record_ttl_seconds: int = Field(default=7 * 24 * 3600, alias="WORKERLESS_RECORD_TTL_SECONDS", ge=60)
