@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any
 from workerless.errors import ConfigurationError
 from workerless.settings import clear_settings, infer_engine, parse_env_text
 
-from workerless_devkit.local import limits, loop, rules
+from workerless_devkit.local import limits, loop, rules, sqs_lag
 from workerless_devkit.local.context import LocalLambdaContext
 from workerless_devkit.local.engine_health import EngineHealth
 from workerless_devkit.local.iam.enforce import IamEnforcer
@@ -224,6 +224,8 @@ class LocalTopology:
         engine_secret: bool = False,
         log_format: LogFormat = "json",
         bundle: str | Path | None = None,
+        sqs_count_lag: float = 0.0,
+        seed: int = 0,
     ) -> None:
         if schedule_seconds is not None and schedule_seconds <= 0:
             raise ConfigurationError("schedule_seconds must be positive", key="schedule_seconds")
@@ -256,6 +258,9 @@ class LocalTopology:
         self.place: Place = place
         self.env_file = Path(env_file).resolve() if env_file is not None else None
         self.enforce_iam = enforce_iam
+        #: SQS's approximate counts up to this many seconds behind, as AWS documents them (0: moto's
+        #: exact counts): :mod:`workerless_devkit.local.sqs_lag`, drawn from ``seed``.
+        self.count_lag = sqs_lag.CountLag(sqs_count_lag, seed=seed) if sqs_count_lag > 0 else None
         self.engine_secret = engine_secret
         if engine_secret and self.env_file is None:
             raise ConfigurationError("engine_secret needs an env file to fill the secret with", key="engine_secret")
@@ -445,6 +450,8 @@ class LocalTopology:
         self._mock.start()
         self._started = True
         limits.activate(self._limits)
+        if self.count_lag is not None:
+            sqs_lag.activate(self.count_lag)
         from workerless.engines import add_request_guard, add_response_watcher
 
         add_request_guard(_refuse_abandoned_engine_call)
@@ -497,6 +504,8 @@ class LocalTopology:
         self._accepting = False
         self._listen(False)
         limits.deactivate(self._limits)
+        if self.count_lag is not None:
+            sqs_lag.deactivate(self.count_lag)
         from workerless.engines import remove_request_guard, remove_response_watcher
 
         remove_request_guard(_refuse_abandoned_engine_call)
