@@ -26,7 +26,7 @@ from workerless.engines import ENGINE_NAMES
 
 from workerless_devkit.chaos.inject import ChaosState, activate, install_hooks
 from workerless_devkit.chaos.ledger import Ledger
-from workerless_devkit.chaos.plan import FaultPlan, Recorder
+from workerless_devkit.chaos.plan import Fault, FaultPlan, Recorder
 from workerless_devkit.emulators.harness import RunningEmulator, start
 
 ENGINES = ENGINE_NAMES
@@ -51,6 +51,9 @@ class RunConfig:
     long_reports: int = 1
     retries: int = 10
     max_in_flight: int = 20
+    #: How far behind SQS's approximate counts may be when the plan arms Fault.SQS_COUNT_LAG (AWS:
+    #: they "may not achieve consistency until at least 1 minute after the producers stop sending").
+    sqs_count_lag_seconds: float = 60.0
     ledger_path: Path | None = None
     #: Powertools log level of every function (the template's LogLevel parameter).
     log_level: str = "CRITICAL"
@@ -326,6 +329,8 @@ def run(config: RunConfig) -> RunResult:
                 state=state,
                 handler_timeout=config.handler_timeout,
                 drain_seconds=config.handler_timeout + 2,
+                sqs_count_lag=config.sqs_count_lag_seconds if config.plan.roll(Fault.SQS_COUNT_LAG) else 0.0,
+                seed=config.plan.seed,
             )
             state.duplicate_sender = topology.send_duplicate
             for index in range(config.jobs):
@@ -356,6 +361,9 @@ def run(config: RunConfig) -> RunResult:
                         break
                     time.sleep(0.2)
                 config.plan.enabled = False
+            if topology.count_lag is not None:
+                for _ in range(topology.count_lag.lagged):
+                    state.recorder.note(Fault.SQS_COUNT_LAG, where="GetQueueAttributes")
             # Local mode holds every function to its role: a refused call is a fault of the template
             # or the code, never one the plan injected.
             if topology.iam is not None:

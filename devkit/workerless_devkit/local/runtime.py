@@ -443,6 +443,7 @@ class LocalTopology:
 
         loop.install_hooks()
         limits.install_hooks()
+        sqs_lag.install_hooks()  # before the client cache is cleared: every client has it
         limits.check_update_item_size(_moto_write_lock)
         limits.precise_long_polls()
         serialise_moto_dynamodb_writes()

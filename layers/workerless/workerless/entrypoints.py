@@ -182,13 +182,13 @@ def _poll_shard(
     # tick. The lock goes with the relay. An intended self-send (RecursiveLoop: Allow). Not on a
     # BaseException: a process that dies releases nothing, and the lock's expiry frees it.
     handed = False
-    relay = poller.relay_delay is not None and bool(settings.ticker_queue_url)
-    token = lock.handover() if relay else None
-    if relay and token is None and lock.held:
+    relaying = poller.relay_delay is not None and settings.ticker_queue_url is not None
+    token = lock.handover() if relaying else None
+    if relaying and token is None and lock.held:
         # The item could not be brought up to date (a batch the relayed invocation would misread):
         # release instead (which writes it again) and leave the flow to the next tick.
-        relay = False
-    if relay:
+        relaying = False
+    if relaying and settings.ticker_queue_url and poller.relay_delay is not None:
         body = {
             "relay": poller.last_dispatch or time.time(),
             "lock": token,
