@@ -19,8 +19,8 @@ One invocation (a schedule tick or a ticker message)::
 Only one invocation polls at a time: the entry point takes the poller lock
 (:mod:`workerless.poller_lock`) first, and each cycle renews it when due. What a route holds is
 SQS's approximate count plus every job sent in the last WORKERLESS_SQS_LAG_SECONDS before that
-count was read (the lock hands that record from one invocation to the next): SQS's count can lag a
-send, and a job counted twice is only room left unused for a moment. A route read empty, with
+count was read (the lock hands that record on), or, smaller, the jobs activated whose record is
+not final (exact; tracked in the same record). A route read empty, with
 nothing sent to it since, is marked so in that record and not read again for EMPTY_RECHECK_SECONDS
 (only the poller sends to it): an idle tick reads no queue.
 

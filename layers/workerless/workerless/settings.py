@@ -95,8 +95,8 @@ class Settings(BaseModel):
     #: releasing it blocks polling for at most this long (docs/guarantees.md, MaxInFlight).
     poller_lock_seconds: float = Field(default=30.0, alias="WORKERLESS_POLLER_LOCK_SECONDS", ge=2, le=900)
     #: How long after sending a job the poller counts it itself, on top of SQS's approximate count
-    #: (which can lag a send): the longer, the safer MaxInFlight, and the longer each job holds its
-    #: slot (docs/scaling.md).
+    #: (AWS: it may take a minute to settle). The exact count from the job records usually decides
+    #: (docs/guarantees.md, MaxInFlight); this bounds a route when they cannot be read.
     sqs_lag_seconds: float = Field(default=60.0, alias="WORKERLESS_SQS_LAG_SECONDS", ge=0, le=900)
     #: Seconds between ticks of the self-rescheduling poller chain (0: schedule only).
     tick_seconds: int = Field(default=0, alias="WORKERLESS_TICK_SECONDS", ge=0, le=900)
