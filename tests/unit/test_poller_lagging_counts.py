@@ -131,3 +131,23 @@ def test_max_in_flight_holds_at_every_moment_with_counts_a_minute_behind(store: 
         assert done == 60, "the exact records keep the route at its rate: every job done"
     else:
         assert done < 60, "SQS's count alone (a minute behind) holds each job's slot for the lag"
+
+
+def test_a_job_whose_record_never_turns_final_stops_holding_a_slot_after_the_lag_window() -> None:
+    """A delivery given back without a record (a claim released, left to the engine) leaves a
+    tracked job whose record never turns final: it bounds the route only through the lag window,
+    after which SQS's settled count (its message gone: 0) decides, not for the whole tracking horizon."""
+    from workerless import giveback
+    from workerless.poller_lock import Dispatches
+
+    class NoRecords:
+        def get_many(self, keys: list[str]) -> dict[str, JobRecord]:
+            return {}
+
+    dispatches = Dispatches(LAG)
+    now = 1_000_000.0
+    dispatches.track("charge-payment", "fake#job-1#r3", at=now - 120)
+    dispatches.track("charge-payment", "fake#job-2#r3", at=now - 10)
+    bound = giveback.tracked(NoRecords(), dispatches, "charge-payment", now, 3660.0, 0, now, refresh=True)  # type: ignore[arg-type]
+    assert bound == 1, "the job sent 10 s ago still counts; the one sent 120 s ago is SQS's to count"
+    assert dispatches.live("charge-payment") == ["fake#job-1#r3", "fake#job-2#r3"], "both still tracked"

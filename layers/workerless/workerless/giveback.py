@@ -4,6 +4,7 @@ the invocation's deadline; giving up is logged, and the engine's lease is the ba
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, assert_never
 
 from workerless import observability
@@ -119,32 +120,49 @@ def fence(
 
 
 def tracked(
-    store: JobStore | None, dispatches: Dispatches, job_type: str, now: float, horizon: float, *, refresh: bool
-) -> int | None:
-    """The jobs of ``job_type`` the poller (and those before it, through the lock's item) activated
-    within ``horizon`` seconds whose job record is not yet final: exact where SQS's approximate
-    counts lag (AWS: they may take a minute to settle), and never fewer than the route holds of
-    them. Final records are dropped when ``refresh`` (the route's count is being read again: one
-    strongly consistent BatchGetItem of at most the route's jobs in flight). None when it cannot
-    bound the route: no job store, a record that does not go back ``horizon`` seconds (a lock item
-    written by a poller that predates it), or records that could not be read.
+    store: JobStore | None,
+    dispatches: Dispatches,
+    job_type: str,
+    now: float,
+    horizon: float,
+    count: int,
+    read_at: float,
+    *,
+    refresh: bool,
+) -> float:
+    """Upper bounds on what ``job_type``'s route holds, from the jobs the poller (and those before
+    it, through the lock's item) activated and whose job record is not yet final; infinity when
+    none can be trusted (the caller takes the smaller of this and SQS's count plus the sends of the
+    lag window). ``count`` is SQS's count as read at ``read_at`` (epoch seconds).
 
-    ``horizon`` is the longest the engine can hold a lease of ours (WORKERLESS_MAX_HOLD_SECONDS,
-    after which the heartbeat stops extending it, plus a lease): a job whose record never turns
-    final (a claim given back, a delivery left to the engine) stops counting then."""
+    - The tracked jobs not final: exact where SQS's approximate counts lag (AWS: they may take a
+      minute to settle). Valid once every job activated in the last ``horizon`` seconds is
+      tracked: the longest the engine can hold a lease of ours (WORKERLESS_MAX_HOLD_SECONDS, after
+      which the heartbeat stops extending it, plus a lease). Final records are dropped when
+      ``refresh`` (the route's count is being read again: one strongly consistent BatchGetItem of
+      at most the route's jobs in flight); records that cannot be read leave it unused this time.
+    - ``count`` plus the tracked jobs not final activated within the lag window before the read:
+      valid once the window is tracked. A job whose record never turns final (a claim given back,
+      a delivery left to the engine) stops counting here after the window, where it would hold a
+      slot in the first bound until the horizon.
+    """
     if store is None:
-        return None
+        return math.inf
+    best = math.inf
     if refresh:
         dispatches.prune_live(now, horizon=horizon)
-    if not dispatches.complete(now, horizon=horizon):
-        return None
     keys = dispatches.live(job_type)
     if refresh and keys:
         try:
             records = store.get_many(keys)
         except Exception:
-            logger.warning("could not read the route's job records; its SQS count alone bounds it", exc_info=True)
-            return None
-        dispatches.drop(job_type, [k for k, r in records.items() if not r.in_pipeline])
-        keys = dispatches.live(job_type)
-    return len(keys)
+            logger.warning("could not read the route's job records; its SQS count bounds it", exc_info=True)
+        else:
+            dispatches.drop(job_type, [k for k, r in records.items() if not r.in_pipeline])
+            if dispatches.complete(now, horizon=horizon):
+                best = len(dispatches.live(job_type))
+    elif dispatches.complete(now, horizon=horizon):
+        best = len(keys)
+    if dispatches.complete(now, horizon=dispatches.window):
+        best = min(best, count + dispatches.live_since(job_type, read_at - dispatches.window))
+    return best

@@ -181,19 +181,16 @@ class Poller:
             # What SQS may not have counted yet: every job sent after (read time - the lag). Sent
             # after the read is counted this way too, so nothing is added to the cached count.
             recent = self.dispatches.since(route.type, self._wall(read_at) - self.dispatches.window)
-            held = count + recent
-            exact = self._tracked(route.type, refresh=read_at == now)
-            if exact is not None:
-                # Both are upper bounds on what the route holds: the smaller is the better one.
-                held = min(held, exact)
+            held = int(min(count + recent, self._tracked(route.type, count, read_at, refresh=read_at == now)))
             capacity = max(0, route.max_in_flight - held)
             demands.append(Demand(route.type, capacity, route.engine_queue))
         return demands
 
-    def _tracked(self, job_type: str, *, refresh: bool) -> int | None:
-        """The route's jobs whose record is not final (:func:`workerless.giveback.tracked`)."""
+    def _tracked(self, job_type: str, count: int, read_at: float, *, refresh: bool) -> float:
+        """The tighter bounds from the jobs whose record is not final (:func:`workerless.giveback.tracked`)."""
         horizon = float(self.settings.max_hold_seconds + self.settings.lease_seconds)
-        return giveback.tracked(self.store, self.dispatches, job_type, self._wall_clock(), horizon, refresh=refresh)
+        now, read = self._wall_clock(), self._wall(read_at)
+        return giveback.tracked(self.store, self.dispatches, job_type, now, horizon, count, read, refresh=refresh)
 
     def _depth(self, job_type: str, queue_url: str, now: float) -> tuple[int, float]:
         """The route's count and when it holds (``clock``): 0 without a call while its queue is known

@@ -163,6 +163,11 @@ class Dispatches:
         """The record keys of ``job_type``'s tracked jobs."""
         return list(self._live.get(job_type, {}))
 
+    def live_since(self, job_type: str, after: float) -> int:
+        """Tracked jobs of ``job_type`` activated after ``after`` (epoch seconds; a job counts from
+        the start of its second: a little longer, never shorter)."""
+        return sum(1 for at in self._live.get(job_type, {}).values() if at + 1 > after)
+
     def drop(self, job_type: str, keys: Any) -> None:
         """These jobs are final (or were never queued): no longer counted."""
         tracked = self._live.get(job_type)
