@@ -184,7 +184,14 @@ def test_each_function_is_granted_exactly_what_the_hand_written_template_granted
     new = {k.lower(): {(e, a, r.lower()) for e, a, r in v} for k, v in _statements(local_view, PARAMETERS).items()}
     assert set(new) == set(old) == {f.logical_id.lower() for f in before.functions}
     routes_path = f"arn:aws:ssm:us-east-1:123456789012:parameter/workerless/{STACK_NAME}/routes"
-    added = {"pollerfunction": {("Allow", "ssm:GetParametersByPath", routes_path)}}
+    table = "arn:aws:dynamodb:us-east-1:123456789012:table/workerless-local-jobstable"
+    # BatchGetItem: the poller reads the records of the jobs it tracks (MaxInFlight, issue 26 2.7).
+    added = {
+        "pollerfunction": {
+            ("Allow", "ssm:GetParametersByPath", routes_path),
+            ("Allow", "dynamodb:BatchGetItem", table),
+        }
+    }
     removed = {"deadletterfunction": {("Allow", "sqs:GetQueueAttributes", shared)}}
     for function in old:
         assert new[function] - old[function] == added.get(function, set()), function
