@@ -59,7 +59,7 @@ class Fault(StrEnum):
     SQS_THROTTLE = "sqs_throttle"
     SQS_ERROR = "sqs_error"
     # SQS's approximate counts lag (up to RunConfig.sqs_count_lag_seconds, as AWS documents them):
-    # armed once a run (a positive rate), counted per GetQueueAttributes answer it changed.
+    # armed once a run (a positive rate), noted once with how many answers it put behind.
     SQS_COUNT_LAG = "sqs_count_lag"
     # The heartbeat ticket arrives late, or the heartbeat Lambda dies.
     HEARTBEAT_LATE = "heartbeat_late"
