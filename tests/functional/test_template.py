@@ -438,8 +438,11 @@ def test_heartbeat_may_only_delete_job_messages_and_requeue_its_own_tickets(cfn:
             # One statement per route (its HeartbeatPolicy), delete only.
             assert len(targets) == 1 and _as_list(statement["Action"]) == ["sqs:DeleteMessage"], statement
     assert _queues_allowed(cfn, "HeartbeatFunction", "sqs:ChangeMessageVisibility") == {"HeartbeatQueue"}
-    for function in set(ALL_FUNCTIONS) - {"HeartbeatFunction"}:
+    for function in set(LIBRARY_FUNCTIONS) - {"HeartbeatFunction"}:
         assert _queues_allowed(cfn, function, "sqs:ChangeMessageVisibility") == set(), function
+    # A handler hands back the jobs its batch has no time left to finish, on its own queue only.
+    for route in JOB_TYPES.values():
+        assert _queues_allowed(cfn, f"{route}Function", "sqs:ChangeMessageVisibility") == {f"{route}Queue"}, route
 
 
 @pytest.mark.parametrize("function", sorted(ALL_FUNCTIONS))
