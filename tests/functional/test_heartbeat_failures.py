@@ -350,3 +350,29 @@ def test_a_secret_read_that_fails_brings_every_ticket_back_in_a_third_of_a_lease
     assert response == {"batchItemFailures": [{"itemIdentifier": "t0"}, {"itemIdentifier": "t1"}]}
     assert [(receipt, seconds) for _, receipt, seconds in spy.visibility] == [("r0", 20), ("r1", 20)]
     assert len(reads) == 1, "one secret read per invocation, not one per ticket"
+
+
+def test_the_heartbeat_reads_its_records_without_their_stored_results(aws: Aws, flaky: FlakyEngine) -> None:
+    """GIVEN a job whose stored result (300 KB, inline in its record) is owed to the engine
+    THEN the round's read of the ticket's records leaves the result out (a ticket of 100 such records
+    would be 30 MB through a 256 MB function), knowing only that one is stored; and the heartbeat
+    still re-reports exactly that result, read whole for the one job that owes it."""
+    flaky.add_job("charge-payment", {"orderId": "1", "amount": 1})
+    [job] = flaky.activate([Demand("charge-payment", 1)], 60)
+    store = runtime.get_store()
+    big = Outcome.complete({"blob": "y" * 300_000})
+    assert store.claim(job.key, owner="o", claim_seconds=60, job_type="charge-payment") == (True, None)
+    assert store.store_outcome(job.key, owner="o", outcome=big, job_type="charge-payment") is None
+    assert store.mark_owed(job.key, receipt=None)
+
+    [seen] = store.get_many([job.key]).values()
+    assert seen.outcome is None and seen.outcome_ref is None, "the result's body is not read"
+    assert seen.has_outcome and seen.report_owed and seen.status is Status.STORED
+    whole = store.get(job.key)
+    assert whole is not None and whole.outcome == big
+
+    _run(_ticket((job, time.time() + 60)), flaky, SpyQueues(runtime.get_queues()))
+
+    assert flaky.reports[job.ref.job_id] == [big]
+    after = store.get(job.key)
+    assert after is not None and after.status is Status.REPORTED
