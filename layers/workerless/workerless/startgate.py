@@ -136,6 +136,8 @@ class StartGate:
 
     def _watchdog(self) -> None:
         with self._lock:
+            if not self._started:
+                return  # the batch's first job always starts (an invocation begun with under 3 s left)
             self._closed = True
             waiting, self._waiting = self._waiting, []
         if waiting:
