@@ -271,3 +271,42 @@ def test_a_scheduled_drain_without_its_queue_fails_naming_the_setting(aws: Aws) 
     runtime.set_engine(FakeEngine())
     with pytest.raises(ConfigurationError, match="WORKERLESS_DEAD_LETTER_QUEUE_URL"):
         entrypoints.deadletter(SCHEDULED, FakeContext())
+
+
+def test_a_stored_result_whose_object_is_gone_fails_the_job_once_not_every_360_seconds(
+    aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GIVEN a dead-lettered job whose handler stored a result too large for its record (in the claim
+    check's bucket) and whose object is gone (expired with the bucket's 7-day lifecycle; S3 answers
+    NoSuchKey, or AccessDenied to a role without s3:ListBucket, as the functions' are: both final)
+    THEN the letter is settled at once: the job is failed at the engine with a message naming the
+    lost result and the record is settled; before, the letter was handed back every 360 s for the
+    queue's 14 days."""
+    import base64
+    import random
+
+    import boto3
+
+    monkeypatch.setenv("WORKERLESS_PAYLOAD_BUCKET", "payloads")
+    s3 = boto3.client("s3", region_name="us-east-1")
+    s3.create_bucket(Bucket="payloads")
+    runtime.reset()
+    engine = FakeEngine()
+    runtime.set_engine(engine)
+    job = activated(engine)
+    store = runtime.get_store()
+    big = Outcome.complete({"blob": base64.b64encode(random.Random(7).randbytes(675_000)).decode()})
+    assert store.claim(job.key, owner="o", claim_seconds=-1, job_type="charge-payment") == (True, None)
+    assert store.store_outcome(job.key, owner="o", outcome=big, job_type="charge-payment") is None
+    stored = store.get(job.key)
+    assert stored is not None and stored.outcome_ref is not None
+    s3.delete_object(Bucket="payloads", Key=stored.outcome_ref.key)  # the lifecycle's expiry
+
+    response = entrypoints.deadletter(letter(job), FakeContext())
+
+    assert response == {"batchItemFailures": []}, "settled: not handed back for another try in 360 s"
+    [outcome] = engine.reports[job.ref.job_id]
+    assert outcome.kind == "fail" and outcome.retries == 2, outcome
+    assert "can no longer be read (NoSuchKey" in str(outcome.message), outcome.message
+    record = store.get(job.key)
+    assert record is not None and record.status is Status.REPORTED

@@ -309,3 +309,70 @@ def test_no_extend_starts_past_the_invocations_deadline_and_the_rest_is_carried_
     unvisited = [job_id for job_id, delay in carried if job_id not in flaky.extensions]
     assert len(unvisited) == 300 - extended
     assert all(delay == 1 for job_id, delay in carried if job_id in unvisited)
+
+
+# ------------------------------------------------------------------------- whole-invocation failures
+
+
+def test_a_secret_read_that_fails_brings_every_ticket_back_in_a_third_of_a_lease(
+    aws: Aws, flaky: FlakyEngine, long_lease: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GIVEN a cold heartbeat container whose engine secret read fails (Secrets Manager throttles
+    past botocore's retries) for a batch of two tickets
+    THEN each ticket is a batch item failure made visible again in a third of the lease (not the
+    queue's visibility timeout, by which every lease in it would have lapsed), and the secret is
+    read once for the batch, not once per ticket."""
+    from workerless import settings as settings_module
+    from workerless.errors import ConfigurationError
+
+    reads = []
+
+    def throttled() -> dict[str, str]:
+        reads.append(1)
+        raise ConfigurationError(
+            "cannot read the engine secret named by WORKERLESS_SECRET_ARN: ThrottlingException",
+            key="WORKERLESS_SECRET_ARN",
+        )
+
+    monkeypatch.setattr(settings_module, "engine_values", throttled)
+    for _ in range(2):
+        flaky.add_job("charge-payment", {"orderId": "1", "amount": 1})
+    jobs = flaky.activate([Demand("charge-payment", 2)], 60)
+    records = [
+        {"messageId": f"t{n}", "receiptHandle": f"r{n}", "body": _ticket((job, job.lease_expires_at)), "attributes": {}}
+        for n, job in enumerate(jobs)
+    ]
+    spy = SpyQueues(runtime.get_queues())
+    cold = Wiring(settings=get_settings(), store=runtime.get_store(), queues=spy)  # no engine yet
+
+    response = entrypoints.heartbeat({"Records": records}, FakeContext(), wiring=cold)
+
+    assert response == {"batchItemFailures": [{"itemIdentifier": "t0"}, {"itemIdentifier": "t1"}]}
+    assert [(receipt, seconds) for _, receipt, seconds in spy.visibility] == [("r0", 20), ("r1", 20)]
+    assert len(reads) == 1, "one secret read per invocation, not one per ticket"
+
+
+def test_the_heartbeat_reads_its_records_without_their_stored_results(aws: Aws, flaky: FlakyEngine) -> None:
+    """GIVEN a job whose stored result (300 KB, inline in its record) is owed to the engine
+    THEN the round's read of the ticket's records leaves the result out (a ticket of 100 such records
+    would be 30 MB through a 256 MB function), knowing only that one is stored; and the heartbeat
+    still re-reports exactly that result, read whole for the one job that owes it."""
+    flaky.add_job("charge-payment", {"orderId": "1", "amount": 1})
+    [job] = flaky.activate([Demand("charge-payment", 1)], 60)
+    store = runtime.get_store()
+    big = Outcome.complete({"blob": "y" * 300_000})
+    assert store.claim(job.key, owner="o", claim_seconds=60, job_type="charge-payment") == (True, None)
+    assert store.store_outcome(job.key, owner="o", outcome=big, job_type="charge-payment") is None
+    assert store.mark_owed(job.key, receipt=None)
+
+    [seen] = store.get_many([job.key]).values()
+    assert seen.outcome is None and seen.outcome_ref is None, "the result's body is not read"
+    assert seen.has_outcome and seen.report_owed and seen.status is Status.STORED
+    whole = store.get(job.key)
+    assert whole is not None and whole.outcome == big
+
+    _run(_ticket((job, time.time() + 60)), flaky, SpyQueues(runtime.get_queues()))
+
+    assert flaky.reports[job.ref.job_id] == [big]
+    after = store.get(job.key)
+    assert after is not None and after.status is Status.REPORTED

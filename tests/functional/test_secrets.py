@@ -71,3 +71,33 @@ def test_malformed_json_is_refused_without_quoting_it(secrets: Any, monkeypatch:
 
     assert "leak-me" not in str(caught.value)
     assert caught.value.key == "WORKERLESS_SECRET_ARN"
+
+
+def test_a_warm_container_builds_its_engine_anew_from_a_rotated_secret(
+    secrets: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GIVEN a container whose engine was built from the secret, WHEN the secret is rotated
+    THEN once the values are older than WORKERLESS_SECRET_MAX_AGE_SECONDS the container reads the
+    secret again and builds its engine from the new values (before, a warm container kept the old
+    credential until it died); while the secret is unchanged it keeps the engine it has."""
+    from workerless.settings import get_settings
+    from workerless.wiring import Wiring
+
+    payload = {"WORKERLESS_ENGINE": "nodeflow", "NF_URL": "https://nf.example", "NF_API_KEY": "nf_old"}
+    arn = secrets.create_secret(Name="workerless/rotated", SecretString=json.dumps(payload))["ARN"]
+    monkeypatch.setenv("WORKERLESS_SECRET_MAX_AGE_SECONDS", "0")
+    use_secret(monkeypatch, arn)
+    wiring = Wiring(settings=get_settings(), state=object())  # type: ignore[arg-type]
+    try:
+        first = wiring.observed_engine
+        assert wiring.observed_engine is first, "the secret unchanged: the same engine"
+
+        secrets.put_secret_value(SecretId=arn, SecretString=json.dumps({**payload, "NF_API_KEY": "nf_new"}))
+        rotated = wiring.observed_engine
+
+        assert rotated is not first
+        assert engine_values()["NF_API_KEY"] == "nf_new"
+        assert wiring.observed_engine is rotated
+    finally:
+        wiring.close()
+        clear_settings()

@@ -438,8 +438,11 @@ def test_heartbeat_may_only_delete_job_messages_and_requeue_its_own_tickets(cfn:
             # One statement per route (its HeartbeatPolicy), delete only.
             assert len(targets) == 1 and _as_list(statement["Action"]) == ["sqs:DeleteMessage"], statement
     assert _queues_allowed(cfn, "HeartbeatFunction", "sqs:ChangeMessageVisibility") == {"HeartbeatQueue"}
-    for function in set(ALL_FUNCTIONS) - {"HeartbeatFunction"}:
+    for function in set(LIBRARY_FUNCTIONS) - {"HeartbeatFunction"}:
         assert _queues_allowed(cfn, function, "sqs:ChangeMessageVisibility") == set(), function
+    # A handler hands back the jobs its batch has no time left to finish, on its own queue only.
+    for route in JOB_TYPES.values():
+        assert _queues_allowed(cfn, f"{route}Function", "sqs:ChangeMessageVisibility") == {f"{route}Queue"}, route
 
 
 @pytest.mark.parametrize("function", sorted(ALL_FUNCTIONS))
@@ -609,15 +612,17 @@ def _default(cfn: dict[str, Any], value: Any) -> int:
 
 
 def test_visibility_timeout_is_at_least_six_times_the_consumer_timeout(cfn: dict[str, Any]) -> None:
-    """At the template's defaults: Lambda's guidance (6 x). Every timeout and its queue's visibility
-    are parameters (tests run shorter ones); Lambda itself refuses visibility < timeout, and so does
-    local mode (tests/unit/test_local_rules.py)."""
+    """At the template's defaults: Lambda's guidance (6 x: time to retry a throttled batch), but for
+    the heartbeat, whose queue's visibility must fit in a lease (the next test) and which is not
+    throttled (its concurrency is reserved). Every timeout and its queue's visibility are parameters
+    (tests run shorter ones); Lambda itself refuses visibility < timeout, and so does local mode
+    (tests/unit/test_local_rules.py)."""
     pairs = 0
     for function in ALL_FUNCTIONS:
         timeout = _default(cfn, cfn["Resources"][function]["Properties"]["Timeout"])
         for queue in _event_source_queues(cfn, function):
             visibility = _default(cfn, cfn["Resources"][queue]["Properties"]["VisibilityTimeout"])
-            assert visibility >= 6 * timeout, (queue, visibility, function, timeout)
+            assert visibility >= (timeout if function == "HeartbeatFunction" else 6 * timeout), (queue, function)
             pairs += 1
     # One event queue each, but the dead-letter function's (it drains its queue on a schedule).
     assert pairs == len(ALL_FUNCTIONS) - len(DRAINED)
@@ -628,6 +633,46 @@ def test_visibility_timeout_is_at_least_six_times_the_consumer_timeout(cfn: dict
     assert cfn["Parameters"]["HandlerTimeout"]["MaxValue"] * 6 <= _default(
         cfn, resources["chargepaymentQueue"]["Properties"]["VisibilityTimeout"]
     )
+
+
+def test_a_heartbeat_invocation_that_fails_as_a_whole_costs_no_lease(cfn: dict[str, Any]) -> None:
+    """A ticket arrives with two thirds of its shortest lease left (it is sent delayed a third of
+    it). An invocation killed or timed out, or a batch whose invocation is throttled, brings its
+    tickets back only after the heartbeat queue's visibility timeout: at the defaults that must end
+    with time left for the next round's extends (a call's timeout) before any lease in it lapses."""
+    resources, params = cfn["Resources"], cfn["Parameters"]
+    lease = int(params["LeaseSeconds"]["Default"])
+    visibility = _default(cfn, resources["HeartbeatQueue"]["Properties"]["VisibilityTimeout"])
+    timeout = _default(cfn, resources["HeartbeatFunction"]["Properties"]["Timeout"])
+    arrives_with = lease - lease / 3  # the ticket's delay is a third of the remaining lease
+    assert timeout <= visibility, "Lambda refuses a visibility under the function's timeout"
+    assert visibility + 10 <= arrives_with, (visibility, arrives_with)
+
+
+@pytest.mark.parametrize(
+    ("function", "reserved"),
+    [("HeartbeatFunction", "HeartbeatConcurrency"), ("PollerFunction", "PollerReservedConcurrency")],
+)
+def test_the_functions_that_hold_leases_have_concurrency_reserved(
+    cfn: dict[str, Any], function: str, reserved: str
+) -> None:
+    """A burst of handlers cannot throttle the poller or the heartbeat: each has concurrency reserved
+    (unless ReserveConcurrency is false: an account whose quota cannot spare it), and no event source
+    of it invokes more at once than its reservation (Lambda's event source mappings do not look at
+    reserved concurrency: past it they would throttle the function themselves)."""
+    props = cfn["Resources"][function]["Properties"]
+    condition, value, otherwise = props["ReservedConcurrentExecutions"]["Fn::If"]
+    assert condition == "ReservesConcurrency" and value == {"Ref": reserved} and otherwise == {"Ref": "AWS::NoValue"}
+    assert cfn["Conditions"]["ReservesConcurrency"] == {"Fn::Equals": [{"Ref": "ReserveConcurrency"}, "true"]}
+    assert cfn["Parameters"]["ReserveConcurrency"]["Default"] == "true"
+    mappings = _event_source_queues(cfn, function)
+    assert mappings
+    limit = int(cfn["Parameters"][reserved]["Default"])
+    for queue, mapping in mappings.items():
+        maximum = _default(cfn, mapping["ScalingConfig"]["MaximumConcurrency"])
+        # The poller's schedule (the watchdog) invokes it beside its ticker event source.
+        spare = 1 if function == "PollerFunction" else 0
+        assert maximum + spare <= limit, (queue, maximum, limit)
 
 
 def test_every_queue_sets_sqs_maximum_message_size(cfn: dict[str, Any]) -> None:
@@ -806,10 +851,10 @@ def test_parameters_match_the_contract(cfn: dict[str, Any]) -> None:
         "JobQueueVisibilityTimeout": 720,
         "GenerateReportTimeout": 900,
         "GenerateReportVisibilityTimeout": 5400,
-        "HeartbeatTimeout": 60,
-        "HeartbeatVisibilityTimeout": 360,
+        "HeartbeatTimeout": 20,
+        "HeartbeatVisibilityTimeout": 30,
     }
-    assert {name: params[name]["Default"] for name in timings} == timings, "the template's timings as before"
+    assert {name: params[name]["Default"] for name in timings} == timings, "the template's timings"
 
 
 def test_outputs_name_the_table_queues_and_functions(cfn: dict[str, Any]) -> None:

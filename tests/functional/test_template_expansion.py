@@ -162,7 +162,10 @@ def test_each_function_is_granted_exactly_what_the_hand_written_template_granted
 
     One removal: the dead-letter function drains the shared queue on a schedule instead of through an
     event source (which idles at Lambda's long polls), and its code never reads the queue's
-    attributes: GetQueueAttributes, which only the event source mapping needed, is gone."""
+    attributes: GetQueueAttributes, which only the event source mapping needed, is gone.
+
+    One addition per route (issue 26, 2.6): its handler may hand back, on its own queue, the jobs a
+    batch has no time left to finish (ChangeMessageVisibility)."""
     before = load_template(BEFORE, parameters=PARAMETERS)
     variables = _yaml().load(BEFORE.read_text(encoding="utf-8"))["Globals"]["Function"]["Environment"]["Variables"]
     routes = [job_type for job_type, _ in routes_in_text(str(variables["WORKERLESS_ROUTES"].value))]
@@ -192,6 +195,12 @@ def test_each_function_is_granted_exactly_what_the_hand_written_template_granted
             ("Allow", "dynamodb:BatchGetItem", table),
         }
     }
+    for q in local_view.queues:
+        library = q.logical_id in ("TickerQueue", "HeartbeatQueue")
+        if not library and q.logical_id.lower().removesuffix("queue") + "function" in old:
+            added[q.logical_id.lower().removesuffix("queue") + "function"] = {
+                ("Allow", "sqs:ChangeMessageVisibility", q.arn.lower())
+            }
     removed = {"deadletterfunction": {("Allow", "sqs:GetQueueAttributes", shared)}}
     for function in old:
         assert new[function] - old[function] == added.get(function, set()), function

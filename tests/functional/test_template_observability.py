@@ -233,18 +233,51 @@ def test_every_dead_letter_queue_alarms_on_what_counts_its_dead_letters(cfn: dic
     variables = cfn["Resources"]["DeadLetterFunction"]["Properties"]["Environment"]["Variables"]
     drained = {variables["WORKERLESS_DEAD_LETTER_QUEUE_URL"]["Ref"]} & dead_letter_queues(cfn)
     assert drained == {"JobDeadLetterQueue"}
-    watched: dict[str, str] = {}
+    watched: dict[str, set[str]] = {}
     for alarm in alarms(cfn).values():
         props = alarm["Properties"]
         value = (props.get("Dimensions") or [{"Value": None}])[0]["Value"]
         queue = value["Fn::GetAtt"][0] if isinstance(value, dict) and "Fn::GetAtt" in value else None
         if queue in dead_letter_queues(cfn):
             assert (props["Threshold"], props["ComparisonOperator"]) == (0, "GreaterThanThreshold")
-            watched[queue] = f"{props['MetricName']}/{props['Statistic']}"
+            watched.setdefault(queue, set()).add(f"{props['MetricName']}/{props['Statistic']}")
     assert set(watched) == dead_letter_queues(cfn)
-    for queue, metric in watched.items():
-        expected = "NumberOfMessagesReceived/Sum" if queue in drained else "ApproximateNumberOfMessagesVisible/Maximum"
-        assert metric == expected, queue
+    for queue, metrics in watched.items():
+        # The drained queue also alarms on letters left waiting 5 minutes running (a visible letter
+        # at every sample, Minimum): that does not depend on the drain running at all.
+        expected = (
+            {"NumberOfMessagesReceived/Sum", "ApproximateNumberOfMessagesVisible/Minimum"}
+            if queue in drained
+            else {"ApproximateNumberOfMessagesVisible/Maximum"}
+        )
+        assert metrics == expected, queue
+
+
+def test_the_library_functions_alarm_on_their_errors_and_throttles(cfn: dict[str, Any]) -> None:
+    """A heartbeat or dead-letter invocation that fails as a whole, and any throttle of the poller,
+    the heartbeat or the dead-letter function, alarms (the poller's errors have their own alarm)."""
+    seen = set()
+    for alarm in alarms(cfn).values():
+        props = alarm["Properties"]
+        if props.get("Namespace") == "AWS/Lambda":
+            seen.add((props["MetricName"], props["Dimensions"][0]["Value"]["Ref"]))
+    functions = ("PollerFunction", "HeartbeatFunction", "DeadLetterFunction")
+    assert {("Errors", f) for f in functions} <= seen
+    assert {("Throttles", f) for f in functions} <= seen
+
+
+def test_a_routes_parameter_waits_for_its_grants_to_the_shared_functions(cfn: dict[str, Any]) -> None:
+    """The poller polls a route once it reads the route's parameter: created after the route's
+    policies on the poller's and the heartbeat's roles, its first poll is not AccessDenied."""
+    parameters = resources(cfn, "AWS::SSM::Parameter")
+    assert parameters
+    for name, parameter in parameters.items():
+        route = name.removesuffix("Route")
+        # CloudFormation orders a resource after every resource it refers to (Fn::ForEach does not
+        # rewrite a DependsOn, so the parameter's Description refers to them).
+        description = json.dumps(parameter["Properties"]["Description"])
+        for policy in (f"{route}PollerPolicy", f"{route}HeartbeatPolicy"):
+            assert f"${{{policy}}}" in description or f'"Ref": "{policy}"' in description, (name, description)
 
 
 def test_poller_errors_alarm_on_lambda_errors_and_on_failing_polls(cfn: dict[str, Any]) -> None:

@@ -131,8 +131,8 @@ def test_the_real_templates_timings_hold_at_defaults_and_at_the_test_and_demo_va
     assert as_written.function("chargepaymentFunction").timeout == 120
     assert as_written.queue("generatereportQueue").visibility_timeout == 5400
     assert as_written.function("generatereportFunction").timeout == 900
-    assert as_written.queue("HeartbeatQueue").visibility_timeout == 360
-    assert as_written.function("HeartbeatFunction").timeout == 60
+    assert as_written.queue("HeartbeatQueue").visibility_timeout == 30
+    assert as_written.function("HeartbeatFunction").timeout == 20
     assert {q.maximum_message_size for q in as_written.queues} == {1_048_576}
     assert LocalTopology(TEMPLATE, parameters=job_timings(10)).template.function("generatereportFunction").timeout == 10
     demo = {name: value for pair in cli.DEMO_TIMINGS for name, value in pair}

@@ -165,11 +165,19 @@ def process_dead_letter(
         )
         return
     if record is not None and record.status is Status.STORED and record.has_outcome:
-        # Read from the claim check's bucket when it was too large for the record; a failed read
-        # propagates (the DLQ hands the message back later).
-        outcome = store.load_outcome(record)
-        assert outcome is not None
-        note = "stored result reported from the dead-letter queue"
+        # Read from the claim check's bucket when it was too large for the record; a read that may
+        # succeed later propagates (the DLQ hands the message back later).
+        try:
+            stored = store.load_outcome(record)
+        except StoreError as exc:
+            if exc.retryable:
+                raise
+            stored, lost = None, exc
+        if stored is not None:
+            outcome = stored
+            note = "stored result reported from the dead-letter queue"
+        else:
+            outcome, note = _result_lost(job, record, lost, fail_backoff_seconds=fail_backoff_seconds)
     else:
         state = record.status.value if record is not None else "never claimed"
         outcome = Outcome.fail(
@@ -187,6 +195,32 @@ def process_dead_letter(
     store.mark_reported(job.key, note=note)
     observability.emit(ref.job_type, "dead_lettered", job_id=ref.job_id)
     logger.warning("dead-lettered job settled at the engine", extra={"job_id": ref.job_id, "note": note})
+
+
+def _result_lost(
+    job: ActivatedJob, record: JobRecord, exc: StoreError, *, fail_backoff_seconds: int
+) -> tuple[Outcome, str]:
+    """The stored result can never be read (its claim check object expired with the bucket's 7-day
+    lifecycle, was deleted, or does not match its pointer): retried, the letter would come back every
+    360 s for the queue's 14 days. The job is failed at the engine instead, naming why; a refusal
+    of that is final like any other (:func:`_rejected`)."""
+    ref = job.ref
+    where = record.outcome_ref.key if record.outcome_ref is not None else "the job record"
+    # Without s3:ListBucket (the roles have none), S3 answers a missing object 403 AccessDenied.
+    reason = (
+        f"the {ref.job_type} handler stored its result in the claim check ({where}) but it can no longer be "
+        f"read ({exc.code or 'unreadable'}: a missing or expired object reads as AccessDenied); job failed instead"
+    )
+    logger.error(
+        "dead-lettered job's stored result is gone: failing the job at the engine instead of retrying",
+        extra={"job_id": ref.job_id, "job_type": ref.job_type, "error": str(exc), "code": exc.code},
+    )
+    outcome = Outcome.fail(
+        reason,
+        retries=None if job.retries is None else max(0, job.retries - 1),
+        backoff_seconds=fail_backoff_seconds,
+    )
+    return outcome, "stored result unreadable when dead-lettered: job failed instead"
 
 
 def _settle(

@@ -16,6 +16,7 @@ from workerless.observability import logger
 
 if TYPE_CHECKING:
     from workerless.batch import SqsRecord
+    from workerless.engines.base import Engine
     from workerless.settings import Settings
     from workerless.wiring import Wiring
 
@@ -221,26 +222,45 @@ def _batch(event: dict[str, Any], handle: Callable[[SqsRecord], object], wiring:
 @logger.inject_lambda_context(clear_state=True)
 def heartbeat(event: dict[str, Any], context: Any, wiring: Wiring | None = None) -> dict[str, Any]:
     """Extend the leases of the jobs in each ticket and send the ticket on while any is live."""
+    from workerless.aws.clients import call_deadline
     from workerless.errors import MessageFormatError, TicketNotSentError
     from workerless.heartbeat import calls_deadline, lease_length, process_ticket
 
     wired = _wiring(wiring)
     settings, store, queues = wired.settings, wired.store, wired.queues
-    engine = wired.observed_engine
     # One deadline for the whole batch: no engine call starts after it; later tickets are carried on.
     deadline = calls_deadline(_deadline(context), http_timeout=settings.http_timeout_seconds, now=time.monotonic())
+    # The engine (its secret read) is built inside the per-ticket handling, once per invocation: a
+    # Secrets Manager error or throttle then fails each ticket with a short visibility below, not
+    # the whole batch with the queue's visibility timeout (every lease in it would lapse).
+    built: list[Engine] = []
+    failed: list[Exception] = []
+
+    def engine() -> Engine:
+        if built:
+            return built[0]
+        if failed:
+            raise failed[0]
+        try:
+            with call_deadline(deadline):
+                built.append(wired.observed_engine)
+        except Exception as exc:
+            failed.append(exc)
+            raise
+        return built[0]
 
     def handle(record: SqsRecord) -> None:
         try:
-            process_ticket(record.body, settings=settings, engine=engine, store=store, queues=queues, deadline=deadline)
+            process_ticket(
+                record.body, settings=settings, engine=engine(), store=store, queues=queues, deadline=deadline
+            )
         except MessageFormatError:
             raise  # not a ticket: SQS's redelivery, then the dead-letter queue
         except Exception as exc:
             # The ticket could not be carried on: have SQS bring it back in a third of a lease, not
-            # after the queue's 360 s visibility timeout, which would cost every lease in it.
-            retry_in = (
-                exc.retry_in if isinstance(exc, TicketNotSentError) else max(1, int(lease_length(settings, engine) / 3))
-            )
+            # after the queue's visibility timeout, which would cost every lease in it.
+            lease = lease_length(settings, built[0]) if built else float(settings.lease_seconds)
+            retry_in = exc.retry_in if isinstance(exc, TicketNotSentError) else max(1, int(lease / 3))
             if settings.heartbeat_queue_url:
                 try:
                     queues.change_visibility(settings.heartbeat_queue_url, record.receipt_handle, retry_in)

@@ -23,6 +23,7 @@ from workerless.errors import MessageFormatError
 from workerless.execution import HandlerFunction
 from workerless.model import ActivatedJob
 from workerless.observability import logger
+from workerless.startgate import HAND_BACK_VISIBILITY_SECONDS, RunTimes, StartGate
 from workerless.typed import spec_of
 from workerless.verdict import Ack, Redeliver
 
@@ -70,6 +71,8 @@ class JobProcessor:
         self.concurrency = (
             concurrency if concurrency is not None else (DEFAULT_ASYNC_CONCURRENCY if self.spec.is_async else 1)
         )
+        #: The longest run of this type's jobs in this container: a job starts only with that much time left.
+        self.run_times = RunTimes()
 
     # -- the Lambda entry point ---------------------------------------------------------------------
     def handle_batch(self, event: dict[str, Any], context: Any, wiring: Wiring | None = None) -> dict[str, Any]:
@@ -85,16 +88,37 @@ class JobProcessor:
             r.get("messageId"): r.get("eventSourceARN") for r in event.get("Records") or [] if isinstance(r, dict)
         }
 
+        receipts = {
+            r.get("messageId"): r.get("receiptHandle") for r in event.get("Records") or [] if isinstance(r, dict)
+        }
+
+        def hand_back(message_id: str) -> None:
+            queue_url = queue_url_of_arn(sources.get(message_id))
+            receipt = receipts.get(message_id)
+            if queue_url and isinstance(receipt, str):
+                wired.queues.change_visibility(queue_url, receipt, HAND_BACK_VISIBILITY_SECONDS)
+
+        # Jobs start only while they can finish; the rest are handed back at once (workerless.startgate).
+        gate = StartGate.of_context(
+            context,
+            runs=self.run_times,
+            hand_back=hand_back,
+            message_ids=[m for m in receipts if isinstance(m, str)],
+        )
+
         def record_handler(record: SqsRecord) -> None:
+            gate.admit(record.message_id)
             token = _record_queue_url.set(queue_url_of_arn(sources.get(record.message_id)))
             try:
-                self.process(
-                    record.body,
-                    message_id=record.message_id,
-                    receive_count=record.receive_count,
-                    context=context,
-                    receipt_handle=record.receipt_handle,
-                    wiring=wired,
+                gate.run(
+                    lambda: self.process(
+                        record.body,
+                        message_id=record.message_id,
+                        receive_count=record.receive_count,
+                        context=context,
+                        receipt_handle=record.receipt_handle,
+                        wiring=wired,
+                    )
                 )
             finally:
                 _record_queue_url.reset(token)
@@ -104,7 +128,7 @@ class JobProcessor:
         except Exception:
             logger.debug("settings not readable for observability", exc_info=True)
         # One invocation's metrics, written as EMF lines when the batch is done.
-        with wired.observer.invocation():
+        with wired.observer.invocation(), gate:
             return dict(process_batch(event, record_handler, concurrency=self.concurrency))
 
     # -- one record ---------------------------------------------------------------------------------

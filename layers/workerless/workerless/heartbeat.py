@@ -268,9 +268,12 @@ def _rereport(
     owed mark is cleared and the job message's SQS redelivery settles it, as before)."""
     ref = entry.ref
     try:
-        # An outcome too large for the record is read from the claim check's bucket.
-        outcome = store.load_outcome(record)
-        assert outcome is not None
+        # The round read the record without its outcome's body (JobStore.get_many): read it whole
+        # now; an outcome too large for the record is read from the claim check's bucket.
+        full = store.get(ref.key)
+        outcome = store.load_outcome(full) if full is not None and full.report_owed else None
+        if outcome is None:
+            return "settled" if full is None or not full.report_owed else "retry"
         settled = report_stored(ref, outcome, engine=engine, store=store, deadline=deadline)
     except StoreError as exc:
         logger.warning(

@@ -82,11 +82,14 @@ class JobRecord:
     #: Where the stored outcome is when it was too large for the record (the claim check's bucket):
     #: ``outcome`` is then None; the store's ``load_outcome`` reads it.
     outcome_ref: PayloadRef | None = None
+    #: A result is stored in the record but was not read (``JobStore.get_many`` leaves it out):
+    #: ``outcome`` is then None; read the whole record to have it.
+    outcome_unread: bool = False
 
     @property
     def has_outcome(self) -> bool:
         """Whether a result is stored, in the record or in the claim check's bucket."""
-        return self.outcome is not None or self.outcome_ref is not None
+        return self.outcome is not None or self.outcome_ref is not None or self.outcome_unread
 
     @property
     def in_pipeline(self) -> bool:

@@ -114,6 +114,9 @@ class Settings(BaseModel):
     #: Backoff given to the engine when a handler raises an ordinary exception.
     fail_backoff_seconds: int = Field(default=30, alias="WORKERLESS_FAIL_BACKOFF_SECONDS", ge=0, le=86_400)
     secret_arn: str | None = Field(default=None, alias="WORKERLESS_SECRET_ARN")
+    #: A warm container reads the engine secret again this long after it last did, and builds its
+    #: engine adapter anew when the values changed (a rotated secret). 0: every invocation.
+    secret_max_age_seconds: float = Field(default=300.0, alias="WORKERLESS_SECRET_MAX_AGE_SECONDS", ge=0, le=86_400)
     env_file: str | None = Field(default=None, alias="WORKERLESS_ENV_FILE")
     worker_id: str | None = Field(default=None, alias="WORKERLESS_WORKER_ID")
     #: Trace handlers with X-Ray through Powertools Tracer (the OpenTelemetry span is always made).
@@ -222,8 +225,14 @@ def parse_env_text(text: str, *, source: str = "env file") -> dict[str, str]:
 
 
 def engine_values() -> dict[str, str]:
-    """The engine's connection values (a copy), loaded once per container."""
+    """The engine's connection values (a copy), loaded once per container (again after
+    :func:`forget_engine_values`)."""
     return dict(_engine_values_cached())
+
+
+def forget_engine_values() -> None:
+    """Read the engine's connection values (the secret) again at the next :func:`engine_values`."""
+    _engine_values_cached.cache_clear()
 
 
 @functools.cache

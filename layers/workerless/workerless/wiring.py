@@ -71,6 +71,12 @@ class Wiring:
         self._observed: Engine | None = None
         self._decorator = engine_decorator
         self._http: httpx.Client | None = None  # the engine's client, when this wiring built it
+        #: The connection values the engine was built from and when they were read (time.monotonic):
+        #: read again past WORKERLESS_SECRET_MAX_AGE_SECONDS (:meth:`_rotate_if_due`).
+        self._values: dict[str, str] | None = None
+        self._values_read_at = 0.0
+        #: Engines replaced after a rotation, closed with the wiring (a thread may still be using one).
+        self._retired: list[tuple[Engine, httpx.Client | None]] = []
         self.clock = clock
         self.sleep = sleep
         self._lock = threading.RLock()
@@ -162,6 +168,7 @@ class Wiring:
 
         settings = self.settings
         values = engine_values()
+        self._values, self._values_read_at = values, time.monotonic()
         client = new_http_client(settings.http_timeout_seconds)
         self._http = client  # owned here: closed by close(), whatever the adapter does
         engine = build_engine(
@@ -191,8 +198,41 @@ class Wiring:
 
     @property
     def observed_engine(self) -> Engine:
-        """:attr:`engine` as the pipeline calls it: through the observer (failed calls counted)."""
+        """:attr:`engine` as the pipeline calls it: through the observer (failed calls counted).
+        A warm container's engine is built anew when its secret has changed (read again
+        WORKERLESS_SECRET_MAX_AGE_SECONDS after the last read)."""
+        self._rotate_if_due()
         return self._once("_observed", lambda: self.observer.engine(self.engine))
+
+    def _rotate_if_due(self) -> None:
+        """Read the engine secret again once it is older than its max age; a changed secret
+        retires the engine built from the old one (the next use builds one from the new). Only for
+        an engine this wiring built from a secret; a failed read keeps the engine it has."""
+        if self._values is None or self._http is None:
+            return
+        settings = self.settings
+        if not settings.secret_arn or time.monotonic() - self._values_read_at < settings.secret_max_age_seconds:
+            return
+        from workerless.errors import ConfigurationError
+        from workerless.observability import logger
+        from workerless.settings import engine_values, forget_engine_values
+
+        with self._lock:
+            if time.monotonic() - self._values_read_at < settings.secret_max_age_seconds:
+                return  # another thread read it just now
+            self._values_read_at = time.monotonic()
+            forget_engine_values()
+            try:
+                values = engine_values()
+            except ConfigurationError as exc:  # the old values still work until the engine refuses them
+                logger.warning("could not read the engine secret again; keeping the engine", extra={"error": str(exc)})
+                return
+            if values == self._values:
+                return
+            logger.info("the engine secret changed: building the engine adapter from its new values")
+            if self._engine is not None:
+                self._retired.append((self._engine, self._http))
+            self._engine, self._observed, self._http, self._values = None, None, None, None
 
     def set_engine(self, engine: Engine) -> None:
         """Use ``engine`` from now on (a test's fake); the wiring's ``engine_decorator`` is not applied."""
@@ -207,10 +247,12 @@ class Wiring:
         with self._lock:
             engine, self._engine, self._observed = self._engine, None, None
             client, self._http = self._http, None
-        if engine is not None:
-            try:
-                engine.close()
-            except Exception:
-                logger.warning("engine close failed", exc_info=True)
-        if client is not None:
-            client.close()
+            retired, self._retired = self._retired, []
+        for old, old_client in [(engine, client), *retired]:
+            if old is not None:
+                try:
+                    old.close()
+                except Exception:
+                    logger.warning("engine close failed", exc_info=True)
+            if old_client is not None:
+                old_client.close()

@@ -35,6 +35,25 @@ def inline_bytes(value: dict[str, Any]) -> int:
     return len("outcome") + len(body)
 
 
+#: Every attribute of a job record but ``outcome`` (a stored result's body): what
+#: :meth:`workerless.aws.dynamo.JobStore.get_many` reads.
+STATE_ATTRIBUTES = (
+    "pk",
+    "status",
+    "owner",
+    "claim_expires_at",
+    "outcome_ref",
+    "lost_reason",
+    "deliveries",
+    "lease",
+    "begun_at",
+    "report_owed_at",
+    "receipt",
+    "receipt_queue",
+    "stored_at",
+)
+
+
 def to_record(item: dict[str, Any]) -> JobRecord:
     """The job record a DynamoDB item of the job table holds."""
     return JobRecord(
@@ -51,6 +70,8 @@ def to_record(item: dict[str, Any]) -> JobRecord:
         report_owed_at=float(item["report_owed_at"]["N"]) if "report_owed_at" in item else None,
         receipt=item.get("receipt", {}).get("S"),
         receipt_queue=item.get("receipt_queue", {}).get("S"),
+        # Read without its outcome (STATE_ATTRIBUTES): stored_at says one was stored.
+        outcome_unread="stored_at" in item and "outcome" not in item and "outcome_ref" not in item,
     )
 
 
