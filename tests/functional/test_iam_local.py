@@ -74,14 +74,14 @@ def test_the_without_statement_helper_cuts_exactly_one_statement() -> None:
     cut = without_statement(text, "PollerFunctionRole", "HeartbeatTickets")
     assert "Sid: HeartbeatTickets" not in cut
     assert len(re.findall(r"\bSid: ", cut)) == len(re.findall(r"\bSid: ", text)) - 1
-    assert "Sid: NextTick" in cut and "Sid: JobRecords" in cut
+    assert "Sid: NextTick" in cut and "Sid: PollerState" in cut
 
 
 @pytest.mark.parametrize(
     ("sid", "code", "status", "action"),
     [
         ("HeartbeatTickets", "AccessDenied", 403, "sqs:sendmessage"),
-        ("JobRecords", "AccessDeniedException", 400, "dynamodb:GetItem"),
+        ("PollerState", "AccessDeniedException", 400, "dynamodb:GetItem"),
         ("EngineSecret", "AccessDeniedException", 400, "secretsmanager:GetSecretValue"),
         # The routes' path: Parameter Store authorises GetParametersByPath against the path asked for.
         ("Routes", "AccessDeniedException", 400, "ssm:GetParametersByPath"),
@@ -115,7 +115,7 @@ def test_a_removed_grant_is_refused_in_the_running_topology_with_awss_error(
             "HeartbeatTickets": lambda: topo.client("sqs").send_message(
                 QueueUrl=topo.queue_url("HeartbeatQueue"), MessageBody="{}"
             ),
-            "JobRecords": lambda: topo.client("dynamodb").get_item(
+            "PollerState": lambda: topo.client("dynamodb").get_item(
                 TableName="workerless-local-JobsTable", Key={"pk": {"S": "state#x"}}
             ),
             "EngineSecret": lambda: topo.client("secretsmanager").get_secret_value(SecretId="workerless-local/engine"),
@@ -130,7 +130,7 @@ def test_a_removed_grant_is_refused_in_the_running_topology_with_awss_error(
     assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == status
     resource = {
         "HeartbeatTickets": f"arn:aws:sqs:us-east-1:{ACCOUNT}:workerless-local-HeartbeatQueue",
-        "JobRecords": f"arn:aws:dynamodb:us-east-1:{ACCOUNT}:table/workerless-local-JobsTable",
+        "PollerState": f"arn:aws:dynamodb:us-east-1:{ACCOUNT}:table/workerless-local-JobsTable",
         "EngineSecret": "workerless-local/engine",
         "Routes": f"arn:aws:ssm:us-east-1:{ACCOUNT}:parameter/workerless/workerless-local/routes",
     }[sid]
