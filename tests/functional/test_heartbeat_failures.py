@@ -197,7 +197,7 @@ def test_an_owed_report_is_tried_again_on_a_backoff_of_seconds(aws: Aws, flaky: 
     flaky.reports_down = True
     event = _queue_job(aws, owed)
     load_handler("charge-payment")(event, FakeContext())
-    assert runtime.get_store().get(owed.key).report_owed  # type: ignore[union-attr]
+    assert runtime.get_store().get(owed.record_key).report_owed  # type: ignore[union-attr]
 
     spy = SpyQueues(runtime.get_queues())
     now = time.time()

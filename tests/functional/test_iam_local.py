@@ -249,3 +249,68 @@ def test_workerless_local_reports_each_refused_call_once(capsys: pytest.CaptureF
     assert lines == [
         "IAM refused: PollerFunction sqs:SendMessage on arn:aws:sqs:us-east-1:1:q (its role does not allow it)"
     ]
+
+
+def test_a_handler_role_reaches_only_its_own_routes_records_and_never_the_poller_lock(
+    sheptra_env: tuple[Any, Path],
+) -> None:
+    """Isolation between routes (issue 26, 2.10). GIVEN template.yaml run under local mode's IAM check
+    (the handler roles' JobRecords grant held by dynamodb:LeadingKeys to job#<type>#*, evaluated as
+    IAM does) WHEN each function's role touches its own records, another route's and the poller's
+    lock item THEN a handler reads and writes its own type's records only: another type's record and
+    the lock (where a compromised handler would plant an intent batch) are AccessDenied, as are a
+    Scan and a batch read; the heartbeat reaches every route's records but not the lock; the poller
+    its state items but no job record."""
+    _, env_file = sheptra_env
+    own, other, lock = "job#charge-payment#sheptra#1", "job#send-receipt#sheptra#2", "state#poller-lock"
+    with LocalTopology(TEMPLATE, env_file, parameters=job_timings(10), schedule_seconds=3600) as topo:
+        ddb, table = topo.client("dynamodb"), topo.environment["WORKERLESS_TABLE"]
+
+        def item(key: str) -> dict[str, Any]:
+            return {"pk": {"S": key}, "status": {"S": "reported"}}
+
+        def calls(key: str) -> dict[str, Any]:
+            return {
+                "GetItem": lambda: ddb.get_item(TableName=table, Key={"pk": {"S": key}}),
+                "PutItem": lambda: ddb.put_item(TableName=table, Item=item(key)),
+                "UpdateItem": lambda: ddb.update_item(
+                    TableName=table,
+                    Key={"pk": {"S": key}},
+                    UpdateExpression="SET #s = :s",
+                    ExpressionAttributeNames={"#s": "status"},
+                    ExpressionAttributeValues={":s": {"S": "lost"}},
+                ),
+            }
+
+        def refused(call: Any) -> str:
+            with pytest.raises(ClientError) as caught:
+                call()
+            assert caught.value.response["Error"]["Code"] == "AccessDeniedException"
+            return str(caught.value.response["Error"]["Message"])
+
+        with topo.as_function("chargepaymentFunction"):
+            for call in calls(own).values():
+                call()
+            for key in (other, lock):
+                for operation, call in calls(key).items():
+                    message = refused(call)
+                    assert f"perform: dynamodb:{operation} on resource: " in message
+            refused(lambda: ddb.scan(TableName=table))
+            refused(lambda: ddb.batch_get_item(RequestItems={table: {"Keys": [{"pk": {"S": own}}]}}))
+        with topo.as_function("HeartbeatFunction"):
+            ddb.batch_get_item(RequestItems={table: {"Keys": [{"pk": {"S": own}}, {"pk": {"S": other}}]}})
+            calls(other)["UpdateItem"]()
+            refused(calls(lock)["PutItem"])
+            refused(
+                lambda: ddb.batch_get_item(RequestItems={table: {"Keys": [{"pk": {"S": own}}, {"pk": {"S": lock}}]}})
+            )
+        with topo.as_function("DeadLetterFunction"):
+            calls(other)["GetItem"]()
+            refused(calls(lock)["PutItem"])
+        with topo.as_function("PollerFunction"):
+            calls(lock)["GetItem"]()
+            refused(calls(own)["GetItem"])
+            refused(calls(own)["PutItem"])
+        assert topo.iam is not None
+        functions = {r.function for r in topo.iam.refusals}
+        assert functions == {"chargepaymentFunction", "HeartbeatFunction", "DeadLetterFunction", "PollerFunction"}

@@ -285,7 +285,7 @@ class _BeginLeased(FakeEngine):
         store._call(
             "update_item",
             TableName=store.table,
-            Key={"pk": {"S": job.key}},
+            Key={"pk": {"S": job.record_key}},
             UpdateExpression="SET #owner = :other",
             ExpressionAttributeNames={"#owner": "owner"},
             ExpressionAttributeValues={":other": {"S": "another-delivery"}},
