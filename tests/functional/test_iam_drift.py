@@ -21,7 +21,8 @@ The check records every (function, action, resource) it authorised. Then, per fu
 - no call was refused (a new boto3 call without a grant fails here);
 - every (action, resource) pair of every Allow statement of the role was used (a grant nothing uses
   fails here), and for an Allow held by ``dynamodb:LeadingKeys``, each of its key patterns was met
-  by a key the function touched (a handler's ``job#<type>#*``, the poller's ``state#*``). "Used" is what the function's code called, plus what Lambda itself does with the
+  by a key the function touched (a handler's ``job#<type>#*``, the poller's
+  ``state#*``). "Used" is what the function's code called, plus what Lambda itself does with the
   role (the SQS event source mapping's ReceiveMessage / DeleteMessage / GetQueueAttributes on each
   event queue, the runtime's log writes), plus what every container calls while building and using
   the engine adapter (the secret, the engines' shared state): in Lambda each function's container
