@@ -93,7 +93,7 @@ def test_a_final_rejection_is_logged_counted_and_the_letter_deleted(
     assert observability.EVENT_METRICS["dead_letter_rejected"] == "DeadLettersRejected"
     emf = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith('{"_aws"')]
     assert any(doc.get("DeadLettersRejected") == [1.0] and doc.get("JobType") == "charge-payment" for doc in emf)
-    record = runtime.get_store().get(job.key)
+    record = runtime.get_store().get(job.record_key)
     assert record is not None and record.status is Status.REPORTED
 
 
@@ -109,7 +109,7 @@ def test_a_retryable_error_leaves_the_letter_for_the_queues_next_delivery(aws: A
 
     assert response == {"batchItemFailures": [{"itemIdentifier": "m-dlq"}]}
     assert "dead_letter_rejected" not in [e for _, e, _ in events]
-    assert runtime.get_store().get(job.key) is None
+    assert runtime.get_store().get(job.record_key) is None
 
 
 def test_a_stored_result_in_the_claim_check_is_reported_from_the_dead_letter_queue(
@@ -131,9 +131,9 @@ def test_a_stored_result_in_the_claim_check_is_reported_from_the_dead_letter_que
     job = activated(engine)
     store = runtime.get_store()
     big = Outcome.complete({"blob": base64.b64encode(random.Random(7).randbytes(675_000)).decode()})
-    assert store.claim(job.key, owner="o", claim_seconds=-1, job_type="charge-payment") == (True, None)
-    assert store.store_outcome(job.key, owner="o", outcome=big, job_type="charge-payment") is None
-    stored = store.get(job.key)
+    assert store.claim(job.record_key, owner="o", claim_seconds=-1, job_type="charge-payment") == (True, None)
+    assert store.store_outcome(job.record_key, owner="o", outcome=big, job_type="charge-payment") is None
+    stored = store.get(job.record_key)
     assert stored is not None and stored.outcome is None and stored.outcome_ref is not None
     assert stored.outcome_ref.key.startswith("results/charge-payment/")
 
@@ -141,7 +141,7 @@ def test_a_stored_result_in_the_claim_check_is_reported_from_the_dead_letter_que
 
     assert response == {"batchItemFailures": []}
     assert engine.reports[job.ref.job_id] == [big]
-    record = store.get(job.key)
+    record = store.get(job.record_key)
     assert record is not None and record.status is Status.REPORTED
 
 
@@ -199,9 +199,9 @@ def test_the_scheduled_drain_settles_each_letter_and_deletes_only_the_settled(
     assert refused.ref.job_id not in engine.reports
     assert _visible_and_in_flight(aws, url) == (0, 1)
     store = runtime.get_store()
-    record = store.get(settled.key)
+    record = store.get(settled.record_key)
     assert record is not None and record.status is Status.REPORTED
-    assert store.get(refused.key) is None
+    assert store.get(refused.record_key) is None
     assert [(t, e) for t, e, _ in events if e == "dead_lettered"] == [("charge-payment", "dead_lettered")]
 
 

@@ -60,7 +60,7 @@ def message_of(event: dict[str, Any], job_id: str) -> str:
 
 
 def status(job_id: str) -> Status | None:
-    record = runtime.get_store().get(f"fake#{job_id}#r3")
+    record = runtime.get_store().get(f"job#{TYPE}#fake#{job_id}#r3")
     return None if record is None else record.status
 
 
@@ -119,7 +119,7 @@ def test_a_report_left_owed_keeps_only_its_message_in_flight(aws: Aws, engine: F
 
     assert response == {"batchItemFailures": [{"itemIdentifier": message_of(event, owed)}]}
     assert sorted(runs) == sorted(ids)
-    record = runtime.get_store().get(f"fake#{owed}#r3")
+    record = runtime.get_store().get(f"job#{TYPE}#fake#{owed}#r3")
     assert record is not None and record.report_owed
     owed_message = message_of(event, owed)
     assert record.receipt == next(r["receiptHandle"] for r in event["Records"] if r["messageId"] == owed_message)
@@ -140,7 +140,7 @@ def test_a_record_that_crashes_mid_batch_fails_alone_and_the_rest_still_run(
     real_claim = store.claim
 
     def claim(key: str, **kwargs: Any) -> Any:
-        if key == f"fake#{broken}#r3":
+        if key == f"job#{TYPE}#fake#{broken}#r3":
             raise StoreError("access denied", code="AccessDeniedException", retryable=False)
         return real_claim(key, **kwargs)
 

@@ -65,7 +65,7 @@ def test_a_failing_result_store_is_tried_until_it_lands_not_four_times(
     assert response == {"batchItemFailures": []}
     assert tries["n"] == 7
     assert engine.jobs[job_id].state == "completed" and len(engine.reports[job_id]) == 1
-    record = store.get(f"fake#{job_id}#r3")
+    record = store.get(f"job#send-receipt#fake#{job_id}#r3")
     assert record is not None and record.status is Status.REPORTED
 
 
@@ -99,5 +99,5 @@ def test_no_job_table_request_starts_after_the_handlers_deadline(
     assert [f["itemIdentifier"] for f in response["batchItemFailures"]] == [event["Records"][0]["messageId"]]
     assert attempts == [], f"{len(attempts)} UpdateItem attempts were sent after the deadline"
     assert job_id not in engine.reports
-    record = runtime.get_store().get(f"fake#{job_id}#r3")
+    record = runtime.get_store().get(f"job#send-receipt#fake#{job_id}#r3")
     assert record is not None and record.status is Status.CLAIMED, "the claim stands until it expires"

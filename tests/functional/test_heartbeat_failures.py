@@ -167,7 +167,7 @@ def test_an_owed_report_is_sent_by_the_heartbeat_and_its_message_deleted(aws: Aw
 
     assert [f["itemIdentifier"] for f in response["batchItemFailures"]] == [event["Records"][0]["messageId"]]
     store = runtime.get_store()
-    record = store.get(f"fake#{job_id}#r3")
+    record = store.get(f"job#charge-payment#fake#{job_id}#r3")
     assert record is not None and record.status is Status.STORED and record.report_owed
     assert record.receipt == event["Records"][0]["receiptHandle"]
     assert record.receipt not in repr(record), "the receipt handle stays out of repr()"
@@ -178,7 +178,7 @@ def test_an_owed_report_is_sent_by_the_heartbeat_and_its_message_deleted(aws: Aw
 
     assert flaky.jobs[job_id].state == "completed"
     assert flaky.reports[job_id] == [Outcome.complete({"paymentOk": True, "chargeId": "ch_7"})]
-    after = store.get(f"fake#{job_id}#r3")
+    after = store.get(f"job#charge-payment#fake#{job_id}#r3")
     assert after is not None and after.status is Status.REPORTED and after.receipt is None
     assert aws.depth(queue) == 0, "the heartbeat deleted the job message: no redelivery, no receive spent"
 
@@ -197,7 +197,7 @@ def test_an_owed_report_is_tried_again_on_a_backoff_of_seconds(aws: Aws, flaky: 
     flaky.reports_down = True
     event = _queue_job(aws, owed)
     load_handler("charge-payment")(event, FakeContext())
-    assert runtime.get_store().get(owed.key).report_owed  # type: ignore[union-attr]
+    assert runtime.get_store().get(owed.record_key).report_owed  # type: ignore[union-attr]
 
     spy = SpyQueues(runtime.get_queues())
     now = time.time()

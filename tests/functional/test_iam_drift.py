@@ -20,7 +20,9 @@ The check records every (function, action, resource) it authorised. Then, per fu
 
 - no call was refused (a new boto3 call without a grant fails here);
 - every (action, resource) pair of every Allow statement of the role was used (a grant nothing uses
-  fails here). "Used" is what the function's code called, plus what Lambda itself does with the
+  fails here), and for an Allow held by ``dynamodb:LeadingKeys``, each of its key patterns was met
+  by a key the function touched (a handler's ``job#<type>#*``, the poller's
+  ``state#*``). "Used" is what the function's code called, plus what Lambda itself does with the
   role (the SQS event source mapping's ReceiveMessage / DeleteMessage / GetQueueAttributes on each
   event queue, the runtime's log writes), plus what every container calls while building and using
   the engine adapter (the secret, the engines' shared state): in Lambda each function's container
@@ -31,6 +33,7 @@ This replaces reading the action lists from template comments (tests/functional/
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -242,13 +245,14 @@ def test_the_scenario_took_its_paths_and_no_call_was_refused(runs: dict[str, Run
     assert set(run.invocations) == set(run.roles), f"functions never invoked: {set(run.roles) - set(run.invocations)}"
 
 
-def _used(function: str, run: Run) -> set[tuple[str, str]]:
-    used: set[tuple[str, str]] = set()
+def _used(function: str, run: Run) -> set[tuple[str, str, tuple[str, ...]]]:
+    """(action, resource, partition keys touched) of every call the function (or its container) made."""
+    used: set[tuple[str, str, tuple[str, ...]]] = set()
     for grant in run.grants:
         # Container calls: every invoked function's container makes them (see the module docstring).
         if grant.function == function or (grant.origin == "container" and function in run.invocations):
-            used.add((grant.action, grant.resource))
-    used |= {(need.action, need.resource) for _, need in run.platform.get(function, [])}
+            used.add((grant.action, grant.resource, grant.keys))
+    used |= {(need.action, need.resource, ()) for _, need in run.platform.get(function, [])}
     return used
 
 
@@ -260,18 +264,39 @@ CLAIM_CHECK_SIDS = ("ClaimCheckJobs", "ClaimCheckResults")
 #: own queue, Sid HandBackJobs): these scenarios' batches never run out of time;
 #: tests/functional/test_handler_batch_time.py makes handlers hand jobs back.
 HAND_BACK_SIDS = ("HandBackJobs",)
+#: A handler's GetItem of its own type's records is job.lease_lost()'s read (the lease check): of
+#: the examples only generate-report asks it, so another route's role is not held to having used it.
+LEASE_CHECK = ("JobRecords", "dynamodb:GetItem")
 
 
-def _pairs(role: FunctionRole) -> Iterator[tuple[str, str, int, str]]:
-    """(statement, action pattern, resource index, resource pattern) of every unconditional Allow
-    (but the claim check's: see CLAIM_CHECK_SIDS)."""
+def _pairs(role: FunctionRole) -> Iterator[tuple[str, str, int, str, str | None]]:
+    """(statement, action pattern, resource index, resource pattern, partition key pattern) of every
+    Allow (but the claim check's: see CLAIM_CHECK_SIDS). An Allow held by ``dynamodb:LeadingKeys``
+    gives one per key pattern (each must have been used); any other condition is unexpected here."""
     for statement in role.statements:
-        if statement.sid in CLAIM_CHECK_SIDS + HAND_BACK_SIDS:
+        if statement.sid in CLAIM_CHECK_SIDS + HAND_BACK_SIDS or statement.effect != "Allow":
             continue
-        if statement.effect == "Allow" and not statement.conditional:
-            for action in statement.actions:
-                for index, resource in enumerate(statement.resources):
-                    yield statement.source, action, index, resource
+        lease_check = role.role_id.startswith(tuple(stem(t) for t in JOB_TYPES if t != "generate-report"))
+        patterns: tuple[str | None, ...] = (None,)
+        if statement.conditional:
+            (condition,) = statement.conditions
+            assert condition.key.lower() == "dynamodb:leadingkeys", statement.source
+            patterns = condition.values
+        for action in statement.actions:
+            if lease_check and (statement.sid, action) == LEASE_CHECK:
+                continue
+            for index, resource in enumerate(statement.resources):
+                for pattern in patterns:
+                    yield statement.source, action, index, resource, pattern
+
+
+def _covers(action: str, resource: str, pattern: str | None, used: set[tuple[str, str, tuple[str, ...]]]) -> bool:
+    return any(
+        action_matches(action, a)
+        and resource_matches(resource, r)
+        and (pattern is None or any(fnmatch.fnmatchcase(k, pattern) for k in keys))
+        for a, r, keys in used
+    )
 
 
 FUNCTIONS = [
@@ -296,13 +321,16 @@ def test_every_grant_of_the_role_is_used(runs: dict[str, Run], function: str) ->
         assert all(not s.not_actions and not s.not_resources for s in role.statements), "NotAction/NotResource"
         used = _used(function, run)
         here = {
-            (source, action, index, resource)
-            for source, action, index, resource in _pairs(role)
-            if not any(action_matches(action, a) and resource_matches(resource, r) for a, r in used)
+            (source, action, index, resource, pattern)
+            for source, action, index, resource, pattern in _pairs(role)
+            if not _covers(action, resource, pattern, used)
         }
         # Pairs are keyed without the resource text, which may differ per run (the secret ARN).
-        keys = {(source, action, index) for source, action, index, _ in here}
-        unused = here if unused is None else {pair for pair in unused if (pair[0], pair[1], pair[2]) in keys}
+        keys = {(source, action, index, pattern) for source, action, index, _, pattern in here}
+        unused = here if unused is None else {pair for pair in unused if (pair[0], pair[1], pair[2], pair[4]) in keys}
     assert unused is not None
-    listing = sorted(f"{source}: {action} on {resource}" for source, action, _, resource in unused)
+    listing = sorted(
+        f"{source}: {action} on {resource}" + (f" (keys {pattern})" if pattern else "")
+        for source, action, _, resource, pattern in unused
+    )
     assert listing == [], f"{function}'s role grants what nothing used:\n" + "\n".join(listing)

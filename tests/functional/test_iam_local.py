@@ -74,14 +74,14 @@ def test_the_without_statement_helper_cuts_exactly_one_statement() -> None:
     cut = without_statement(text, "PollerFunctionRole", "HeartbeatTickets")
     assert "Sid: HeartbeatTickets" not in cut
     assert len(re.findall(r"\bSid: ", cut)) == len(re.findall(r"\bSid: ", text)) - 1
-    assert "Sid: NextTick" in cut and "Sid: JobRecords" in cut
+    assert "Sid: NextTick" in cut and "Sid: PollerState" in cut
 
 
 @pytest.mark.parametrize(
     ("sid", "code", "status", "action"),
     [
         ("HeartbeatTickets", "AccessDenied", 403, "sqs:sendmessage"),
-        ("JobRecords", "AccessDeniedException", 400, "dynamodb:GetItem"),
+        ("PollerState", "AccessDeniedException", 400, "dynamodb:GetItem"),
         ("EngineSecret", "AccessDeniedException", 400, "secretsmanager:GetSecretValue"),
         # The routes' path: Parameter Store authorises GetParametersByPath against the path asked for.
         ("Routes", "AccessDeniedException", 400, "ssm:GetParametersByPath"),
@@ -115,7 +115,7 @@ def test_a_removed_grant_is_refused_in_the_running_topology_with_awss_error(
             "HeartbeatTickets": lambda: topo.client("sqs").send_message(
                 QueueUrl=topo.queue_url("HeartbeatQueue"), MessageBody="{}"
             ),
-            "JobRecords": lambda: topo.client("dynamodb").get_item(
+            "PollerState": lambda: topo.client("dynamodb").get_item(
                 TableName="workerless-local-JobsTable", Key={"pk": {"S": "state#x"}}
             ),
             "EngineSecret": lambda: topo.client("secretsmanager").get_secret_value(SecretId="workerless-local/engine"),
@@ -130,7 +130,7 @@ def test_a_removed_grant_is_refused_in_the_running_topology_with_awss_error(
     assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == status
     resource = {
         "HeartbeatTickets": f"arn:aws:sqs:us-east-1:{ACCOUNT}:workerless-local-HeartbeatQueue",
-        "JobRecords": f"arn:aws:dynamodb:us-east-1:{ACCOUNT}:table/workerless-local-JobsTable",
+        "PollerState": f"arn:aws:dynamodb:us-east-1:{ACCOUNT}:table/workerless-local-JobsTable",
         "EngineSecret": "workerless-local/engine",
         "Routes": f"arn:aws:ssm:us-east-1:{ACCOUNT}:parameter/workerless/workerless-local/routes",
     }[sid]
@@ -249,3 +249,68 @@ def test_workerless_local_reports_each_refused_call_once(capsys: pytest.CaptureF
     assert lines == [
         "IAM refused: PollerFunction sqs:SendMessage on arn:aws:sqs:us-east-1:1:q (its role does not allow it)"
     ]
+
+
+def test_a_handler_role_reaches_only_its_own_routes_records_and_never_the_poller_lock(
+    sheptra_env: tuple[Any, Path],
+) -> None:
+    """Isolation between routes (issue 26, 2.10). GIVEN template.yaml run under local mode's IAM check
+    (the handler roles' JobRecords grant held by dynamodb:LeadingKeys to job#<type>#*, evaluated as
+    IAM does) WHEN each function's role touches its own records, another route's and the poller's
+    lock item THEN a handler reads and writes its own type's records only: another type's record and
+    the lock (where a compromised handler would plant an intent batch) are AccessDenied, as are a
+    Scan and a batch read; the heartbeat reaches every route's records but not the lock; the poller
+    its state items but no job record."""
+    _, env_file = sheptra_env
+    own, other, lock = "job#charge-payment#sheptra#1", "job#send-receipt#sheptra#2", "state#poller-lock"
+    with LocalTopology(TEMPLATE, env_file, parameters=job_timings(10), schedule_seconds=3600) as topo:
+        ddb, table = topo.client("dynamodb"), topo.environment["WORKERLESS_TABLE"]
+
+        def item(key: str) -> dict[str, Any]:
+            return {"pk": {"S": key}, "status": {"S": "reported"}}
+
+        def calls(key: str) -> dict[str, Any]:
+            return {
+                "GetItem": lambda: ddb.get_item(TableName=table, Key={"pk": {"S": key}}),
+                "PutItem": lambda: ddb.put_item(TableName=table, Item=item(key)),
+                "UpdateItem": lambda: ddb.update_item(
+                    TableName=table,
+                    Key={"pk": {"S": key}},
+                    UpdateExpression="SET #s = :s",
+                    ExpressionAttributeNames={"#s": "status"},
+                    ExpressionAttributeValues={":s": {"S": "lost"}},
+                ),
+            }
+
+        def refused(call: Any) -> str:
+            with pytest.raises(ClientError) as caught:
+                call()
+            assert caught.value.response["Error"]["Code"] == "AccessDeniedException"
+            return str(caught.value.response["Error"]["Message"])
+
+        with topo.as_function("chargepaymentFunction"):
+            for call in calls(own).values():
+                call()
+            for key in (other, lock):
+                for operation, call in calls(key).items():
+                    message = refused(call)
+                    assert f"perform: dynamodb:{operation} on resource: " in message
+            refused(lambda: ddb.scan(TableName=table))
+            refused(lambda: ddb.batch_get_item(RequestItems={table: {"Keys": [{"pk": {"S": own}}]}}))
+        with topo.as_function("HeartbeatFunction"):
+            ddb.batch_get_item(RequestItems={table: {"Keys": [{"pk": {"S": own}}, {"pk": {"S": other}}]}})
+            calls(other)["UpdateItem"]()
+            refused(calls(lock)["PutItem"])
+            refused(
+                lambda: ddb.batch_get_item(RequestItems={table: {"Keys": [{"pk": {"S": own}}, {"pk": {"S": lock}}]}})
+            )
+        with topo.as_function("DeadLetterFunction"):
+            calls(other)["GetItem"]()
+            refused(calls(lock)["PutItem"])
+        with topo.as_function("PollerFunction"):
+            calls(lock)["GetItem"]()
+            refused(calls(own)["GetItem"])
+            refused(calls(own)["PutItem"])
+        assert topo.iam is not None
+        functions = {r.function for r in topo.iam.refusals}
+        assert functions == {"chargepaymentFunction", "HeartbeatFunction", "DeadLetterFunction", "PollerFunction"}

@@ -75,10 +75,12 @@ def seen(events: Events, event: str, job_id: str) -> int:
     return sum(1 for _, name, fields in events if name == event and fields.get("job_id") == job_id)
 
 
-def record_status(topo: LocalTopology, task_id: str) -> str | None:
-    """The status of the task's job record in the embedded DynamoDB (key ``nodeflow#{taskId}``)."""
+def record_status(topo: LocalTopology, task_id: str, job_type: str = "generate-report") -> str | None:
+    """The status of the task's job record in the embedded DynamoDB (key
+    ``job#{type}#nodeflow#{taskId}``)."""
+    key = JobRef("nodeflow", task_id, job_type).record_key
     item = topo.client("dynamodb").get_item(
-        TableName=topo.environment["WORKERLESS_TABLE"], Key={"pk": {"S": f"nodeflow#{task_id}"}}, ConsistentRead=True
+        TableName=topo.environment["WORKERLESS_TABLE"], Key={"pk": {"S": key}}, ConsistentRead=True
     )
     status = item.get("Item", {}).get("status", {}).get("S")
     return str(status) if status is not None else None

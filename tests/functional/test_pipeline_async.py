@@ -70,7 +70,7 @@ def test_an_async_batch_runs_its_jobs_concurrently_and_reports_each(
     for i, job_id in enumerate(ids):
         assert engine.jobs[job_id].state == "completed"
         assert engine.reports[job_id][-1].variables == {"chargeId": f"ch_{i}"}
-        record = runtime.get_store().get(f"fake#{job_id}#r3")
+        record = runtime.get_store().get(f"job#charge-payment#fake#{job_id}#r3")
         assert record is not None and record.status is Status.REPORTED
     for job_id in ids:
         steps = [name for _type, name, fields in events if fields.get("job_id") == job_id]

@@ -58,7 +58,7 @@ def test_handler_completes_and_records_the_report(aws: Aws, engine: FakeEngine) 
     assert response == {"batchItemFailures": []}
     assert engine.jobs[job_id].state == "completed"
     assert engine.reports[job_id][-1].variables == {"paymentOk": True, "chargeId": "ch_7"}
-    record = runtime.get_store().get(f"fake#{job_id}#r3")
+    record = runtime.get_store().get(f"job#charge-payment#fake#{job_id}#r3")
     assert record is not None and record.status is Status.REPORTED
     assert aws.depth(aws.queues["charge-payment"]) == 0
 
@@ -107,7 +107,7 @@ def test_redelivered_job_with_stored_result_is_rereported_not_rerun(aws: Aws, en
     event = aws.receive_event(aws.queues["send-receipt"], visibility=0)
     first = handler(event, FakeContext())
     assert len(first["batchItemFailures"]) == 1
-    assert runtime.get_store().get(f"fake#{job_id}#r3").status is Status.STORED
+    assert runtime.get_store().get(f"job#send-receipt#fake#{job_id}#r3").status is Status.STORED
 
     event = aws.receive_event(aws.queues["send-receipt"])
     assert event["Records"][0]["attributes"]["ApproximateReceiveCount"] == "2"
@@ -116,7 +116,7 @@ def test_redelivered_job_with_stored_result_is_rereported_not_rerun(aws: Aws, en
     assert second == {"batchItemFailures": []}
     assert runs == [job_id]
     assert engine.jobs[job_id].state == "completed"
-    assert runtime.get_store().get(f"fake#{job_id}#r3").status is Status.REPORTED
+    assert runtime.get_store().get(f"job#send-receipt#fake#{job_id}#r3").status is Status.REPORTED
 
 
 def test_handler_returning_a_non_object_fails_the_job_with_the_reason(
@@ -186,7 +186,7 @@ def test_heartbeat_marks_a_lost_lease_and_the_handler_does_not_run(aws: Aws, eng
     engine.lost.add(job_id)
 
     entrypoints.heartbeat(_ticket_event(aws), FakeContext())
-    record = runtime.get_store().get(f"fake#{job_id}#r3")
+    record = runtime.get_store().get(f"job#charge-payment#fake#{job_id}#r3")
     assert record is not None and record.status is Status.LOST
 
     response = run_handler(aws, "charge-payment")
@@ -285,7 +285,7 @@ class _BeginLeased(FakeEngine):
         store._call(
             "update_item",
             TableName=store.table,
-            Key={"pk": {"S": job.key}},
+            Key={"pk": {"S": job.record_key}},
             UpdateExpression="SET #owner = :other",
             ExpressionAttributeNames={"#owner": "owner"},
             ExpressionAttributeValues={":other": {"S": "another-delivery"}},
@@ -314,7 +314,7 @@ def test_a_claim_taken_over_during_lease_acquire_is_not_run(aws: Aws) -> None:
     assert engine.begun == [job_id] and engine.skipped == []
     assert engine.releases[job_id], "the delivery was not handed back"
     assert job_id not in engine.reports, "the handler ran and reported"
-    record = runtime.get_store().get(f"fake#{job_id}#r3")
+    record = runtime.get_store().get(f"job#charge-payment#fake#{job_id}#r3")
     assert record is not None and record.status is Status.CLAIMED
     assert record.owner == "another-delivery" and record.begun_at is None
 
@@ -336,7 +336,7 @@ def test_a_lease_held_past_the_maximum_hold_is_marked_lost_and_never_run_after(
     record["body"] = json.dumps(ticket)
 
     entrypoints.heartbeat(event, FakeContext())
-    stored = runtime.get_store().get(f"fake#{job_id}#r3")
+    stored = runtime.get_store().get(f"job#charge-payment#fake#{job_id}#r3")
     assert stored is not None and stored.status is Status.LOST
     assert job_id not in engine.extensions
 

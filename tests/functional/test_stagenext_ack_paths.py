@@ -107,9 +107,9 @@ def test_a_delivery_recorded_as_reported_but_never_applied_is_reported_under_its
     stage_id = sn.emulator.create_job("send-receipt", {"orderId": "r1"})
     job = sn.pull()
     store = runtime.get_store()
-    assert store.claim(job.key, owner="earlier:m0:x", claim_seconds=60, job_type="send-receipt")[0]
-    store.store_outcome(job.key, owner="earlier:m0:x", outcome=Outcome.complete({"receiptSent": True}))
-    store.mark_reported(job.key)
+    assert store.claim(job.record_key, owner="earlier:m0:x", claim_seconds=60, job_type="send-receipt")[0]
+    store.store_outcome(job.record_key, owner="earlier:m0:x", outcome=Outcome.complete({"receiptSent": True}))
+    store.mark_reported(job.record_key)
 
     assert handle(aws, job) == {"batchItemFailures": []}
 
@@ -147,7 +147,7 @@ def test_a_delivery_recorded_as_skipped_but_granted_the_lease_is_handed_back_not
     delivery comes back (acknowledged, it never would)."""
     stage_id = sn.emulator.create_job("send-receipt", {"orderId": "r3"})
     job = sn.pull()
-    runtime.get_store().mark(job.key, Status.SKIPPED, reason="test", job_type="send-receipt")
+    runtime.get_store().mark(job.record_key, Status.SKIPPED, reason="test", job_type="send-receipt")
 
     assert handle(aws, job) == {"batchItemFailures": []}
 
@@ -228,16 +228,16 @@ def test_a_dead_lettered_stage_whose_handler_stored_a_result_is_reported_under_t
     job = sn.pull()
     assert sn.engine.begin(job) is True
     store = runtime.get_store()
-    assert store.claim(job.key, owner="gone:m0:x", claim_seconds=0, job_type="send-receipt")[0]
-    assert store.mark_begun(job.key, owner="gone:m0:x")
-    store.store_outcome(job.key, owner="gone:m0:x", outcome=Outcome.complete({"receiptSent": True}))
+    assert store.claim(job.record_key, owner="gone:m0:x", claim_seconds=0, job_type="send-receipt")[0]
+    assert store.mark_begun(job.record_key, owner="gone:m0:x")
+    store.store_outcome(job.record_key, owner="gone:m0:x", outcome=Outcome.complete({"receiptSent": True}))
 
     assert dead_letter(job) == {"batchItemFailures": []}
 
     state = sn.state(stage_id)
     assert state["state"] == "completed"
     assert [r["applied"] for r in state["results"]] == [True]
-    assert store.get(job.key).status is Status.REPORTED  # type: ignore[union-attr]
+    assert store.get(job.record_key).status is Status.REPORTED  # type: ignore[union-attr]
 
 
 def test_a_dead_lettered_delivery_of_a_finished_stage_is_settled_without_a_result(aws: Aws, sn: StageNext) -> None:
@@ -254,6 +254,6 @@ def test_a_dead_lettered_delivery_of_a_finished_stage_is_settled_without_a_resul
     state = sn.state(stage_id)
     assert state["state"] == "completed" and len(state["results"]) == 1
     assert "acquire_refused" in events(state)
-    record = runtime.get_store().get(job.key)
+    record = runtime.get_store().get(job.record_key)
     assert record is not None and record.status is Status.REPORTED
     assert json.loads(job.to_message())["ref"]["job_id"] == stage_id

@@ -813,6 +813,51 @@ def test_each_function_is_granted_only_its_claim_check_prefixes(cfn: dict[str, A
         }, job_type
 
 
+def _table_grants(cfn: dict[str, Any], function: str) -> set[tuple[str, str]]:
+    """(action, dynamodb:LeadingKeys pattern) of the function's DynamoDB statements; each must be held
+    by ForAllValues:StringLike on dynamodb:LeadingKeys and nothing else."""
+    grants: set[tuple[str, str]] = set()
+    for statement in _statements(_role_of(cfn, function)):
+        actions = [a for a in _as_list(statement["Action"]) if a.startswith("dynamodb:")]
+        if not actions:
+            continue
+        assert statement["Effect"] == "Allow", statement
+        assert [_logical_id(r) for r in _as_list(statement["Resource"])] == ["JobsTable"], statement
+        condition = statement.get("Condition")
+        assert condition is not None and list(condition) == ["ForAllValues:StringLike"], (function, statement)
+        tests = condition["ForAllValues:StringLike"]
+        assert list(tests) == ["dynamodb:LeadingKeys"], (function, statement)
+        for pattern in _as_list(tests["dynamodb:LeadingKeys"]):
+            if isinstance(pattern, dict):  # !Sub [text, {Type: value}]: a route's own type
+                text, variables = pattern["Fn::Sub"]
+                for name, value in variables.items():
+                    assert isinstance(value, str), f"{function}: ${{{name}}} left unresolved: {value!r}"
+                    text = text.replace(f"${{{name}}}", value)
+                pattern = text
+            grants |= {(a, pattern) for a in actions}
+    return grants
+
+
+def test_each_role_reaches_only_its_own_items_of_the_job_table(cfn: dict[str, Any]) -> None:
+    """Isolation between routes (issue 26, 2.10): a handler's role reaches its own type's records
+    (job#<type>#*) and the engine's shared session, never another type's record nor the poller lock
+    (state#poller-lock, which holds the intent batches); the heartbeat and the dead-letter function
+    every route's records (job#*) but no state# item beyond the session; the poller its state# items
+    and no record. No role may Scan or Query: ForAllValues holds on a request without a leading key."""
+    session = {("dynamodb:GetItem", "state#stagenext-session#*"), ("dynamodb:PutItem", "state#stagenext-session#*")}
+    assert _table_grants(cfn, "PollerFunction") == {("dynamodb:GetItem", "state#*"), ("dynamodb:PutItem", "state#*")}
+    assert _table_grants(cfn, "HeartbeatFunction") == session | {
+        ("dynamodb:BatchGetItem", "job#*"),
+        ("dynamodb:UpdateItem", "job#*"),
+    }
+    assert _table_grants(cfn, "DeadLetterFunction") == session | {
+        (a, "job#*") for a in ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
+    }
+    for job_type, camel in JOB_TYPES.items():
+        own = {(a, f"job#{job_type}#*") for a in ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")}
+        assert _table_grants(cfn, f"{camel}Function") == own | session, job_type
+
+
 # ----------------------------------------------------------------------------- parameters and outputs
 
 

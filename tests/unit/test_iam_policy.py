@@ -119,12 +119,154 @@ def test_not_action_and_not_resource() -> None:
     assert evaluate(policy, "dynamodb:GetItem", TABLE + "-other").allowed
 
 
-def test_conditions_are_not_evaluated_so_a_conditional_allow_does_not_allow_and_a_conditional_deny_denies() -> None:
+def test_a_condition_local_mode_cannot_evaluate_never_allows_and_always_denies() -> None:
     condition = {"Condition": {"Bool": {"aws:SecureTransport": "true"}}}
     assert not evaluate(statements(allow("sqs:SendMessage", QUEUE, **condition)), "sqs:SendMessage", QUEUE).allowed
     both = statements(allow("sqs:SendMessage", QUEUE), deny("sqs:*", "*", **condition))
     decision = evaluate(both, "sqs:SendMessage", QUEUE)
     assert not decision.allowed and decision.explicit_deny
+
+
+def leading(*keys: str) -> dict[str, tuple[str, ...]]:
+    """A DynamoDB item call's request context: the partition key values it touches."""
+    return {"dynamodb:leadingkeys": keys}
+
+
+def own_route(operator: str = "ForAllValues:StringLike", *patterns: str) -> Any:
+    return statements(
+        allow(
+            ["dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Scan"],
+            TABLE,
+            Condition={operator: {"dynamodb:LeadingKeys": list(patterns or ("job#charge-payment#*",))}},
+        )
+    )
+
+
+def test_leading_keys_hold_a_role_to_its_own_partition_keys_as_iam_does() -> None:
+    """ForAllValues:StringLike on dynamodb:LeadingKeys (AWS's "Using IAM policy conditions for
+    fine-grained access control"): every partition key the call touches must match a pattern."""
+    policy = own_route()
+    assert evaluate(policy, "dynamodb:GetItem", TABLE, leading("job#charge-payment#sheptra#1")).allowed
+    assert not evaluate(policy, "dynamodb:GetItem", TABLE, leading("job#send-receipt#sheptra#1")).allowed
+    assert not evaluate(policy, "dynamodb:GetItem", TABLE, leading("state#poller-lock")).allowed
+    # A batch: all of its keys, not some.
+    both = leading("job#charge-payment#sheptra#1", "job#send-receipt#sheptra#2")
+    assert not evaluate(policy, "dynamodb:BatchGetItem", TABLE, both).allowed
+    # StringLike is case-sensitive, and * runs across any character (no ARN segments here).
+    assert not evaluate(policy, "dynamodb:GetItem", TABLE, leading("JOB#charge-payment#x")).allowed
+    assert evaluate(policy, "dynamodb:GetItem", TABLE, leading("job#charge-payment#a:b/c#d")).allowed
+    # A call with no leading key (a Scan): ForAllValues holds on an empty set, as IAM documents;
+    # this is why no role may be granted Scan beside a LeadingKeys condition.
+    assert evaluate(policy, "dynamodb:Scan", TABLE, {}).allowed
+    # Context unknown (local mode could not tell the keys): never allowed.
+    assert not evaluate(policy, "dynamodb:GetItem", TABLE, None).allowed
+
+
+@pytest.mark.parametrize(
+    ("operator", "patterns", "keys", "expected"),
+    [
+        ("ForAllValues:StringEquals", ("a", "b"), ("a", "b"), True),
+        ("ForAllValues:StringEquals", ("a",), ("a", "b"), False),
+        ("ForAllValues:StringEquals", ("a",), (), True),  # no key in the request: true
+        ("ForAnyValue:StringEquals", ("a",), ("a", "b"), True),
+        ("ForAnyValue:StringEquals", ("a",), (), False),  # no key: false
+        ("ForAllValues:StringNotLike", ("state#*",), ("job#x",), True),
+        ("ForAllValues:StringNotLike", ("state#*",), ("job#x", "state#lock"), False),
+        ("StringEquals", ("a", "b"), ("b",), True),  # one value, no set operator: values OR
+        ("StringEquals", ("a",), (), False),  # absent: a positive operator fails
+        ("StringNotEquals", ("a",), (), True),  # ... and a negated one holds
+        ("StringEqualsIfExists", ("a",), (), True),
+        ("StringEqualsIgnoreCase", ("ABC",), ("abc",), True),
+        ("StringLike", ("a?c",), ("abc",), True),
+        ("StringLike", ("a?c",), ("abbc",), False),
+        ("Null", ("true",), (), True),
+        ("Null", ("false",), (), False),
+        ("Null", ("false",), ("a",), True),
+    ],
+)
+def test_condition_operators_and_set_operators(
+    operator: str, patterns: tuple[str, ...], keys: tuple[str, ...], expected: bool
+) -> None:
+    policy = own_route(operator, *patterns)
+    context = leading(*keys) if keys else {}
+    assert evaluate(policy, "dynamodb:GetItem", TABLE, context).allowed is expected
+
+
+def test_a_conditional_deny_applies_only_where_its_condition_holds() -> None:
+    """The poller lock kept from a role that may touch the rest of the table: a Deny on state#* keys."""
+    policy = statements(
+        allow("dynamodb:GetItem", TABLE),
+        deny("dynamodb:GetItem", TABLE, Condition={"ForAnyValue:StringLike": {"dynamodb:LeadingKeys": "state#*"}}),
+    )
+    assert evaluate(policy, "dynamodb:GetItem", TABLE, leading("job#a#1")).allowed
+    refused = evaluate(policy, "dynamodb:GetItem", TABLE, leading("state#poller-lock"))
+    assert not refused.allowed and refused.explicit_deny
+    # Unknown context: the Deny is taken to apply (stricter than AWS at worst).
+    assert evaluate(policy, "dynamodb:GetItem", TABLE, None).explicit_deny
+
+
+def test_an_unevaluable_condition_is_unknown() -> None:
+    """Several values without a set operator, a policy variable, an unmodelled operator: never allow."""
+    for condition in (
+        {"StringEquals": {"dynamodb:LeadingKeys": "a"}},  # with two keys in the request
+        {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": "${aws:userid}"}},
+        {"ForAllValues:NumericEquals": {"dynamodb:LeadingKeys": "1"}},
+    ):
+        policy = statements(allow("dynamodb:GetItem", TABLE, Condition=condition))
+        assert not evaluate(policy, "dynamodb:GetItem", TABLE, leading("a", "b")).allowed, condition
+
+
+def test_dynamodb_item_calls_carry_their_leading_keys() -> None:
+    """What DynamoDB puts in dynamodb:LeadingKeys: the Key's or the Item's partition key value; every
+    key of a batch; a Query's partition key equality; none for a Scan."""
+    pk = {TABLE: "pk"}.get
+
+    def keys(operation: str, params: dict[str, Any]) -> list[tuple[str, ...] | None]:
+        found = needs("dynamodb", operation, {"TableName": "records", **params}, partition_key=pk)
+        return [None if n.context is None else n.leading_keys for n in found]
+
+    key = {"pk": {"S": "job#t#1"}}
+    assert keys("GetItem", {"Key": key}) == [("job#t#1",)]
+    assert keys("UpdateItem", {"Key": key}) == [("job#t#1",)]
+    assert keys("DeleteItem", {"Key": key}) == [("job#t#1",)]
+    assert keys("PutItem", {"Item": {**key, "status": {"S": "claimed"}}}) == [("job#t#1",)]
+    assert keys("Scan", {}) == [()]
+    query = {"KeyConditionExpression": "#k = :v", "ExpressionAttributeNames": {"#k": "pk"}}
+    assert keys("Query", {**query, "ExpressionAttributeValues": {":v": {"S": "job#t#1"}}}) == [("job#t#1",)]
+    assert keys("Query", {"IndexName": "i", "KeyConditionExpression": "x = :v"}) == [None]
+    assert keys("ExecuteStatement", {"Statement": "SELECT * FROM records"}) == [None]
+    batch = needs(
+        "dynamodb",
+        "BatchGetItem",
+        {"RequestItems": {"records": {"Keys": [key, {"pk": {"S": "state#poller-lock"}}]}}},
+        partition_key=pk,
+    )
+    assert [n.leading_keys for n in batch] == [("job#t#1", "state#poller-lock")]
+    writes = needs(
+        "dynamodb",
+        "BatchWriteItem",
+        {"RequestItems": {"records": [{"PutRequest": {"Item": key}}, {"DeleteRequest": {"Key": {"pk": {"S": "x"}}}}]}},
+        partition_key=pk,
+    )
+    assert [n.leading_keys for n in writes] == [("job#t#1", "x")]
+    transact = needs(
+        "dynamodb",
+        "TransactWriteItems",
+        {
+            "TransactItems": [
+                {"Put": {"TableName": "records", "Item": key}},
+                {"Update": {"TableName": "records", "Key": key}},
+            ]
+        },
+        partition_key=pk,
+    )
+    assert [(n.action, n.leading_keys) for n in transact] == [
+        ("dynamodb:PutItem", ("job#t#1",)),
+        ("dynamodb:UpdateItem", ("job#t#1",)),
+    ]
+    # An Item of a table whose key local mode does not know: unknown (a condition on it never allows).
+    unknown = needs("dynamodb", "PutItem", {"TableName": "other", "Item": {"pk": {"S": "a"}, "b": {"S": "c"}}})
+    assert unknown[0].context is None
 
 
 def test_an_unmodelled_resource_compares_actions_only() -> None:
@@ -171,9 +313,12 @@ def test_sqs_batch_calls_are_authorised_as_their_single_actions() -> None:
 def test_dynamodb_batch_and_transact_calls_are_checked_per_table_and_contained_action() -> None:
     other = "arn:aws:dynamodb:us-east-1:123456789012:table/other"
     batch = needs("dynamodb", "BatchGetItem", {"RequestItems": {"records": {}, "other": {}}})
-    assert batch == [Need("dynamodb:BatchGetItem", TABLE, TABLE), Need("dynamodb:BatchGetItem", other, other)]
-    assert needs("dynamodb", "BatchWriteItem", {"RequestItems": {"records": []}}) == [
-        Need("dynamodb:BatchWriteItem", TABLE, TABLE)
+    assert [(n.action, n.resource) for n in batch] == [
+        ("dynamodb:BatchGetItem", TABLE),
+        ("dynamodb:BatchGetItem", other),
+    ]
+    assert [(n.action, n.resource) for n in needs("dynamodb", "BatchWriteItem", {"RequestItems": {"records": []}})] == [
+        ("dynamodb:BatchWriteItem", TABLE)
     ]
     transact = needs(
         "dynamodb",
@@ -194,7 +339,7 @@ def test_dynamodb_batch_and_transact_calls_are_checked_per_table_and_contained_a
         ("dynamodb:ConditionCheckItem", other),
     ]
     got = needs("dynamodb", "TransactGetItems", {"TransactItems": [{"Get": {"TableName": "other"}}]})
-    assert got == [Need("dynamodb:GetItem", other, other)]
+    assert [(n.action, n.resource) for n in got] == [("dynamodb:GetItem", other)]
 
 
 def test_dynamodb_query_on_an_index_needs_the_index_and_a_table_arn_is_accepted_as_name() -> None:

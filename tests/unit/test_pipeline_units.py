@@ -63,6 +63,26 @@ def test_job_key_includes_attempt_only_when_the_engine_reuses_ids() -> None:
     assert JobRef("nodeflow", "task-9", "t").key == "nodeflow#task-9"
 
 
+def test_the_job_record_key_leads_with_its_type_so_iam_can_hold_a_route_to_its_own() -> None:
+    """job#<type>#<job key> (issue 26, 2.10): each handler role is limited by dynamodb:LeadingKeys to
+    job#<its type>#*, which no other type's record and no state# item (the poller lock) matches;
+    job.key, the handlers' idempotency key, is unchanged."""
+    ref = JobRef("sheptra", "42", "charge-payment", attempt="r3")
+    assert ref.record_key == "job#charge-payment#sheptra#42#r3"
+    assert ref.key == "sheptra#42#r3"
+    assert ActivatedJob(ref, {}, 0, 0).record_key == ref.record_key
+    other = JobRef("sheptra", "42", "charge-payment-eu", attempt="r3").record_key
+    assert not other.startswith("job#charge-payment#")
+
+
+@pytest.mark.parametrize("job_type", ["a#b", "charge*", "a?", "x${y}"])
+def test_a_job_type_that_would_widen_its_routes_key_pattern_is_refused(job_type: str) -> None:
+    from workerless.settings import Route
+
+    with pytest.raises(ValueError, match="may not hold"):
+        Route(type=job_type, queue="q")
+
+
 def test_message_round_trip_keeps_everything() -> None:
     job = _job(instance_id="p-1", element_id="Charge", traceparent="00-abc-def-01")
     assert ActivatedJob.from_message(job.to_message()) == job

@@ -146,7 +146,7 @@ class DeliveryMachine(RuleBasedStateMachine):
             activated_at=self.now,
             retries=3,
         )
-        self.key = self.job.key
+        self.key = self.job.record_key
         self.deliveries: list[Model] = []
         self.requests: list[str] = []  # the message of each Lambda invocation so far
         self.stored: list[Outcome] = []  # results stored by their own delivery

@@ -100,8 +100,10 @@ def _scope_function() -> str | None:
 
 
 def _job_id_of_key(key: str) -> str | None:
+    """The job id in a job record's key (``job#{type}#{engine}#{job id}[#{attempt}]``); None for the
+    table's other items (``state#...``)."""
     parts = key.split("#")
-    return parts[1] if len(parts) >= 2 and not key.startswith("state#") else None
+    return parts[3] if len(parts) >= 4 and parts[0] == "job" else None
 
 
 def _keys_in(params: Any) -> list[str]:

@@ -838,8 +838,17 @@ class LocalTopology:
         def secret_arn(secret_id: str) -> str | None:
             return _embedded_secret_arn(secret_id, place)
 
+        # Each table's partition key: what DynamoDB puts in a call's dynamodb:LeadingKeys.
+        partition_keys = {
+            table.arn: key["AttributeName"]
+            for table in self.template.tables
+            for key in table.key_schema
+            if key.get("KeyType") == "HASH"
+        }
         if self.stack is not None:  # a bundle's: the roles as created in IAM
-            self._install_enforcer(IamEnforcer(self.stack.roles, secret_arn=secret_arn, place=place))
+            self._install_enforcer(
+                IamEnforcer(self.stack.roles, secret_arn=secret_arn, place=place, partition_keys=partition_keys)
+            )
             return
         overrides: dict[str, str] = {}
         if self._secret_arn is not None:
@@ -851,7 +860,7 @@ class LocalTopology:
                 )
             overrides[name] = self._secret_arn
         roles = render_roles(self.template, parameters=overrides, stack_name=self.stack_name)
-        self._install_enforcer(IamEnforcer(roles, secret_arn=secret_arn, place=place))
+        self._install_enforcer(IamEnforcer(roles, secret_arn=secret_arn, place=place, partition_keys=partition_keys))
 
     def _install_enforcer(self, enforcer: IamEnforcer) -> None:
         for warning in enforcer.check_platform(self.template):

@@ -154,7 +154,7 @@ def process_dead_letter(
         )
         return
     ref = job.ref
-    record = store.get(job.key)
+    record = store.get(job.record_key)
     if record is not None and record.claim_live(time.time()):
         # A delivery is still running the handler (its redeliveries piled up while it ran): do
         # not fail a job that may yet finish. The DLQ redelivers this message later.
@@ -192,7 +192,7 @@ def process_dead_letter(
     except (FinalEngineError, MessageFormatError) as exc:
         _rejected(job, exc, store=store)
         return
-    store.mark_reported(job.key, note=note)
+    store.mark_reported(job.record_key, note=note)
     observability.emit(ref.job_type, "dead_lettered", job_id=ref.job_id)
     logger.warning("dead-lettered job settled at the engine", extra={"job_id": ref.job_id, "note": note})
 
@@ -269,7 +269,9 @@ def _rejected(job: ActivatedJob, exc: Exception, *, store: JobStore) -> None:
     )
     observability.emit(ref.job_type, "dead_letter_rejected", job_id=ref.job_id, status=status)
     try:
-        store.mark_reported(job.key, note=f"engine refused the dead-letter settlement: {type(exc).__name__} {status}")
+        store.mark_reported(
+            job.record_key, note=f"engine refused the dead-letter settlement: {type(exc).__name__} {status}"
+        )
     except StoreError as error:
         # The message is deleted either way: a redelivery of the job would meet the same refusal.
         logger.warning("could not mark the rejected dead letter settled", extra={"error": str(error)})

@@ -208,7 +208,7 @@ class Delivery:
     def claim(self) -> Claimed | Refused:
         """Claim the job record for this delivery, for the Lambda's remaining time plus a margin."""
         claimed, found = self.store.claim(
-            self.job.key,
+            self.job.record_key,
             owner=self.owner,
             claim_seconds=self.remaining + CLAIM_MARGIN_SECONDS,
             job_type=self.job.ref.job_type,
@@ -265,7 +265,7 @@ class Delivery:
 
         def lease_check() -> bool:
             try:
-                record = store.get(activated.key)
+                record = store.get(activated.record_key)
             except StoreError as exc:
                 # Unknown is not lost: a DynamoDB blip must not fail a healthy run (and spend a retry);
                 # the next check asks again, and a lost lease still fences the report at the engine.
@@ -318,7 +318,7 @@ class Delivery:
         # the job against MaxInFlight.
         try:
             receipt = self.receipt
-            noted = store.mark_owed(job.key, receipt=receipt, queue_url=self.queue_url if receipt else None)
+            noted = store.mark_owed(job.record_key, receipt=receipt, queue_url=self.queue_url if receipt else None)
         except StoreError as exc:
             noted = False
             logger.warning("could not note the owed report", extra={"error": str(exc)})
@@ -408,7 +408,7 @@ class Delivery:
             return Ack("lease acquire kept failing: left to the engine")
         if not begun:
             # Another delivery holds the engine's lease (a redelivery of a job already running).
-            store.mark(job.key, Status.SKIPPED, reason="engine refused the lease", job_type=job.ref.job_type)
+            store.mark(job.record_key, Status.SKIPPED, reason="engine refused the lease", job_type=job.ref.job_type)
             acknowledge(job, engine=engine, deadline=self.deadline)
             observability.emit(job.ref.job_type, "skipped", job_id=job.ref.job_id)
             return Ack("the engine refused the lease")
@@ -431,7 +431,7 @@ class Delivery:
             begun: bool = CALLS.call(lambda: engine.begin(job), deadline=self.deadline)
         except Exception:
             try:
-                self.store.release(job.key, owner=self.owner)
+                self.store.release(job.record_key, owner=self.owner)
             except StoreError as exc:
                 logger.warning("could not give back the claim; it expires on its own", extra={"error": str(exc)})
             raise
@@ -446,7 +446,7 @@ class Delivery:
         again — wasted work, nothing lost. Failing the delivery instead would be worse: we hold the
         lease, so every redelivery's acquire would be refused until it lapsed anyway.
         """
-        key, owner = self.job.key, self.owner
+        key, owner = self.job.record_key, self.owner
         try:
             marked: bool = retrying_store(
                 lambda: self.store.mark_begun(key, owner=owner), "noting the lease", deadline=self.aws_deadline
@@ -467,10 +467,10 @@ class Delivery:
         job, store, owner = self.job, self.store, self.owner
         job_type = job.ref.job_type
         try:
-            found = store.store_outcome(job.key, owner=owner, outcome=outcome, job_type=job_type)
+            found = store.store_outcome(job.record_key, owner=owner, outcome=outcome, job_type=job_type)
         except OutcomeTooLargeError as exc:
             outcome = Outcome.fail(f"result too large: {exc}", retries=0, terminal=True)
-            found = store.store_outcome(job.key, owner=owner, outcome=outcome, job_type=job_type)
+            found = store.store_outcome(job.record_key, owner=owner, outcome=outcome, job_type=job_type)
         if found is None:
             return outcome
         if found.status is Status.STORED and found.has_outcome:

@@ -102,7 +102,7 @@ def fence(
             continue
         try:
             fenced = store.fence(
-                job.key, reason="handed back by the poller's recovery", job_type=job.ref.job_type, lease=lease
+                job.record_key, reason="handed back by the poller's recovery", job_type=job.ref.job_type, lease=lease
             )
         except Exception:
             logger.warning(

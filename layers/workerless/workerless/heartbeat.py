@@ -132,7 +132,7 @@ def process_ticket(
         # The job-table calls (and botocore's retries of them) stop at the deadline too; the sends
         # that carry the ticket on come after, outside it.
         with call_deadline(deadline):
-            records = store.get_many([e.ref.key for e in ticket.entries])
+            records = store.get_many([e.ref.record_key for e in ticket.entries])
             visit = _visit(
                 ticket,
                 records,
@@ -175,7 +175,7 @@ def _visit(
     early = ticket.retry > 0
     for entry in ticket.entries:
         ref = entry.ref
-        record = records.get(ref.key)
+        record = records.get(ref.record_key)
         lease = model.fingerprint(ref)
         # A record another lease left done (the lost lease before this one, of the same job
         # id) says nothing about this lease: keep it alive until its delivery claims the record.
@@ -242,7 +242,11 @@ def _give_up(entry: TicketEntry, *, store: JobStore, lease: str) -> bool:
     ref = entry.ref
     try:
         store.mark(
-            ref.key, Status.LOST, reason="held past WORKERLESS_MAX_HOLD_SECONDS", job_type=ref.job_type, lease=lease
+            ref.record_key,
+            Status.LOST,
+            reason="held past WORKERLESS_MAX_HOLD_SECONDS",
+            job_type=ref.job_type,
+            lease=lease,
         )
     except StoreError as exc:
         logger.warning("could not mark the lease lost; trying again", extra={"job_id": ref.job_id, "error": str(exc)})
@@ -286,7 +290,7 @@ def _rereport(
             extra={"job_id": ref.job_id, "error": str(exc)},
         )
         try:
-            store.clear_owed(ref.key)
+            store.clear_owed(ref.record_key)
         except StoreError:
             logger.warning("could not clear the owed mark", extra={"job_id": ref.job_id})
         return "final"
@@ -340,7 +344,7 @@ def _extend(
     except LeaseLostError:
         try:
             store.mark(
-                ref.key,
+                ref.record_key,
                 Status.LOST,
                 reason="engine refused the lease extension",
                 job_type=ref.job_type,

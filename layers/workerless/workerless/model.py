@@ -25,6 +25,29 @@ MESSAGE_VERSION = 1
 
 OutcomeKind = Literal["complete", "fail", "throw"]
 
+#: Every job record's partition key starts with this; the table's other items (the poller lock, the
+#: tick chain, engine sessions) start with ``state#``, so no job type's prefix can name one of them.
+RECORD_PREFIX = "job#"
+#: What a job type must not hold: IAM's wildcards (``*``, ``?``), the start of a policy variable
+#: (``$``) and the key's separator (``#``). Each route's role may touch only the records under
+#: ``job#<its type>#`` (template.yaml, ``dynamodb:LeadingKeys``); with any of these in a type, that
+#: pattern would also match another type's records.
+RECORD_TYPE_FORBIDDEN = "#*?$"
+
+
+def record_key(job_type: str, key: str) -> str:
+    """The job record's partition key: ``job#{job type}#{job key}``, the job key being
+    :attr:`JobRef.key` (``{engine}#{job id}[#{attempt}]``).
+
+    The type leads so that IAM can hold each route's role to its own type's records
+    (``dynamodb:LeadingKeys`` ``job#<type>#*``: docs/assumptions.md, "Job records").
+
+    Example:
+        >>> record_key("charge-payment", "sheptra#42#r3")
+        'job#charge-payment#sheptra#42#r3'
+    """
+    return f"{RECORD_PREFIX}{job_type}#{key}"
+
 
 @dataclass(frozen=True, slots=True)
 class JobRef:
@@ -48,6 +71,11 @@ class JobRef:
         """The DynamoDB key of this attempt's job record: ``{engine}#{job id}[#{attempt}]``."""
         base = f"{self.engine}#{self.job_id}"
         return f"{base}#{self.attempt}" if self.attempt else base
+
+    @property
+    def record_key(self) -> str:
+        """The partition key of this attempt's job record: :func:`record_key` of its type and key."""
+        return record_key(self.job_type, self.key)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -102,6 +130,10 @@ class ActivatedJob:
     @property
     def key(self) -> str:
         return self.ref.key
+
+    @property
+    def record_key(self) -> str:
+        return self.ref.record_key
 
     @property
     def workflow_key(self) -> str:

@@ -309,7 +309,7 @@ class Poller:
         at = self._wall_clock()
         for job in jobs:
             # Counted until their records are final, from the intent write below on (written with it).
-            self.dispatches.track(job.ref.job_type, job.key, at=at)
+            self.dispatches.track(job.ref.job_type, job.record_key, at=at)
         # Written down before dispatch, so a poller that dies now does not cost the jobs a lease. The
         # write is to the lock's item, compare-and-set: it also tells whether the lock is still ours.
         intent = self._intent(lambda log: log.write(jobs))
@@ -479,7 +479,7 @@ class Poller:
 
     def _hand_back(self, job: ActivatedJob, reason: str, report: PollReport, *, deadline: float) -> None:
         report.released += 1
-        self.dispatches.drop(job.ref.job_type, [job.key])  # not ours any more (never queued, or fenced)
+        self.dispatches.drop(job.ref.job_type, [job.record_key])  # not ours any more (never queued, or fenced)
         observability.emit(job.ref.job_type, "released", **observability.correlation_keys(job))
         logger.warning(
             "handing the job back to the engine",
@@ -489,7 +489,7 @@ class Poller:
 
     def _fail_for_good(self, job: ActivatedJob, reason: str, report: PollReport, *, deadline: float) -> None:
         report.released += 1
-        self.dispatches.drop(job.ref.job_type, [job.key])
+        self.dispatches.drop(job.ref.job_type, [job.record_key])
         giveback.fail_for_good(self.engine, job, reason, deadline=deadline)
 
 

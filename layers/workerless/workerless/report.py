@@ -69,7 +69,7 @@ def report_stored(
     except LeaseLostError:
         # 409: the lease lapsed and someone else has (or finished) the job. Not a failure.
         logger.info("engine says someone else finished this job: result not applied", extra={"job_id": ref.job_id})
-        store.mark_reported(ref.key, note="lease lost at report", lease=lease)
+        store.mark_reported(ref.record_key, note="lease lost at report", lease=lease)
         observability.emit(ref.job_type, "lease_lost", job_id=ref.job_id)
         return True
     except PayloadTooLargeError as exc:
@@ -77,12 +77,12 @@ def report_stored(
             f"result is over the engine's cap of {exc.cap} bytes; job failed instead", retries=0, terminal=True
         )
         logger.error("result over the engine's cap: failing the job", extra={"job_id": ref.job_id, "cap": exc.cap})
-        store.replace_outcome(ref.key, replacement, job_type=ref.job_type)
+        store.replace_outcome(ref.record_key, replacement, job_type=ref.job_type)
         return report_stored(ref, replacement, engine=engine, store=store, deadline=deadline, lease=lease)
     except RetryableEngineError as exc:
         logger.warning("report not accepted yet", extra={"job_id": ref.job_id, "error": str(exc)})
         return False
-    store.mark_reported(ref.key, lease=lease)
+    store.mark_reported(ref.record_key, lease=lease)
     observability.emit(ref.job_type, EVENTS[outcome.kind], job_id=ref.job_id, **outcome_fields(outcome))
     logger.debug("job reported", extra={"job_id": ref.job_id, "outcome": outcome.kind})
     return True

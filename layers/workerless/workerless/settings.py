@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from workerless.engines import ENGINE_NAMES
 from workerless.engines import ENGINES as ENGINE_REGISTRY
 from workerless.errors import ConfigurationError
+from workerless.model import RECORD_TYPE_FORBIDDEN
 
 #: The engine names as a type (pydantic validates against it); the same names as the registry's
 #: (workerless.engines.ENGINES, a unit test keeps the two equal).
@@ -53,6 +54,18 @@ class Route(BaseModel):
     @classmethod
     def _empty_is_none(cls, value: Any) -> Any:
         return None if value == "" else value
+
+    @field_validator("type")
+    @classmethod
+    def _keyable_type(cls, value: str) -> str:
+        # Its records are keyed job#<type>#..., and IAM holds its handler to that prefix.
+        bad = sorted({c for c in value if c in RECORD_TYPE_FORBIDDEN})
+        if bad:
+            raise ValueError(
+                f"job type {value!r} holds {' '.join(bad)}: a type may not hold {' '.join(RECORD_TYPE_FORBIDDEN)} "
+                "(its job records are keyed job#<type>#..., and IAM limits each handler to that prefix)"
+            )
+        return value
 
 
 #: The variables outside WORKERLESS_* that Settings reads: Powertools' and Lambda's log levels.

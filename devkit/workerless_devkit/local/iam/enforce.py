@@ -64,6 +64,8 @@ class Grant:
     action: str
     resource: str
     origin: str = "code"
+    #: The partition key values the call touched (``dynamodb:LeadingKeys``), for a DynamoDB item call.
+    keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,9 +134,12 @@ class IamEnforcer:
         *,
         secret_arn: Callable[[str], str | None] | None = None,
         place: Place = LOCAL_PLACE,
+        partition_keys: Mapping[str, str] | None = None,
     ) -> None:
         self.roles = dict(roles)
         self._secret_arn = secret_arn
+        #: Each table's partition key attribute, by table ARN: what a call's ``dynamodb:LeadingKeys`` are.
+        self._partition_keys = dict(partition_keys or {})
         #: The account and region the functions run in: what a name in a call (a table's) stands for.
         self.place = place
         self._lock = threading.Lock()
@@ -159,9 +164,16 @@ class IamEnforcer:
         role = self.roles.get(function_id)
         if role is None:
             return None  # not a function of the template (a direct call in a test): nothing to hold it to
-        wanted = needs(prefix, operation, params, secret_arn=self._secret_arn, place=self.place)
+        wanted = needs(
+            prefix,
+            operation,
+            params,
+            secret_arn=self._secret_arn,
+            place=self.place,
+            partition_key=self._partition_keys.get,
+        )
         for need in wanted:
-            decision = role.decide(need.action, need.resource if need.modelled else None)
+            decision = role.decide(need.action, need.resource if need.modelled else None, need.condition_context)
             if not decision.allowed:
                 refusal = Refusal(
                     function=function_id,
@@ -181,7 +193,7 @@ class IamEnforcer:
         origin = _origin()
         with self._lock:
             for need in wanted:
-                self._grants.add(Grant(function_id, need.action, need.resource or "*", origin))
+                self._grants.add(Grant(function_id, need.action, need.resource or "*", origin, need.leading_keys))
                 if not need.modelled and prefix not in self._unmodelled:
                     self._unmodelled.add(prefix)
                     _log().warning(

@@ -25,7 +25,7 @@ from typing import Any
 
 from workerless_devkit.local.extensions import ExtensionError, expand_language_extensions
 from workerless_devkit.local.iam.managed import MANAGED_POLICIES, managed_policy
-from workerless_devkit.local.iam.policy import Decision, PolicyError, Statement, evaluate, parse_statements
+from workerless_devkit.local.iam.policy import Context, Decision, PolicyError, Statement, evaluate, parse_statements
 from workerless_devkit.local.template import (
     LOCAL_PLACE,
     STACK_NAME,
@@ -63,12 +63,13 @@ class FunctionRole:
         """The caller AWS names in an AccessDenied message: the function's role session."""
         return f"arn:aws:sts::{self.place.account_id}:assumed-role/{self.role_name}/{self.function_name}"
 
-    def decide(self, action: str, resource: str | None) -> Decision:
-        """The role's decision on ``action`` on ``resource``, its permissions boundary included."""
-        decision = evaluate(self.statements, action, resource)
+    def decide(self, action: str, resource: str | None, context: Context | None = None) -> Decision:
+        """The role's decision on ``action`` on ``resource`` (with the request's condition keys,
+        ``context``), its permissions boundary included."""
+        decision = evaluate(self.statements, action, resource, context)
         if self.boundary is None or decision.explicit_deny:
             return decision
-        capped = evaluate(self.boundary, action, resource)
+        capped = evaluate(self.boundary, action, resource, context)
         if capped.explicit_deny or not capped.allowed:
             return Decision(allowed=False, explicit_deny=capped.explicit_deny, statement=capped.statement)
         return decision
