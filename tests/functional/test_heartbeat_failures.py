@@ -361,18 +361,18 @@ def test_the_heartbeat_reads_its_records_without_their_stored_results(aws: Aws, 
     [job] = flaky.activate([Demand("charge-payment", 1)], 60)
     store = runtime.get_store()
     big = Outcome.complete({"blob": "y" * 300_000})
-    assert store.claim(job.key, owner="o", claim_seconds=60, job_type="charge-payment") == (True, None)
-    assert store.store_outcome(job.key, owner="o", outcome=big, job_type="charge-payment") is None
-    assert store.mark_owed(job.key, receipt=None)
+    assert store.claim(job.record_key, owner="o", claim_seconds=60, job_type="charge-payment") == (True, None)
+    assert store.store_outcome(job.record_key, owner="o", outcome=big, job_type="charge-payment") is None
+    assert store.mark_owed(job.record_key, receipt=None)
 
-    [seen] = store.get_many([job.key]).values()
+    [seen] = store.get_many([job.record_key]).values()
     assert seen.outcome is None and seen.outcome_ref is None, "the result's body is not read"
     assert seen.has_outcome and seen.report_owed and seen.status is Status.STORED
-    whole = store.get(job.key)
+    whole = store.get(job.record_key)
     assert whole is not None and whole.outcome == big
 
     _run(_ticket((job, time.time() + 60)), flaky, SpyQueues(runtime.get_queues()))
 
     assert flaky.reports[job.ref.job_id] == [big]
-    after = store.get(job.key)
+    after = store.get(job.record_key)
     assert after is not None and after.status is Status.REPORTED

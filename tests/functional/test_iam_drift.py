@@ -264,6 +264,9 @@ CLAIM_CHECK_SIDS = ("ClaimCheckJobs", "ClaimCheckResults")
 #: own queue, Sid HandBackJobs): these scenarios' batches never run out of time;
 #: tests/functional/test_handler_batch_time.py makes handlers hand jobs back.
 HAND_BACK_SIDS = ("HandBackJobs",)
+#: The poller's fence of an abandoned batch (PutItem of job records, Sid TrackedJobs) runs only when an
+#: invocation takes over a dead one's lock; tests/unit/test_poller_slow_dispatch.py exercises it.
+FENCE = ("TrackedJobs", "dynamodb:PutItem")
 #: A handler's GetItem of its own type's records is job.lease_lost()'s read (the lease check): of
 #: the examples only generate-report asks it, so another route's role is not held to having used it.
 LEASE_CHECK = ("JobRecords", "dynamodb:GetItem")
@@ -284,6 +287,8 @@ def _pairs(role: FunctionRole) -> Iterator[tuple[str, str, int, str, str | None]
             patterns = condition.values
         for action in statement.actions:
             if lease_check and (statement.sid, action) == LEASE_CHECK:
+                continue
+            if (statement.sid, action) == FENCE:
                 continue
             for index, resource in enumerate(statement.resources):
                 for pattern in patterns:

@@ -260,7 +260,7 @@ def test_a_handler_role_reaches_only_its_own_routes_records_and_never_the_poller
     lock item THEN a handler reads and writes its own type's records only: another type's record and
     the lock (where a compromised handler would plant an intent batch) are AccessDenied, as are a
     Scan and a batch read; the heartbeat reaches every route's records but not the lock; the poller
-    its state items but no job record."""
+    its state items, and of job records only the batch read and the fence's put (no get or update)."""
     _, env_file = sheptra_env
     own, other, lock = "job#charge-payment#sheptra#1", "job#send-receipt#sheptra#2", "state#poller-lock"
     with LocalTopology(TEMPLATE, env_file, parameters=job_timings(10), schedule_seconds=3600) as topo:
@@ -309,8 +309,9 @@ def test_a_handler_role_reaches_only_its_own_routes_records_and_never_the_poller
             refused(calls(lock)["PutItem"])
         with topo.as_function("PollerFunction"):
             calls(lock)["GetItem"]()
+            # Its TrackedJobs grant: BatchGetItem and the fence's PutItem of job records, nothing else.
             refused(calls(own)["GetItem"])
-            refused(calls(own)["PutItem"])
+            refused(calls(own)["UpdateItem"])
         assert topo.iam is not None
         functions = {r.function for r in topo.iam.refusals}
         assert functions == {"chargepaymentFunction", "HeartbeatFunction", "DeadLetterFunction", "PollerFunction"}

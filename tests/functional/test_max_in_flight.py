@@ -83,9 +83,10 @@ def test_no_more_than_max_in_flight_jobs_of_a_type_are_ever_leased_at_once(serve
     yet final, and every job completed. (The other engines, with smaller backlogs: in
     test_max_in_flight_other_engines.py, a file of its own so that pytest-xdist runs it beside this.)"""
     lag = check_max_in_flight(served, jobs)
-    # A backlog this long keeps the queues' counts moving: some answers were behind them. (A short
-    # run can read every count while it stands still: the other engines' runs need not.)
-    assert lag.lagged > 0, f"none of {lag.answers} counts read was behind the queue's"
+    # Every count the poller read went through the lag. Whether one differed from the exact count
+    # depends on the run (with the bound held, a route's counts can stand still between reads), so
+    # the count of answers behind is not asserted: seen 0 of 133 on a busy machine.
+    assert lag.answers > 0, "the poller read no queue count: the lag was never applied"
 
 
 def check_max_in_flight(served: tuple[Any, Path], jobs: int) -> CountLag:

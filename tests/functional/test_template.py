@@ -843,11 +843,18 @@ def test_each_role_reaches_only_its_own_items_of_the_job_table(cfn: dict[str, An
     (job#<type>#*) and the engine's shared session, never another type's record nor the poller lock
     (state#poller-lock, which holds the intent batches); the heartbeat and the dead-letter function
     every route's records (job#*) but no state# item beyond the session; the poller its state# items
-    and no record. No role may Scan or Query: ForAllValues holds on a request without a leading key."""
+    and, of records, only the batch read and the fence's put. No role may Scan or Query: ForAllValues
+    holds on a request without a leading key."""
     session = {("dynamodb:GetItem", "state#stagenext-session#*"), ("dynamodb:PutItem", "state#stagenext-session#*")}
-    assert _table_grants(cfn, "PollerFunction") == {("dynamodb:GetItem", "state#*"), ("dynamodb:PutItem", "state#*")}
+    assert _table_grants(cfn, "PollerFunction") == {
+        ("dynamodb:GetItem", "state#*"),
+        ("dynamodb:PutItem", "state#*"),
+        ("dynamodb:BatchGetItem", "job#*"),  # MaxInFlight's exact count of the jobs it activated
+        ("dynamodb:PutItem", "job#*"),  # the fence before an abandoned batch is handed back
+    }
     assert _table_grants(cfn, "HeartbeatFunction") == session | {
         ("dynamodb:BatchGetItem", "job#*"),
+        ("dynamodb:GetItem", "job#*"),  # an owed report's whole record
         ("dynamodb:UpdateItem", "job#*"),
     }
     assert _table_grants(cfn, "DeadLetterFunction") == session | {

@@ -274,7 +274,7 @@ def _rereport(
     try:
         # The round read the record without its outcome's body (JobStore.get_many): read it whole
         # now; an outcome too large for the record is read from the claim check's bucket.
-        full = store.get(ref.key)
+        full = store.get(ref.record_key)
         outcome = store.load_outcome(full) if full is not None and full.report_owed else None
         if outcome is None:
             return "settled" if full is None or not full.report_owed else "retry"
