@@ -61,6 +61,17 @@ class Fault(StrEnum):
     # The heartbeat ticket arrives late, or the heartbeat Lambda dies.
     HEARTBEAT_LATE = "heartbeat_late"
     HEARTBEAT_CRASH = "heartbeat_crash"
+    # AWS services failing where it hurts most, after the SDK's retries (chaos.services): a
+    # conditional DynamoDB write that took effect but whose answer was lost; SendMessageBatch to a
+    # job queue refused whole (500), partly (some entries Failed), or sent with its answer lost;
+    # S3 (the claim check), SSM Parameter Store (the routes) and Secrets Manager (the engine secret).
+    DYNAMODB_WRITE_LOST = "dynamodb_write_lost"
+    SQS_BATCH_ERROR = "sqs_batch_error"
+    SQS_BATCH_PARTIAL = "sqs_batch_partial"
+    SQS_BATCH_LOST = "sqs_batch_lost"
+    S3_ERROR = "s3_error"
+    SSM_ERROR = "ssm_error"
+    SECRETS_ERROR = "secrets_error"
 
 
 #: Rates for the long mixed run: every fault on at once.
@@ -87,6 +98,17 @@ MIXED_RATES: Mapping[Fault, float] = {
     Fault.SQS_ERROR: 0.005,
     Fault.HEARTBEAT_LATE: 0.05,
     Fault.HEARTBEAT_CRASH: 0.05,
+    **{
+        # chaos.services: each where it hurts most (see Fault). The SSM and Secrets Manager reads
+        # happen once per container, so their rates are high: each read is a rare opportunity.
+        Fault.DYNAMODB_WRITE_LOST: 0.01,
+        Fault.SQS_BATCH_ERROR: 0.02,
+        Fault.SQS_BATCH_PARTIAL: 0.02,
+        Fault.SQS_BATCH_LOST: 0.02,
+        Fault.S3_ERROR: 0.1,
+        Fault.SSM_ERROR: 0.3,
+        Fault.SECRETS_ERROR: 0.3,
+    },
 }
 
 
