@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         for item in args.rate:
             kind, _, value = item.partition("=")
             rates[Fault(kind)] = float(value)
-        plan = FaultPlan(rates, seed=args.seed)
+        plan = FaultPlan(rates, seed=args.seed, limits=plan.limits)
         config = RunConfig(
             engine=engine,
             jobs=args.jobs,
