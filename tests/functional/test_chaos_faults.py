@@ -44,6 +44,7 @@ def result() -> Iterator[tuple[RunResult, list[tuple[str, str, dict[str, Any]]]]
             template=ROOT / "template.yaml",
             lease_seconds=LEASE,
             long_reports=2,
+            large_jobs=1,  # through the claim check: S3 calls for the S3 fault to meet
             # The run ends as soon as every job is final; a job that many faults hit in a row (each crash
             # costs a claim and a lease) gets as long as the promise in docs/guarantees.md (90 s) on a
             # busy machine: a CI pass once saw a StageNext job crash three attempts in a row and was
@@ -207,3 +208,41 @@ def test_a_late_or_dead_heartbeat_never_lets_two_attempts_both_win(result: Any, 
             continue
         assert state["state"] == "completed"
         assert state["output"]["_chaos_key"] == run_result.state.activations[job_id][-1]
+
+
+def test_a_batch_queued_with_its_answer_lost_completes_each_attempt_once(result: Any) -> None:
+    """GIVEN SendMessageBatch queued the jobs but its answer was lost (the poller saw an error)
+    THEN the poller hands them back while their messages run: the engine fences the old holder,
+    so each job completes with its newest attempt's result and no attempt completes twice."""
+    run_result, _ = result
+    job_ids = hit(run_result, Fault.SQS_BATCH_LOST)
+    assert job_ids
+    for job_id in job_ids:
+        assert run_result.jobs[job_id]["state"] == "completed"
+        assert all(entry.duplicates == 0 for entry in ledger_entries(run_result, job_id))
+        assert run_result.jobs[job_id]["output"]["_chaos_key"] == run_result.state.activations[job_id][-1]
+
+
+@pytest.mark.parametrize("kind", [Fault.SQS_BATCH_PARTIAL, Fault.SQS_BATCH_ERROR], ids=lambda k: k.value)
+def test_jobs_sqs_refused_are_handed_back_without_a_retry_spent(result: Any, kind: Fault) -> None:
+    """GIVEN SendMessageBatch refuses some entries (Failed) or the whole call (500)
+    THEN exactly the refused jobs are handed back at once, keep their retries, and complete."""
+    run_result, events = result
+    job_ids = hit(run_result, kind)
+    assert job_ids
+    for job_id in job_ids:
+        history = run_result.jobs[job_id]["history"]
+        assert any("could not queue the job" in str(e.get("error_message")) for e in history), history
+        assert "lease-lapsed" not in [e["event"] for e in history]
+        assert run_result.jobs[job_id]["retries"] == 10, "no retry was spent"
+        assert run_result.jobs[job_id]["state"] == "completed"
+        assert lifecycle(events, job_id, "released") >= 1
+
+
+def test_a_conditional_write_whose_answer_was_lost_keeps_one_result(result: Any) -> None:
+    """GIVEN a conditional DynamoDB write that took effect and whose answer was lost
+    THEN the job completes once, with its newest attempt's result."""
+    run_result, _ = result
+    for job_id in hit(run_result, Fault.DYNAMODB_WRITE_LOST):
+        assert run_result.jobs[job_id]["state"] == "completed"
+        assert sum(e.duplicates for e in ledger_entries(run_result, job_id)) == 0

@@ -492,16 +492,27 @@ def test_handle_without_lease_token_is_a_message_error(env: Env) -> None:
 # ---------------------------------------------------------------- release, logs, no-ops
 
 
-def test_release_reports_failed_so_a_retry_starts_at_once(env: Env) -> None:
+def test_release_keeps_the_task_its_place_and_its_retries(env: Env) -> None:
+    """GIVEN a leased task handed back (the poller could not queue it) and a task created after it
+    THEN it is not failed (no attempt spent, no new task id at the back of the queue): its lease is
+    shortened to node-flow's minimum, after which the same task is leased again, before the later
+    one (issue 26, 2.12: a released task used to wait behind the whole backlog)."""
     task_id = env.emulator.create_job("charge", {}, retries=3)
     engine = env.engine()
-    job = one(env, engine, Demand("charge", 1))
+    job = one(env, engine, Demand("charge", 1), lease_seconds=60)
+    later = env.emulator.create_job("charge", {})
     engine.release(job, "SQS SendMessageBatch failed")
     state = env.emulator.task_state(task_id)
-    assert state["state"] == "retried"
-    assert state["error_message"] == "released by workerless: SQS SendMessageBatch failed"
-    assert env.emulator.job_state(state["next_task_id"])["state"] == "ready"  # not after a whole lease
-    engine.release(job, "again")  # the lease is gone: nothing left to release, no error
+    assert state["state"] == "leased"  # until the shortened lease lapses
+    assert state.get("next_task_id") is None
+    (heartbeat,) = env.paths("/heartbeat")
+    assert heartbeat.body["leaseSeconds"] == 1  # clamped up to the emulator's minimum (5 s)
+    env.emulator.advance(env.emulator.lease_min_seconds)
+    again = one(env, engine, Demand("charge", 1))
+    assert again.ref.job_id == task_id, "the released task comes back first, under the same id"
+    assert again.ref.job_id != later
+    assert env.emulator.task_state(task_id)["attempts"] == 2
+    engine.release(job, "again")  # the old lease is gone: nothing left to release, no error
 
 
 def test_send_logs_batches_in_order(env: Env) -> None:

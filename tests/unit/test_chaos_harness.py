@@ -109,3 +109,48 @@ def test_without_a_lease_fingerprint_every_run_of_a_key_is_one_attempt() -> None
 
     assert ledger.duplicate_completions == 1
     assert ledger.reruns_after_lapse == 0
+
+
+def test_a_lapse_costs_from_the_last_grant_or_extension_to_the_next_lease() -> None:
+    """GIVEN a node-flow task leased at 10, extended at 12, lapsed at 17 and leased again at 20, and a
+    Sheptra job whose lease lapsed at 9 (activated at 1) with no lease after it until its end at 30
+    THEN two lapses, the worst costing 29 s (1 → 30); the node-flow one cost 8 s (12 → 20)."""
+    from workerless_devkit.chaos.run import lease_lapses
+
+    nodeflow = {
+        "history": [
+            {"at": 10.0, "event": "leased"},
+            {"at": 12.0, "event": "heartbeat"},
+            {"at": 17.0, "event": "lease_expired"},
+            {"at": 20.0, "event": "leased"},
+            {"at": 22.0, "event": "completed"},
+        ]
+    }
+    sheptra = {
+        "history": [
+            {"at": 1.0, "event": "activated"},
+            {"at": 9.0, "event": "lease-lapsed"},
+            {"at": 30.0, "event": "incident"},
+        ]
+    }
+
+    assert lease_lapses({"t": nodeflow}) == (1, 8.0)
+    assert lease_lapses({"t": nodeflow, "j": sheptra}) == (2, 29.0)
+    assert lease_lapses({"none": {"history": [{"at": 1.0, "event": "activated"}]}}) == (0, 0.0)
+
+
+def test_a_batch_or_ticket_names_its_jobs_for_the_recorder() -> None:
+    """Faults on a job batch, a heartbeat ticket or a BatchGetItem are traced to the jobs they hit."""
+    import json
+
+    from workerless_devkit.chaos.services import job_ids_of_call
+
+    batch = {"Entries": [{"Id": "0", "MessageBody": json.dumps({"ref": {"job_id": "j1"}})}]}
+    ticket = {"MessageBody": json.dumps({"jobs": [{"ref": {"job_id": "j2"}}]})}
+    batch_get = {"RequestItems": {"t": {"Keys": [{"pk": {"S": "charge#j3#r1"}}, {"pk": {"S": "state#poller-lock"}}]}}}
+
+    assert job_ids_of_call("sqs", batch) == ["j1"]
+    assert job_ids_of_call("sqs", ticket) == ["j2"]
+    assert job_ids_of_call("dynamodb", batch_get) == ["j3"]
+    assert job_ids_of_call("dynamodb", {"Key": {"pk": {"S": "charge#j4"}}}) == ["j4"]
+    assert job_ids_of_call("s3", batch) == []

@@ -26,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--max-seconds", type=float, default=240.0, help="give up on an engine after this")
     parser.add_argument("--deadline", type=float, default=90.0, help="stuck: not final this long after activation")
+    parser.add_argument(
+        "--large-jobs", type=int, default=3, help="jobs over the queue's message size: the claim check, S3 (default 3)"
+    )
     parser.add_argument("--template", type=Path, default=Path("template.yaml"))
     parser.add_argument("--ledger", type=Path, default=None, help="append the side-effect ledger here (JSONL)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
@@ -43,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         for item in args.rate:
             kind, _, value = item.partition("=")
             rates[Fault(kind)] = float(value)
-        plan = FaultPlan(rates, seed=args.seed)
+        plan = FaultPlan(rates, seed=args.seed, limits=plan.limits)
         config = RunConfig(
             engine=engine,
             jobs=args.jobs,
@@ -52,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
             max_seconds=args.max_seconds,
             deadline_seconds=args.deadline,
             long_reports=max(1, args.jobs // 50),
+            large_jobs=min(args.large_jobs, args.jobs),
             ledger_path=args.ledger,
             log_level=args.log_level.upper(),
         )

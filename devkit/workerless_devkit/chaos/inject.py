@@ -152,8 +152,10 @@ def _before_call(model: Any, context: Any = None, **_: Any) -> None:
     service = model.service_model.service_name
     operation = model.name
     body = context.get(_PARAMS_KEY) if isinstance(context, dict) else None
+    from workerless_devkit.chaos.services import job_ids_of_call
+
     if service == "dynamodb":
-        job_ids = [j for k in _keys_in(body) if (j := _job_id_of_key(k))]
+        job_ids = job_ids_of_call(service, body)
         if state.plan.roll(Fault.DYNAMODB_THROTTLE):
             state.recorder.note(Fault.DYNAMODB_THROTTLE, job_ids=job_ids, where=f"{function}:{operation}")
             raise _client_error("ProvisionedThroughputExceededException", 400, operation)
@@ -177,11 +179,13 @@ def _before_call(model: Any, context: Any = None, **_: Any) -> None:
             if state.roll(Fault.POLLER_CRASH_AFTER_ACTIVATE, job_ids):
                 state.recorder.note(Fault.POLLER_CRASH_AFTER_ACTIVATE, job_ids=job_ids, where=function)
                 raise SimulatedCrash("poller died after activating jobs, before dispatching them")
+        # The jobs a batch or a ticket names: a lost ticket is then traced to the leases it left.
+        job_ids = job_ids_of_call(service, body)
         if state.plan.roll(Fault.SQS_THROTTLE):
-            state.recorder.note(Fault.SQS_THROTTLE, where=f"{function}:{operation}")
+            state.recorder.note(Fault.SQS_THROTTLE, job_ids=job_ids, where=f"{function}:{operation}")
             raise _client_error("RequestThrottled", 403, operation)
         if state.plan.roll(Fault.SQS_ERROR):
-            state.recorder.note(Fault.SQS_ERROR, where=f"{function}:{operation}")
+            state.recorder.note(Fault.SQS_ERROR, job_ids=job_ids, where=f"{function}:{operation}")
             raise _client_error("InternalError", 500, operation)
 
 
@@ -263,7 +267,10 @@ def install_hooks() -> None:
             return
         from botocore.handlers import BUILTIN_HANDLERS
 
+        from workerless_devkit.chaos import services
+
         BUILTIN_HANDLERS.extend(HOOKS)
+        BUILTIN_HANDLERS.extend(services.HOOKS)
         _installed = True
 
 

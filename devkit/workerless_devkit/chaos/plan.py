@@ -64,6 +64,17 @@ class Fault(StrEnum):
     # The heartbeat ticket arrives late, or the heartbeat Lambda dies.
     HEARTBEAT_LATE = "heartbeat_late"
     HEARTBEAT_CRASH = "heartbeat_crash"
+    # AWS services failing where it hurts most, after the SDK's retries (chaos.services): a
+    # conditional DynamoDB write that took effect but whose answer was lost; SendMessageBatch to a
+    # job queue refused whole (500), partly (some entries Failed), or sent with its answer lost;
+    # S3 (the claim check), SSM Parameter Store (the routes) and Secrets Manager (the engine secret).
+    DYNAMODB_WRITE_LOST = "dynamodb_write_lost"
+    SQS_BATCH_ERROR = "sqs_batch_error"
+    SQS_BATCH_PARTIAL = "sqs_batch_partial"
+    SQS_BATCH_LOST = "sqs_batch_lost"
+    S3_ERROR = "s3_error"
+    SSM_ERROR = "ssm_error"
+    SECRETS_ERROR = "secrets_error"
 
 
 #: Rates for the long mixed run: every fault on at once.
@@ -90,7 +101,22 @@ MIXED_RATES: Mapping[Fault, float] = {
     Fault.SQS_ERROR: 0.005,
     Fault.HEARTBEAT_LATE: 0.05,
     Fault.HEARTBEAT_CRASH: 0.05,
+    **{
+        # chaos.services: each where it hurts most (see Fault). S3 is called only for the few
+        # large jobs; SSM and Secrets Manager once per container (a cold start), so the first
+        # reads always fail (MIXED_LIMITS bounds how many).
+        Fault.DYNAMODB_WRITE_LOST: 0.01,
+        Fault.SQS_BATCH_ERROR: 0.02,
+        Fault.SQS_BATCH_PARTIAL: 0.02,
+        Fault.SQS_BATCH_LOST: 0.02,
+        Fault.S3_ERROR: 0.3,
+        Fault.SSM_ERROR: 1.0,
+        Fault.SECRETS_ERROR: 1.0,
+    },
 }
+
+#: Budgets of the mixed run: a cold start's route and secret reads fail twice each, then succeed.
+MIXED_LIMITS: Mapping[Fault, int] = {Fault.SSM_ERROR: 2, Fault.SECRETS_ERROR: 2}
 
 
 @dataclass
@@ -127,7 +153,8 @@ class FaultPlan:
     @classmethod
     def mixed(cls, *, seed: int = 0, scale: float = 1.0, sure: int = 0) -> FaultPlan:
         """Every fault on at once (the long mixed run), rates multiplied by ``scale``."""
-        return cls({k: min(1.0, v * scale) for k, v in MIXED_RATES.items()}, seed=seed, sure=sure)
+        rates = {k: min(1.0, v * scale) for k, v in MIXED_RATES.items()}
+        return cls(rates, seed=seed, sure=sure, limits=dict(MIXED_LIMITS))
 
     def roll(self, kind: Fault) -> bool:
         """Whether ``kind`` fires at this opportunity."""

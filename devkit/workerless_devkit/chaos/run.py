@@ -31,6 +31,12 @@ from workerless_devkit.emulators.harness import RunningEmulator, start
 
 ENGINES = ENGINE_NAMES
 FINAL = frozenset({"completed", "failed", "thrown"})
+#: A large job's padding: over the job queue's MaximumMessageSize (1 MiB).
+LARGE_JOB_BYTES = 1_100_000
+#: The emulators' history events: a lease granted or extended, a lease lapsed, a job final.
+_GRANTED = frozenset({"activated", "leased", "lease_acquired"})
+_EXTENDED = frozenset({"lease-extended", "heartbeat", "lease_renewed"})
+_LAPSED = frozenset({"lease-lapsed", "lease_expired"})
 
 
 @dataclass
@@ -49,6 +55,9 @@ class RunConfig:
     #: generate-report runs this long; ``long_reports`` of them run past the lease (heartbeat).
     report_seconds: float = 0.5
     long_reports: int = 1
+    #: send-receipt jobs whose variables are over the job queue's MaximumMessageSize (1 MiB): the
+    #: poller writes them to the claim check's bucket (S3) and the handler reads them back.
+    large_jobs: int = 0
     retries: int = 10
     max_in_flight: int = 20
     #: How far behind SQS's approximate counts may be when the plan arms Fault.SQS_COUNT_LAG (AWS:
@@ -92,6 +101,10 @@ class Figures:
     elapsed_seconds: float
     engine_attempts: int
     runs_stopped_at_timeout: int = 0
+    #: Leases that lapsed at the engine (no extension in time), and the worst time a lapse cost a
+    #: job: from the lapsed lease's last grant or extension to the job's next lease (or its end).
+    lease_lapses: int = 0
+    lapse_worst_seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
     #: The ids behind ``stuck_past_deadline``: never final, or final later than the deadline.
     stuck_jobs: list[str] = field(default_factory=list)
@@ -110,6 +123,9 @@ class Figures:
 
     def _recovery(self) -> str:
         return f"{self.recover_mean_seconds:.2f} / {self.recover_worst_seconds:.2f}"
+
+    def _lapses(self) -> str:
+        return f"{self.lease_lapses} / {self.lapse_worst_seconds:.2f}"
 
     def table(self) -> str:
         rows = [
@@ -132,6 +148,7 @@ class Figures:
             ("runs stopped at their Lambda timeout (not injected)", self.runs_stopped_at_timeout),
             ("jobs hit by a fault", self.jobs_hit_by_faults),
             ("time to recover, mean / worst (s)", self._recovery()),
+            ("lease lapses at the engine / worst time a lapse cost (s)", self._lapses()),
             ("elapsed (s)", f"{self.elapsed_seconds:.1f}"),
         ]
         width = max(len(str(name)) for name, _ in rows)
@@ -254,6 +271,9 @@ def _job_mix(config: RunConfig, index: int) -> tuple[str, dict[str, Any]]:
         # to leave its claim, store and report time on a busy machine (a run that ends in the
         # Lambda's last moments cannot store its result, and runs again).
         return "generate-report", {"seconds": min(config.lease_seconds * 1.3, config.handler_timeout - 2.5)}
+    if index >= config.jobs - config.large_jobs:
+        # Over the queue's 1 MiB MaximumMessageSize less its margin: carried through the claim check.
+        return "send-receipt", {"orderId": f"o{index}", "note": "x" * LARGE_JOB_BYTES}
     kind = index % 10
     if kind < 5:
         return "charge-payment", {"orderId": f"o{index}", "amount": 10 + index}
@@ -331,6 +351,9 @@ def run(config: RunConfig) -> RunResult:
                 drain_seconds=config.handler_timeout + 2,
                 sqs_count_lag=config.sqs_count_lag_seconds if config.plan.roll(Fault.SQS_COUNT_LAG) else 0.0,
                 seed=config.plan.seed,
+                # The engine's values in a Secrets Manager secret, read as the deployed stack reads
+                # them: a Secrets Manager fault (chaos.services) meets the real read.
+                engine_secret=True,
             )
             state.duplicate_sender = topology.send_duplicate
             for index in range(config.jobs):
@@ -437,6 +460,7 @@ def _figures(
     for job_id, at in hit.items():
         if job_id in final_at:
             recover.append(max(0.0, final_at[job_id] - at))
+    lapses, lapse_worst = lease_lapses(states)
     faults = state.recorder.counts()
     attempts = sum(int(job.get("attempts") or 0) for job in states.values())
     runs = {e.key: e.runs for e in state.ledger.entries()}
@@ -467,9 +491,37 @@ def _figures(
         elapsed_seconds=elapsed,
         engine_attempts=attempts,
         runs_stopped_at_timeout=state.timed_out,
+        lease_lapses=lapses,
+        lapse_worst_seconds=lapse_worst,
         problems=problems,
         stuck_jobs=stuck,
     )
+
+
+def lease_lapses(states: Mapping[str, Mapping[str, Any]]) -> tuple[int, float]:
+    """Leases that lapsed at the engine, and the worst time one cost its job: from the lapsed
+    lease's last grant or extension (when the job was last known covered) to its next lease, or to
+    the end of its history when none came."""
+    count, worst = 0, 0.0
+    for job in states.values():
+        covered: float | None = None
+        lapsed_from: float | None = None
+        history = sorted(job.get("history") or [], key=lambda e: float(e.get("at") or 0.0))
+        for event in history:
+            name, at = str(event.get("event")), float(event.get("at") or 0.0)
+            if name in _GRANTED:
+                if lapsed_from is not None:
+                    worst = max(worst, at - lapsed_from)
+                    lapsed_from = None
+                covered = at
+            elif name in _EXTENDED:
+                covered = at
+            elif name in _LAPSED:
+                count += 1
+                lapsed_from = covered if covered is not None else at
+        if lapsed_from is not None and history:
+            worst = max(worst, float(history[-1].get("at") or 0.0) - lapsed_from)
+    return count, worst
 
 
 def _history(states: dict[str, dict[str, Any]], job_id: str) -> list[str]:

@@ -52,6 +52,9 @@ REASON_CAP_CHARS = 4096
 #: Longest log line and most lines per logs call (the emulator's caps; see docs/assumptions.md).
 LOG_MESSAGE_CAP_CHARS = 32768
 LOG_BATCH = 100
+#: The lease a release asks for (a heartbeat): node-flow clamps it up to its minimum lease, after
+#: which the task lapses back onto its queue with its task id (docs/assumptions.md, node-flow).
+RELEASE_LEASE_SECONDS = 1
 _LEVELS = {
     "debug": "debug",
     "trace": "debug",
@@ -379,11 +382,18 @@ class NodeFlowEngine:
         )
 
     def release(self, job: ActivatedJob, reason: str) -> None:
-        """node-flow has no release call: report FAILED with the reason. The retry is scheduled at
-        once as a new task, instead of the task sitting leased by nobody for a whole lease.
-        A 409 (the lease is already gone) is nothing left to release."""
+        """node-flow has no release call: shorten the lease to the least node-flow grants (a
+        heartbeat asking :data:`RELEASE_LEASE_SECONDS`; node-flow clamps it to its minimum), so the
+        task lapses back onto its queue soon, with its task id, its place and its retry budget.
+
+        A FAILED report would hand it back at once but as a new task id behind the whole backlog,
+        spending an attempt on a job that never ran: a poller's crash or a refused SQS send could
+        then fail a workflow whose last attempt it was (and under a backlog, the re-queued task
+        waited past its deadline: issue 26, 2.12). A 409 (the lease is already gone) is nothing left
+        to release. The reason is logged (node-flow's task log needs the lease, which is ending)."""
+        logger.info("handing node-flow task %s back (its lease ends now): %s", job.ref.job_id, reason)
         try:
-            self.report(job.ref, Outcome.fail(f"released by workerless: {reason}", retries=None))
+            self.extend(job.ref, RELEASE_LEASE_SECONDS)
         except LeaseLostError:
             logger.info("node-flow task %s was already gone when released", job.ref.job_id)
 
