@@ -34,6 +34,7 @@ from workerless.engines.kit.translate import Translator, parse_problem
 from workerless.engines.stagenext.config import (
     ACK_TRIES,
     ENGINE,
+    PULL_BUDGET_SECONDS,
     REMEMBERED_DELIVERIES,
     RESULT_BODY_CAP,
     StageNextConfig,
@@ -186,10 +187,15 @@ class StageNextEngine:
         cycle: what was already pulled is returned, and the error is raised only when nothing was.
         A 403 (queue outside the application's handler pattern) is a ConfigurationError; deliveries
         already pulled this cycle are requeued first so they do not wait out the visibility timeout.
+        Pulling stops after :data:`PULL_BUDGET_SECONDS` with what was pulled, so a slow gateway does
+        not hold pulled deliveries back from dispatch.
         """
         jobs: list[ActivatedJob] = []
+        started = self._clock()
         for demand in demands:
             for _ in range(max(0, demand.capacity)):
+                if jobs and self._clock() - started >= PULL_BUDGET_SECONDS:
+                    return jobs
                 try:
                     job = self._pull_one(demand)
                 except RetryableEngineError:
