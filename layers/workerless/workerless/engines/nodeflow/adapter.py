@@ -429,20 +429,14 @@ class NodeFlowEngine:
             # A batch refused for a retryable reason (429, 502, 503, a dropped connection) is sent
             # again within LOG_SENDS's bounds, honouring Retry-After, before it is dropped.
             deadline = min(ambient_deadline(), time.monotonic() + LOG_SEND_SECONDS)
+            path = self._task_path(ref, "logs")
             for start in range(0, len(entries), LOG_BATCH):
                 batch = {"workflowId": workflow_id, "leaseToken": token, "logs": entries[start : start + LOG_BATCH]}
-                LOG_SENDS.call(functools.partial(self._send_log_batch, ref, batch), deadline=deadline)
+                what = f"logs of task {ref.job_id}"
+                send = functools.partial(self._post, path, batch, what=what, job_id=ref.job_id, scope=REPORT_SCOPE)
+                LOG_SENDS.call(send, deadline=deadline)
         except Exception as exc:  # noqa: BLE001 - by contract a log send never raises
             logger.warning("dropped %d log line(s) of node-flow task %s: %s", len(lines), ref.job_id, exc)
-
-    def _send_log_batch(self, ref: JobRef, batch: Mapping[str, Any]) -> None:
-        self._post(
-            self._task_path(ref, "logs"),
-            batch,
-            what=f"logs of task {ref.job_id}",
-            job_id=ref.job_id,
-            scope=REPORT_SCOPE,
-        )
 
     def after_cycle(self, counters: Mapping[str, int]) -> None:
         """Nothing to report: node-flow records pollers itself (``/queues/workers``)."""
