@@ -672,3 +672,56 @@ def test_no_secret_in_any_exception_or_log(sa_env: Env, caplog: pytest.LogCaptur
         assert secret
         for text in texts:
             assert secret not in text
+
+
+# ---------------------------------------------------------------- riding out refusals (issue 26, 2.9)
+
+LOGS_ROUTE = "/v1/ns/{ns}/tasks/{task_id}/logs"
+
+
+@pytest.mark.parametrize(
+    ("status", "headers"),
+    [(429, {"Retry-After": "1"}), (503, {}), (502, {})],
+)
+def test_a_log_batch_refused_once_is_sent_again(env: Env, status: int, headers: dict[str, str]) -> None:
+    task_id = env.emulator.create_job("charge", {})
+    engine = env.engine()
+    job = one(env, engine, Demand("charge", 1))
+    env.fault(method="POST", path=LOGS_ROUTE, status=status, headers=headers, times=1)
+    engine.send_logs(job.ref, [{"message": "charging 12.50"}, {"message": "charged"}])
+    assert env.emulator.job_state(task_id)["logs"] == ["charging 12.50", "charged"]
+    assert len(env.paths("/logs")) == 2
+
+
+def test_a_refused_input_is_explained_in_the_task_log_before_it_is_reported(env: Env) -> None:
+    """A typed handler's refused input has no stack: its reason is the line explaining it."""
+    task_id = env.emulator.create_job("charge", {"amount": "twelve"})
+    engine = env.engine()
+    job = one(env, engine, Demand("charge", 1))
+    reason = "job input is invalid: amount: Input should be a valid number"
+    engine.report(job.ref, Outcome.fail(reason, retries=0, terminal=True))
+    actions = [s.path.rsplit("/", 1)[-1] for s in env.sent if "/tasks/" in s.path]
+    assert actions == ["logs", "report"]
+    state = env.emulator.job_state(task_id)
+    assert state["logs"] == [reason]
+    assert state["state"] == "failed"
+
+
+def test_retry_after_on_a_lease_holds_every_lease_until_it_passes(env: Env) -> None:
+    env.emulator.create_job("charge", {})
+    env.emulator.create_job("refund", {})
+    now = [1000.0]
+    values = env.emulator.engine_values(env.url)
+    engine = NodeFlowEngine(env.client, base_url=values["NF_URL"], api_key=values["NF_API_KEY"], clock=lambda: now[0])
+    env.fault(method="POST", path=LEASE_ROUTE, status=429, headers={"Retry-After": "5"}, times=1)
+    with pytest.raises(RateLimitedError):
+        engine.activate([Demand("charge", 1), Demand("refund", 1)], 60)
+    assert len(env.paths("/lease")) == 1  # the refund queue is not leased 0.1 s after the 429
+    now[0] += 4
+    with pytest.raises(RateLimitedError) as caught:
+        engine.activate([Demand("charge", 1), Demand("refund", 1)], 60)
+    assert caught.value.retry_after == pytest.approx(1.0)
+    assert len(env.paths("/lease")) == 1  # nor the next poll, inside the Retry-After
+    now[0] += 1.5
+    jobs = engine.activate([Demand("charge", 1), Demand("refund", 1)], 60)
+    assert sorted(j.ref.job_type for j in jobs) == ["charge", "refund"]

@@ -15,6 +15,7 @@ policy                 what it retries
 :data:`UNPROCESSED`    BatchGetItem's UnprocessedKeys
 :data:`SESSION_WAIT`   StageNext: waiting while another container rotates the worker session
 :data:`COMPARE_AND_SET`  the poller lock / intent log item: a write refused by a concurrent one
+:data:`LOG_SENDS`        node-flow: a batch of task-log lines refused once (429/502/503)
 =====================  ==========================================================================
 
 How they stack with botocore: every AWS client makes up to 4 attempts per call itself (standard
@@ -45,6 +46,8 @@ from workerless.errors import EngineError, StoreError
 __all__ = [
     "CALLS",
     "COMPARE_AND_SET",
+    "LOG_SENDS",
+    "LOG_SEND_SECONDS",
     "PARAMETERS",
     "POLL_BACKOFF_FINAL",
     "POLL_BACKOFF_RETRYABLE",
@@ -199,6 +202,12 @@ SESSION_WAIT = RetryPolicy(attempts=12, base_delay=0.25, max_delay=0.25, backoff
 #: The poller lock item's compare-and-set: a write refused by a concurrent one is made again on
 #: what that one wrote, at once (the other writer is done, there is nothing to wait for), 5 times.
 COMPARE_AND_SET = RetryPolicy(attempts=5, base_delay=0.0, max_delay=0.0, jitter=False)
+#: A batch of task-log lines (node-flow): a retryable refusal (429/502/503 once, a dropped
+#: connection) is not a reason to lose the lines explaining a task, so three tries, 0.5 s doubling
+#: (or Retry-After), all of one send_logs call within LOG_SEND_SECONDS and the invocation's deadline;
+#: then the lines are dropped (a log line must never fail the task it describes).
+LOG_SENDS = RetryPolicy(attempts=3, base_delay=0.5, max_delay=2.0)
+LOG_SEND_SECONDS = 6.0
 #: After a failed poll: 1 s for a retryable failure (or Retry-After), 5 s for a final one.
 POLL_BACKOFF_RETRYABLE = 1.0
 POLL_BACKOFF_FINAL = 5.0

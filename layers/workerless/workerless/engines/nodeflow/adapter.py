@@ -17,6 +17,7 @@ put in an exception message.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -39,10 +40,13 @@ from workerless.errors import (
     LeaseLostError,
     MessageFormatError,
     PayloadTooLargeError,
+    RateLimitedError,
     ResponseShapeError,
+    RetryableEngineError,
 )
 from workerless.lease import ACTIVATION_LEASE, LeaseModel
 from workerless.model import ActivatedJob, Demand, JobRef, Outcome
+from workerless.retry import LOG_SEND_SECONDS, LOG_SENDS, ambient_deadline
 
 __all__ = ["NodeFlowEngine", "from_values", "parse_timestamp", "workflow_key"]
 
@@ -112,6 +116,9 @@ class NodeFlowEngine:
         self.domain = domain
         self.worker_id = worker_id or f"workerless-{socket.gethostname()}-{os.getpid()}"
         self._clock = clock
+        #: No lease call before this ``clock()`` value: the engine's Retry-After on a lease, kept
+        #: across demands and polls (the next queue's lease is not sent 0.1 s after a 429).
+        self._lease_hold_until = 0.0
         self._ns_url = f"{self.base_url}/v1/ns/{quote(namespace, safe='')}"
         self._translate = Translator(ENGINE, refine=_refine, secrets=lambda: self._credentials.secrets())
         self._credentials = Credentials(
@@ -208,11 +215,23 @@ class NodeFlowEngine:
         for demand in demands:
             if demand.capacity <= 0:
                 continue
+            wait = self._lease_hold_until - self._clock()
+            if wait > 0:
+                # The engine said when to come back (Retry-After): no queue is leased before then.
+                if first_error is None:
+                    first_error = RateLimitedError(
+                        f"node-flow asked workerless to wait {wait:.1f} s more before leasing (Retry-After)",
+                        engine=ENGINE,
+                        retry_after=wait,
+                    )
+                break
             try:
                 jobs.extend(self._lease(demand, lease_seconds))
             except (EngineError, ConfigurationError) as exc:
                 if first_error is None:
                     first_error = exc
+                if isinstance(exc, RetryableEngineError) and exc.retry_after:
+                    self._lease_hold_until = self._clock() + exc.retry_after
                 logger.error("node-flow lease failed for queue %s: %s", self.queue_for(demand), exc)
         if first_error is not None and not jobs:
             raise first_error
@@ -356,8 +375,11 @@ class NodeFlowEngine:
         Raises LeaseLostError on 409 (the pipeline treats it as "someone else has it": swallow).
         """
         queue, token, workflow_id = self._handle(ref)
-        if outcome.stack:
-            self.send_logs(ref, [{"message": outcome.stack, "level": "error"}])
+        explanation = outcome.stack or (outcome.message if outcome.kind != "complete" else None)
+        if explanation:
+            # Every failure is explained in the task's log before it is reported: the stack when the
+            # handler raised, else the reason (a typed handler's refused input names each bad field).
+            self.send_logs(ref, [{"message": explanation, "level": "error"}])
         body: dict[str, Any] = {"queueName": queue, "workflowId": workflow_id, "leaseToken": token}
         if outcome.kind == "complete":
             body["status"] = "COMPLETED"
@@ -414,14 +436,15 @@ class NodeFlowEngine:
                 }
                 for line in lines
             ]
+            # A batch refused for a retryable reason (429, 502, 503, a dropped connection) is sent
+            # again within LOG_SENDS's bounds, honouring Retry-After, before it is dropped.
+            deadline = min(ambient_deadline(), time.monotonic() + LOG_SEND_SECONDS)
+            path = self._task_path(ref, "logs")
             for start in range(0, len(entries), LOG_BATCH):
-                self._post(
-                    self._task_path(ref, "logs"),
-                    {"workflowId": workflow_id, "leaseToken": token, "logs": entries[start : start + LOG_BATCH]},
-                    what=f"logs of task {ref.job_id}",
-                    job_id=ref.job_id,
-                    scope=REPORT_SCOPE,
-                )
+                batch = {"workflowId": workflow_id, "leaseToken": token, "logs": entries[start : start + LOG_BATCH]}
+                what = f"logs of task {ref.job_id}"
+                send = functools.partial(self._post, path, batch, what=what, job_id=ref.job_id, scope=REPORT_SCOPE)
+                LOG_SENDS.call(send, deadline=deadline)
         except Exception as exc:  # noqa: BLE001 - by contract a log send never raises
             logger.warning("dropped %d log line(s) of node-flow task %s: %s", len(lines), ref.job_id, exc)
 

@@ -34,6 +34,7 @@ from workerless.engines.kit.translate import Translator, parse_problem
 from workerless.engines.stagenext.config import (
     ACK_TRIES,
     ENGINE,
+    PULL_BUDGET_SECONDS,
     REMEMBERED_DELIVERIES,
     RESULT_BODY_CAP,
     StageNextConfig,
@@ -180,16 +181,16 @@ class StageNextEngine:
     # ------------------------------------------------------------------------------ the protocol
 
     def activate(self, demands: Sequence[Demand], lease_seconds: int) -> list[ActivatedJob]:
-        """Pull up to ``capacity`` deliveries per queue (one short POST /jobs/pull each).
-
-        Stops a queue at its first 204. A 429 (gateway capacity) or an unavailable gateway ends the
-        cycle: what was already pulled is returned, and the error is raised only when nothing was.
-        A 403 (queue outside the application's handler pattern) is a ConfigurationError; deliveries
-        already pulled this cycle are requeued first so they do not wait out the visibility timeout.
-        """
+        """Pull up to ``capacity`` deliveries per queue (one short POST /jobs/pull each), stopping a
+        queue at its first 204 and the cycle after :data:`PULL_BUDGET_SECONDS` (a slow gateway must not
+        hold pulled deliveries from dispatch). A 429 or unavailable gateway ends the cycle, keeping what
+        was pulled (raised if nothing was); a 403 (queue off the handler pattern) requeues, then raises."""
         jobs: list[ActivatedJob] = []
+        started = self._clock()
         for demand in demands:
             for _ in range(max(0, demand.capacity)):
+                if jobs and self._clock() - started >= PULL_BUDGET_SECONDS:
+                    return jobs
                 try:
                     job = self._pull_one(demand)
                 except RetryableEngineError:

@@ -18,6 +18,7 @@ __all__ = [
     "ERROR_MESSAGE_CAP",
     "LEASE_SECONDS",
     "LIVENESS_INTERVAL_SECONDS",
+    "PULL_BUDGET_SECONDS",
     "REMEMBERED_DELIVERIES",
     "RESULT_BODY_CAP",
     "RESULT_STRING_CAP",
@@ -52,6 +53,11 @@ REMEMBERED_DELIVERIES = 1024
 #: acquire and acknowledged. Fewer than the retry policy's attempts, so a handler whose result was
 #: accepted does not turn it into a report still owed for want of an ack.
 ACK_TRIES = 3
+#: How long one activate keeps pulling (one delivery per POST /jobs/pull) before it returns what it
+#: has: a pulled delivery is dispatched without waiting for the rest of the pulls. A slow gateway
+#: (every call 0.5-2.5 s late) otherwise held 11 pulled deliveries for 15 s, undispatched, their
+#: visibility timeouts running; the poller polls again at once for the capacity left.
+PULL_BUDGET_SECONDS = 2.0
 
 
 @dataclass(frozen=True, slots=True)
