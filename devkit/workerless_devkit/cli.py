@@ -43,6 +43,7 @@ from workerless_devkit.emulators.core import EngineEmulator
 from workerless_devkit.emulators.harness import RunningEmulator, emulator_module, start
 from workerless_devkit.emulators.harness import create as create_engine_emulator
 from workerless_devkit.emulators.harness import env_lines as env_lines  # re-exported: the one env-file writer
+from workerless_devkit.versions import version_line
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -89,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="workerless",
         description="Run workflow-engine workers as AWS Lambda functions — locally, against an emulator, or in a demo.",
     )
+    parser.add_argument("--version", action="version", version=version_line(), help="print the version and exit")
     parser.add_argument(
         "--log-level", default=None, help="log level of workerless_devkit.local (default: INFO; demo: WARNING)"
     )
