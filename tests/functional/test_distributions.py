@@ -17,7 +17,6 @@ import venv
 from pathlib import Path
 
 import pytest
-
 import workerless
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +43,9 @@ def _run(args: list[str | Path], *, cwd: Path, env: dict[str, str]) -> subproces
     result = subprocess.run(
         [str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False
     )
-    assert result.returncode == 0, f"{args} exited {result.returncode}\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+    assert result.returncode == 0, (
+        f"{args} exited {result.returncode}\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+    )
     return result
 
 
@@ -92,7 +93,7 @@ def test_a_fresh_venv_with_only_the_wheels_runs_the_demo(dist: Path, tmp_path: P
     assert _run([bin_dir / "workerless", "--version"], cwd=tmp_path, env=env).stdout.strip() == f"workerless {version}"
 
     # Both packages are the installed wheels' (their py.typed with them), not this checkout's source.
-    probe = "import workerless, workerless_devkit, pathlib; print(workerless.__file__); print(workerless_devkit.__file__)"
+    probe = "import workerless, workerless_devkit; print(workerless.__file__); print(workerless_devkit.__file__)"
     files = _run([bin_dir / "python", "-c", probe], cwd=tmp_path, env=env).stdout.split()
     site = target.resolve()
     for file in files:
