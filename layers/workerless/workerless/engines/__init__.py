@@ -31,6 +31,9 @@ class EngineSpec:
     name: str
     module: str
     key_prefixes: tuple[str, ...]
+    #: Every connection key the engine's package reads: a key with the engine's prefix that is not
+    #: one of these is a typo (``SHEPTRA_MDOE``), refused rather than ignored (settings.check_engine_keys).
+    keys: frozenset[str] = frozenset()
 
 
 #: Every supported engine, by name. The devkit's emulator for engine ``name`` is
@@ -38,9 +41,35 @@ class EngineSpec:
 ENGINES: Mapping[str, EngineSpec] = {
     spec.name: spec
     for spec in (
-        EngineSpec("sheptra", "workerless.engines.sheptra", ("SHEPTRA_",)),
-        EngineSpec("nodeflow", "workerless.engines.nodeflow", ("NF_",)),
-        EngineSpec("stagenext", "workerless.engines.stagenext", ("STAGENEXT_",)),
+        EngineSpec(
+            "sheptra",
+            "workerless.engines.sheptra",
+            ("SHEPTRA_",),
+            frozenset(
+                f"SHEPTRA_{k}"
+                for k in (
+                    "API_URL CLIENT_ID CLIENT_SECRET DISCOVERY_URL ENVIRONMENT MODE TENANT_IDS TOKEN_ENDPOINT".split()
+                )
+            ),
+        ),
+        EngineSpec(
+            "nodeflow",
+            "workerless.engines.nodeflow",
+            ("NF_",),
+            frozenset(f"NF_{k}" for k in "API_KEY DOMAIN KEY_ID KEY_SECRET NAMESPACE URL".split()),
+        ),
+        EngineSpec(
+            "stagenext",
+            "workerless.engines.stagenext",
+            ("STAGENEXT_",),
+            frozenset(
+                f"STAGENEXT_{k}"
+                for k in (
+                    "API_KEY API_URL EVENTS_FLUSH_SECONDS EVENTS_MAX_BATCH INSTANCE_ID LEASE_SECONDS "
+                    "SESSION_REFRESH_SECONDS VISIBILITY_SECONDS"
+                ).split()
+            ),
+        ),
     )
 }
 #: The engine names, in the order the CLI and the docs list them.
