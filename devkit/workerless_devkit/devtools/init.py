@@ -187,7 +187,11 @@ def init_application(directory: str | Path, *, job_type: str = "example-job") ->
     if count != 1:
         raise ScaffoldError("the checkout's samconfig.toml has no stack_name to set")
 
-    target.mkdir(parents=True, exist_ok=True)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        # An unwritable place, or a path through a file: one line, not a traceback.
+        raise ScaffoldError(f"cannot create {target}: {exc.strerror}", key="DIR") from None
     files: dict[Path, str] = {
         target / "template.yaml": template,
         target / "samconfig.toml": samconfig,
