@@ -13,6 +13,10 @@ SAM := $(SAM_VENV)/bin/sam
 SAM_CLI_VERSION := 1.170.0
 SAM_STAMP := $(SAM_VENV)/.installed-$(SAM_CLI_VERSION)
 
+# A first `make demo` prints one line per install step, not pip's resolver log or its "a new release
+# of pip is available" banner (pip -q keeps warnings and errors).
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
 .PHONY: venv sam-venv wheelhouse dist demo test test-fast lint format bench chaos build validate rehearse clean
 
 # The layer's pins constrain this environment too: what the tests run is what the layer ships (a newer
@@ -27,10 +31,11 @@ $(STAMP): pyproject.toml layers/workerless/pyproject.toml layers/workerless/work
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	@echo "make: installing workerless, its devkit and the test tools into $(VENV) (first run only, about a minute)"
-	$(VENV)/bin/pip install --progress-bar on -c $(LAYER_PINS) -e ./layers/workerless -e ./devkit --group dev
+	$(VENV)/bin/pip install -q -c $(LAYER_PINS) -e ./layers/workerless -e ./devkit --group dev
 	touch $@
 
 $(SAM_STAMP):
+	@echo "make: installing SAM CLI $(SAM_CLI_VERSION) into $(SAM_VENV) (first run only)"
 	$(PYTHON) -m venv $(SAM_VENV)
 	$(SAM_VENV)/bin/pip install -q --upgrade pip
 	$(SAM_VENV)/bin/pip install -q 'aws-sam-cli==$(SAM_CLI_VERSION)'

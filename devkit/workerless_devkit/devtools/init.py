@@ -93,6 +93,9 @@ STAMP := $(VENV)/.installed
 SAM_VENV ?= .venv-sam
 SAM := $(SAM_VENV)/bin/sam
 
+# pip -q and no version banner: a first `make demo` prints its steps, not pip's log.
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
 .PHONY: venv sam-venv demo test build validate
 
 $(STAMP): pyproject.toml layers/workerless/pyproject.toml devkit/pyproject.toml layers/workerless/requirements.txt
