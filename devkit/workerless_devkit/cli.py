@@ -39,11 +39,11 @@ from typing import Any, Literal
 from workerless.engines import ENGINE_NAMES
 from workerless.errors import ConfigurationError, WorkerlessError
 
+from workerless_devkit.cli_options import apply_option_rules
 from workerless_devkit.emulators.core import EngineEmulator
 from workerless_devkit.emulators.harness import RunningEmulator, emulator_module, start
 from workerless_devkit.emulators.harness import create as create_engine_emulator
 from workerless_devkit.emulators.harness import env_lines as env_lines  # re-exported: the one env-file writer
-from workerless_devkit.cli_options import apply_option_rules
 from workerless_devkit.versions import version_line
 
 EXIT_OK = 0
@@ -253,6 +253,10 @@ def cmd_local(args: argparse.Namespace) -> int:
             print(f"workerless: {exc}", file=sys.stderr)
             code = EXIT_FAILED
         print("draining...", file=sys.stderr)
+    if problem is not None:
+        # Said again after the drain: the count then includes the polls that failed while it ran
+        # (printed above), so the summary agrees with the lines before it.
+        problem = topology.engine_health.problem() or problem
     _print_report(topology)
     if problem is not None:  # last, where a CI log's reader looks
         print(f"workerless: {problem}", file=sys.stderr)

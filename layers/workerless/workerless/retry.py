@@ -47,12 +47,14 @@ __all__ = [
     "COMPARE_AND_SET",
     "PARAMETERS",
     "POLL_BACKOFF_FINAL",
+    "POLL_BACKOFF_MAX",
     "POLL_BACKOFF_RETRYABLE",
     "SESSION_WAIT",
     "STORE_WRITES",
     "UNPROCESSED",
     "RetryPolicy",
     "ambient_deadline",
+    "poll_backoff",
     "retryable_engine_error",
     "retryable_store_error",
 ]
@@ -199,6 +201,17 @@ SESSION_WAIT = RetryPolicy(attempts=12, base_delay=0.25, max_delay=0.25, backoff
 #: The poller lock item's compare-and-set: a write refused by a concurrent one is made again on
 #: what that one wrote, at once (the other writer is done, there is nothing to wait for), 5 times.
 COMPARE_AND_SET = RetryPolicy(attempts=5, base_delay=0.0, max_delay=0.0, jitter=False)
-#: After a failed poll: 1 s for a retryable failure (or Retry-After), 5 s for a final one.
+#: After a failed poll: 1 s for a retryable failure (or Retry-After), 5 s for a final one; each
+#: further failure in a row in one invocation doubles the wait, up to POLL_BACKOFF_MAX (an engine
+#: that is down is not asked every second until the invocation's budget runs out).
 POLL_BACKOFF_RETRYABLE = 1.0
 POLL_BACKOFF_FINAL = 5.0
+POLL_BACKOFF_MAX = 8.0
+
+
+def poll_backoff(wait: float, failures_in_a_row: int) -> float:
+    """The wait after the ``failures_in_a_row``-th failed poll in a row (1-based), whose own wait
+    (its kind's, or the engine's Retry-After) is ``wait``: doubled per earlier failure, capped at
+    :data:`POLL_BACKOFF_MAX`, never under ``wait`` (a longer Retry-After is honoured)."""
+    grown: float = POLL_BACKOFF_RETRYABLE * 2.0 ** max(0, failures_in_a_row - 1)
+    return max(wait, min(POLL_BACKOFF_MAX, grown))

@@ -46,28 +46,39 @@ ENGINES: Mapping[str, EngineSpec] = {
             "workerless.engines.sheptra",
             ("SHEPTRA_",),
             frozenset(
-                f"SHEPTRA_{k}"
-                for k in (
-                    "API_URL CLIENT_ID CLIENT_SECRET DISCOVERY_URL ENVIRONMENT MODE TENANT_IDS TOKEN_ENDPOINT".split()
-                )
+                {
+                    "SHEPTRA_API_URL",
+                    "SHEPTRA_CLIENT_ID",
+                    "SHEPTRA_CLIENT_SECRET",
+                    "SHEPTRA_DISCOVERY_URL",
+                    "SHEPTRA_ENVIRONMENT",
+                    "SHEPTRA_MODE",
+                    "SHEPTRA_TENANT_IDS",
+                    "SHEPTRA_TOKEN_ENDPOINT",
+                }
             ),
         ),
         EngineSpec(
             "nodeflow",
             "workerless.engines.nodeflow",
             ("NF_",),
-            frozenset(f"NF_{k}" for k in "API_KEY DOMAIN KEY_ID KEY_SECRET NAMESPACE URL".split()),
+            frozenset({"NF_API_KEY", "NF_DOMAIN", "NF_KEY_ID", "NF_KEY_SECRET", "NF_NAMESPACE", "NF_URL"}),
         ),
         EngineSpec(
             "stagenext",
             "workerless.engines.stagenext",
             ("STAGENEXT_",),
             frozenset(
-                f"STAGENEXT_{k}"
-                for k in (
-                    "API_KEY API_URL EVENTS_FLUSH_SECONDS EVENTS_MAX_BATCH INSTANCE_ID LEASE_SECONDS "
-                    "SESSION_REFRESH_SECONDS VISIBILITY_SECONDS"
-                ).split()
+                {
+                    "STAGENEXT_API_KEY",
+                    "STAGENEXT_API_URL",
+                    "STAGENEXT_EVENTS_FLUSH_SECONDS",
+                    "STAGENEXT_EVENTS_MAX_BATCH",
+                    "STAGENEXT_INSTANCE_ID",
+                    "STAGENEXT_LEASE_SECONDS",
+                    "STAGENEXT_SESSION_REFRESH_SECONDS",
+                    "STAGENEXT_VISIBILITY_SECONDS",
+                }
             ),
         ),
     )
