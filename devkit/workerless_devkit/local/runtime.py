@@ -690,7 +690,7 @@ class LocalTopology:
             observability.remove_listener(self._on_lifecycle_event)
 
     def _on_lifecycle_event(self, job_type: str, event: str, fields: Mapping[str, Any]) -> None:
-        get_summary().record(job_type, event)
+        get_summary().record_lifecycle(job_type, event, fields)
         if event != "activated":
             return
         # A scheduled invocation that took jobs from the engine is work from then on, until it
