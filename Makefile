@@ -13,7 +13,11 @@ SAM := $(SAM_VENV)/bin/sam
 SAM_CLI_VERSION := 1.170.0
 SAM_STAMP := $(SAM_VENV)/.installed-$(SAM_CLI_VERSION)
 
-.PHONY: venv sam-venv demo test test-fast lint format bench chaos build validate rehearse clean
+# A first `make demo` prints one line per install step, not pip's resolver log or its "a new release
+# of pip is available" banner (pip -q keeps warnings and errors).
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: venv sam-venv wheelhouse dist demo test test-fast lint format bench chaos build validate rehearse clean
 
 # The layer's pins constrain this environment too: what the tests run is what the layer ships (a newer
 # release of a pinned dependency on the index changes nothing until requirements.txt says so).
@@ -22,14 +26,16 @@ LAYER_PINS := layers/workerless/requirements.txt
 # Two distributions, both editable: the runtime (layers/workerless: workerless, what the layer ships)
 # and the devkit (devkit: workerless-devkit, the CLI, emulators, local mode, chaos, the pytest plugin),
 # and the root pyproject.toml's dev dependency group (pytest, ruff, mypy, cfn-lint, ...).
-$(STAMP): pyproject.toml layers/workerless/pyproject.toml devkit/pyproject.toml $(LAYER_PINS)
+$(STAMP): pyproject.toml layers/workerless/pyproject.toml layers/workerless/workerless/_version.py \
+		devkit/pyproject.toml devkit/setup.py $(LAYER_PINS)
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	@echo "make: installing workerless, its devkit and the test tools into $(VENV) (first run only, about a minute)"
-	$(VENV)/bin/pip install --progress-bar on -c $(LAYER_PINS) -e ./layers/workerless -e ./devkit --group dev
+	$(VENV)/bin/pip install -q -c $(LAYER_PINS) -e ./layers/workerless -e ./devkit --group dev
 	touch $@
 
 $(SAM_STAMP):
+	@echo "make: installing SAM CLI $(SAM_CLI_VERSION) into $(SAM_VENV) (first run only)"
 	$(PYTHON) -m venv $(SAM_VENV)
 	$(SAM_VENV)/bin/pip install -q --upgrade pip
 	$(SAM_VENV)/bin/pip install -q 'aws-sam-cli==$(SAM_CLI_VERSION)'
@@ -37,6 +43,29 @@ $(SAM_STAMP):
 
 venv: $(STAMP)
 sam-venv: $(SAM_STAMP)
+
+# The distributions, as a release publishes them: the runtime (workerless) and the devkit
+# (workerless-devkit), each a wheel and an sdist, in dist/.
+dist: venv
+	rm -rf dist
+	$(PY) -m build --outdir dist layers/workerless
+	$(PY) -m build --outdir dist devkit
+	rm -rf layers/workerless/build devkit/build
+
+# Every dependency of the two distributions as a wheel, at the layer's pins, and setuptools (their
+# build backend): tests/functional/test_distributions.py builds both wheels and installs them into
+# a fresh venv from here with pip --no-index, so the test itself needs no network. This target does
+# (pip's cache makes it quick after `make venv`). The two distributions' own wheels are not kept here:
+# the test builds its own.
+WHEELHOUSE := .cache/wheelhouse
+WHEELHOUSE_STAMP := $(WHEELHOUSE)/.complete
+$(WHEELHOUSE_STAMP): $(STAMP)
+	rm -rf $(WHEELHOUSE)
+	@echo "make: collecting the distributions' dependencies as wheels into $(WHEELHOUSE) (first run only)"
+	$(VENV)/bin/pip wheel -q -c $(LAYER_PINS) -w $(WHEELHOUSE) 'setuptools>=77' ./layers/workerless ./devkit
+	rm -f $(WHEELHOUSE)/workerless-*.whl $(WHEELHOUSE)/workerless_devkit-*.whl
+	touch $@
+wheelhouse: $(WHEELHOUSE_STAMP)
 
 demo: venv
 	$(VENV)/bin/workerless demo
@@ -51,7 +80,7 @@ demo: venv
 # TEST_WORKERS=0 runs everything in this process.
 TEST_WORKERS ?= 4
 PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
-test: venv sam-venv
+test: venv sam-venv wheelhouse
 	WORKERLESS_SAM=$(abspath $(SAM)) $(PY) -m pytest -q $(PYTEST_PARALLEL)
 
 # The inner loop: every test not marked slow (@pytest.mark.slow), in under two minutes on an idle
@@ -115,4 +144,4 @@ audit:
 	$(AUDIT_VENV)/bin/pip-audit --strict --progress-spinner off -r layers/workerless/requirements.txt
 
 clean:
-	rm -rf $(VENV) $(SAM_VENV) .aws-sam .pytest_cache .mypy_cache .ruff_cache .cache
+	rm -rf $(VENV) $(SAM_VENV) .aws-sam .pytest_cache .mypy_cache .ruff_cache .cache dist

@@ -13,4 +13,7 @@ Nothing here ships in the Lambda layer (layers/workerless builds the runtime, ``
 - :mod:`workerless_devkit.pytest_plugin`: the fixtures, registered when the devkit is installed.
 """
 
-__version__ = "0.1.0"
+from workerless import __version__
+
+# One version for both distributions: the devkit releases with the runtime and pins it (devkit/setup.py).
+__all__ = ["__version__"]

@@ -39,10 +39,12 @@ from typing import Any, Literal
 from workerless.engines import ENGINE_NAMES
 from workerless.errors import ConfigurationError, WorkerlessError
 
+from workerless_devkit.cli_options import apply_option_rules
 from workerless_devkit.emulators.core import EngineEmulator
 from workerless_devkit.emulators.harness import RunningEmulator, emulator_module, start
 from workerless_devkit.emulators.harness import create as create_engine_emulator
 from workerless_devkit.emulators.harness import env_lines as env_lines  # re-exported: the one env-file writer
+from workerless_devkit.versions import version_line
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -89,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="workerless",
         description="Run workflow-engine workers as AWS Lambda functions — locally, against an emulator, or in a demo.",
     )
+    parser.add_argument("--version", action="version", version=version_line(), help="print the version and exit")
     parser.add_argument(
         "--log-level", default=None, help="log level of workerless_devkit.local (default: INFO; demo: WARNING)"
     )
@@ -135,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve a faithful emulator of an engine's worker API on loopback and print the env-file lines "
         "that reach it.",
     )
-    emulate.add_argument("engine", choices=ENGINES)
+    emulate.add_argument("engine", choices=ENGINES, help="the engine whose worker API to serve")
     emulate.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
     emulate.add_argument("--auth", choices=("on", "off"), default=None, help="require credentials (emulators that can)")
     emulate.add_argument(
@@ -153,9 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Start an engine emulator, create example jobs, run the template locally until every job is "
         "done at the emulator, and print the summary. No AWS account and no engine needed.",
     )
-    demo.add_argument("--engine", choices=ENGINES, default="sheptra")
+    demo.add_argument("--engine", choices=ENGINES, default="sheptra", help="the engine to emulate (default: sheptra)")
     demo.add_argument("--jobs", type=int, default=9, help="jobs to create, spread over the example types (default 9)")
-    demo.add_argument("--template", default="template.yaml")
+    demo.add_argument("--template", default="template.yaml", help="SAM template (default: template.yaml)")
     demo.add_argument(
         "--bundle",
         default=None,
@@ -170,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--tick-seconds", type=int, default=1, help="TickSeconds parameter for the demo (default 1)")
     demo.set_defaults(run=cmd_demo)
     _add_daily_loop_commands(commands)
-    return parser
+    return apply_option_rules(parser)
 
 
 def _add_schedule_option(parser: argparse.ArgumentParser, *, default: float | None = None) -> None:
@@ -250,6 +253,10 @@ def cmd_local(args: argparse.Namespace) -> int:
             print(f"workerless: {exc}", file=sys.stderr)
             code = EXIT_FAILED
         print("draining...", file=sys.stderr)
+    if problem is not None:
+        # Said again after the drain: the count then includes the polls that failed while it ran
+        # (printed above), so the summary agrees with the lines before it.
+        problem = topology.engine_health.problem() or problem
     _print_report(topology)
     if problem is not None:  # last, where a CI log's reader looks
         print(f"workerless: {problem}", file=sys.stderr)
@@ -650,7 +657,7 @@ def _add_daily_loop_commands(commands: Any) -> None:
         "fail or throw, 2 for a mistake on the command line, 3 when the handler cannot run (it does not import, or is "
         "not a @job_handler).",
     )
-    invoke.add_argument("job_type", metavar="TYPE")
+    invoke.add_argument("job_type", metavar="TYPE", help="the job type whose handler to run (functions/TYPE/app.py)")
     invoke.add_argument("--variables", default=None, metavar="JSON", help="the job's variables: a JSON object or @FILE")
     invoke.add_argument("--retries", type=int, default=3, help="retries left on the made-up job (default 3)")
     invoke.add_argument(

@@ -65,3 +65,40 @@ def test_bad_engine_values_are_refused_naming_the_key(
     assert last.startswith(f"workerless: error: {env_file}: ") and named in last, err
     assert SECRET not in err
     assert "draining" not in err  # nothing was started
+
+
+@pytest.mark.parametrize(
+    ("key", "likely"),
+    [
+        pytest.param("SHEPTRA_MDOE", "did you mean SHEPTRA_MODE?", id="swapped-letters"),
+        pytest.param("SHEPTRA_TENANT_ID", "did you mean SHEPTRA_TENANT_IDS?", id="singular"),
+        pytest.param("SHEPTRA_XYZZY", "sheptra reads SHEPTRA_API_URL", id="nothing-close"),
+    ],
+)
+def test_a_key_that_looks_like_the_engines_but_is_not_read_is_refused(
+    key: str, likely: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN the emulator's connection values, complete, plus a key the engine does not read (issue 27:
+    # SHEPTRA_MDOE=discovery was ignored, the run went on in config mode and exited 0)
+    values = {**_block(), key: "discovery"}
+    env_file = _write(tmp_path / "sheptra.env", values)
+    # WHEN local runs with them
+    code, err = _local(capsys, "--env-file", env_file)
+    # THEN one line names the file, the key and what it likely meant; nothing ran
+    assert code == cli.EXIT_USAGE, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"workerless: error: {env_file}: {key} is not a key sheptra reads; "), err
+    assert likely in last
+    assert SECRET not in err
+    assert "draining" not in err  # nothing was started
+
+
+def test_the_runtime_refuses_a_key_it_does_not_read_in_its_values() -> None:
+    from workerless.errors import ConfigurationError
+    from workerless.settings import check_engine_keys
+
+    check_engine_keys({"NF_URL": "http://127.0.0.1:1", "NF_API_KEY": "k", "WORKERLESS_ENGINE": "nodeflow"})
+    with pytest.raises(
+        ConfigurationError, match=r"NF_NAMESAPCE is not a key nodeflow reads; did you mean NF_NAMESPACE\?"
+    ):
+        check_engine_keys({"NF_URL": "http://127.0.0.1:1", "NF_NAMESAPCE": "x"})

@@ -197,7 +197,7 @@ def app(tmp_path: Path) -> Path:
         (tmp_path / "functions" / directory).mkdir(parents=True)
         (tmp_path / "functions" / directory / "app.py").write_text(code)
     (tmp_path / "records").mkdir()
-    (tmp_path / ".env").write_text("# engine values\nSHEPTRA_API_URL=http://127.0.0.1:1\nSHEPTRA_AUTH=off\n")
+    (tmp_path / ".env").write_text("# engine values\nSHEPTRA_API_URL=http://127.0.0.1:1\nSHEPTRA_TOKEN_ENDPOINT=\n")
     return tmp_path
 
 

@@ -93,6 +93,9 @@ STAMP := $(VENV)/.installed
 SAM_VENV ?= .venv-sam
 SAM := $(SAM_VENV)/bin/sam
 
+# pip -q and no version banner: a first `make demo` prints its steps, not pip's log.
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
 .PHONY: venv sam-venv demo test build validate
 
 $(STAMP): pyproject.toml layers/workerless/pyproject.toml devkit/pyproject.toml layers/workerless/requirements.txt
@@ -187,7 +190,11 @@ def init_application(directory: str | Path, *, job_type: str = "example-job") ->
     if count != 1:
         raise ScaffoldError("the checkout's samconfig.toml has no stack_name to set")
 
-    target.mkdir(parents=True, exist_ok=True)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        # An unwritable place, or a path through a file: one line, not a traceback.
+        raise ScaffoldError(f"cannot create {target}: {exc.strerror}", key="DIR") from None
     files: dict[Path, str] = {
         target / "template.yaml": template,
         target / "samconfig.toml": samconfig,

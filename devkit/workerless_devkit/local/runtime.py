@@ -62,7 +62,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workerless.errors import ConfigurationError
-from workerless.settings import clear_settings, infer_engine, parse_env_text
+from workerless.settings import check_engine_keys, clear_settings, infer_engine, parse_env_text
 
 from workerless_devkit.local import limits, loop, rules, sqs_lag
 from workerless_devkit.local.context import LocalLambdaContext
@@ -664,6 +664,7 @@ class LocalTopology:
                     f"env file {str(self.env_file)!r} cannot be read: {exc.strerror}", key="WORKERLESS_ENV_FILE"
                 ) from None
             values = parse_env_text(text, source=str(self.env_file))
+            check_engine_keys(values, source=str(self.env_file))
             if not self.engine_secret:  # else the functions read the values from the embedded secret
                 env["WORKERLESS_ENV_FILE"] = str(self.env_file)
             env["WORKERLESS_ENGINE"] = infer_engine(values)
@@ -699,7 +700,7 @@ class LocalTopology:
             observability.remove_listener(self._on_lifecycle_event)
 
     def _on_lifecycle_event(self, job_type: str, event: str, fields: Mapping[str, Any]) -> None:
-        get_summary().record(job_type, event)
+        get_summary().record_lifecycle(job_type, event, fields)
         if event != "activated":
             return
         # A scheduled invocation that took jobs from the engine is work from then on, until it

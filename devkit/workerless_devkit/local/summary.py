@@ -18,7 +18,8 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import Counter
-from typing import Final, Literal
+from collections.abc import Mapping
+from typing import Any, Final, Literal
 
 SummaryEvent = Literal["activated", "completed", "failed", "thrown", "lease_lost", "skipped", "redelivered"]
 
@@ -28,7 +29,17 @@ EVENTS: Final[tuple[str, ...]] = ("activated", "completed", "failed", "thrown", 
 _ALWAYS: Final[tuple[str, ...]] = ("activated", "completed", "failed", "thrown", "lease_lost")
 #: Columns shown when something was counted (the pipeline also reports steps such as "started" or
 #: "extended": counted, in :meth:`Summary.as_dict`, but too chatty for the table).
-_SHOWN_IF_COUNTED: Final[tuple[str, ...]] = ("skipped", "redelivered", "rereported", "released", "dead_lettered")
+#: "failed" split by what comes next: the engine retries the job (retries left, not terminal) or
+#: the failure is final (no retries left, or a TerminalError); a hand-back is neither.
+_SHOWN_IF_COUNTED: Final[tuple[str, ...]] = (
+    "failed_will_retry",
+    "failed_final",
+    "skipped",
+    "redelivered",
+    "rereported",
+    "released",
+    "dead_lettered",
+)
 
 
 class Summary:
@@ -49,6 +60,16 @@ class Summary:
                 counter = self._counts[job_type] = Counter()
             counter[event] += count
             self._version += 1
+
+    def record_lifecycle(self, job_type: str, event: str, fields: Mapping[str, Any]) -> None:
+        """Count a pipeline lifecycle event; a handler's failure (its fields carry ``terminal`` and
+        ``retries``) is also counted as ``failed_will_retry`` or ``failed_final``, so the run's
+        summary tells a job the engine will run again from one that is done failing."""
+        self.record(job_type, event)
+        if event == "failed" and "terminal" in fields:
+            retries = fields.get("retries")
+            final = bool(fields.get("terminal")) or (isinstance(retries, int) and retries <= 0)
+            self.record(job_type, "failed_final" if final else "failed_will_retry")
 
     def count(self, job_type: str, event: str) -> int:
         with self._lock:

@@ -51,7 +51,7 @@ from workerless.errors import ConfigurationError, EngineError, RetryableEngineEr
 from workerless.model import ActivatedJob, Demand
 from workerless.observability import logger
 from workerless.poller_lock import Dispatches
-from workerless.retry import POLL_BACKOFF_FINAL, POLL_BACKOFF_RETRYABLE
+from workerless.retry import POLL_BACKOFF_FINAL, POLL_BACKOFF_RETRYABLE, poll_backoff
 from workerless.settings import Settings
 from workerless.ticket import Ticket, TicketEntry
 
@@ -241,6 +241,7 @@ class Poller:
         report = PollReport()
         self._recover(report, deadline=deadline)
         budget_end = min(deadline, self.clock() + self.settings.poll_budget_seconds)
+        failures_in_a_row = 0
         while report.cycles < MAX_CYCLES:
             if not self._keep_lock(report):
                 break  # another invocation polls now: two would share the same room
@@ -249,11 +250,15 @@ class Poller:
             dispatched, wait = self.cycle(report, deadline=deadline)
             now = self.clock()
             if wait is not None:
-                # A failed poll: back off (1 s retryable / Retry-After, 5 s final) if time allows.
+                # A failed poll: back off (1 s retryable / Retry-After, 5 s final, doubling while
+                # polls keep failing) if time allows.
+                failures_in_a_row += 1
+                wait = poll_backoff(wait, failures_in_a_row)
                 if now + wait + SAFETY_MARGIN_SECONDS >= budget_end:
                     break
                 self.sleep(wait)
                 continue
+            failures_in_a_row = 0
             if dispatched:
                 self.last_dispatch = time.time()
             elif report.released > released_before:

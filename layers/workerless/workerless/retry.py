@@ -50,12 +50,14 @@ __all__ = [
     "LOG_SEND_SECONDS",
     "PARAMETERS",
     "POLL_BACKOFF_FINAL",
+    "POLL_BACKOFF_MAX",
     "POLL_BACKOFF_RETRYABLE",
     "SESSION_WAIT",
     "STORE_WRITES",
     "UNPROCESSED",
     "RetryPolicy",
     "ambient_deadline",
+    "poll_backoff",
     "retryable_engine_error",
     "retryable_store_error",
 ]
@@ -208,6 +210,17 @@ COMPARE_AND_SET = RetryPolicy(attempts=5, base_delay=0.0, max_delay=0.0, jitter=
 #: then the lines are dropped (a log line must never fail the task it describes).
 LOG_SENDS = RetryPolicy(attempts=3, base_delay=0.5, max_delay=2.0)
 LOG_SEND_SECONDS = 6.0
-#: After a failed poll: 1 s for a retryable failure (or Retry-After), 5 s for a final one.
+#: After a failed poll: 1 s for a retryable failure (or Retry-After), 5 s for a final one; each
+#: further failure in a row in one invocation doubles the wait, up to POLL_BACKOFF_MAX (an engine
+#: that is down is not asked every second until the invocation's budget runs out).
 POLL_BACKOFF_RETRYABLE = 1.0
 POLL_BACKOFF_FINAL = 5.0
+POLL_BACKOFF_MAX = 8.0
+
+
+def poll_backoff(wait: float, failures_in_a_row: int) -> float:
+    """The wait after the ``failures_in_a_row``-th failed poll in a row (1-based), whose own wait
+    (its kind's, or the engine's Retry-After) is ``wait``: doubled per earlier failure, capped at
+    :data:`POLL_BACKOFF_MAX`, never under ``wait`` (a longer Retry-After is honoured)."""
+    grown: float = POLL_BACKOFF_RETRYABLE * 2.0 ** max(0, failures_in_a_row - 1)
+    return max(wait, min(POLL_BACKOFF_MAX, grown))

@@ -227,6 +227,26 @@ def infer_engine(values: Mapping[str, str]) -> str:
     return found[0]
 
 
+def check_engine_keys(values: Mapping[str, str], *, source: str = "the engine's values") -> None:
+    """Refuse a key that has an engine's prefix but is not one that engine reads (``SHEPTRA_MDOE``):
+    ignored, it would leave the setting it meant at its default with nothing said. The error names
+    the key and, when one is close, the key it likely meant."""
+    import difflib
+
+    for key in sorted(values):
+        for spec in ENGINE_REGISTRY.values():
+            if not key.startswith(spec.key_prefixes) or key in spec.keys:
+                continue
+            # Compared without the shared prefix, which would make every key look close.
+            prefix = next(p for p in spec.key_prefixes if key.startswith(p))
+            names = {k.removeprefix(prefix): k for k in spec.keys if k.startswith(prefix)}
+            likely = difflib.get_close_matches(key.removeprefix(prefix), sorted(names), n=1, cutoff=0.6)
+            hint = (
+                f"did you mean {names[likely[0]]}?" if likely else f"{spec.name} reads {', '.join(sorted(spec.keys))}"
+            )
+            raise ConfigurationError(f"{source}: {key} is not a key {spec.name} reads; {hint}", key=key)
+
+
 def parse_env_text(text: str, *, source: str = "env file") -> dict[str, str]:
     """Parse dotenv text (the Sheptra block as Drive prints it, comments and blank values included)."""
     import io
@@ -269,6 +289,7 @@ def _engine_values_cached() -> dict[str, str]:
     # Explicit environment variables win (a developer overriding one key of the block).
     prefixes = tuple(p for group in ENGINE_KEY_PREFIXES.values() for p in group)
     values.update({k: v for k, v in os.environ.items() if k.startswith(prefixes)})
+    check_engine_keys(values)
     if settings.engine:
         values.setdefault("WORKERLESS_ENGINE", settings.engine)
     return values

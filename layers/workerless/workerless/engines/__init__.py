@@ -31,6 +31,9 @@ class EngineSpec:
     name: str
     module: str
     key_prefixes: tuple[str, ...]
+    #: Every connection key the engine's package reads: a key with the engine's prefix that is not
+    #: one of these is a typo (``SHEPTRA_MDOE``), refused rather than ignored (settings.check_engine_keys).
+    keys: frozenset[str] = frozenset()
 
 
 #: Every supported engine, by name. The devkit's emulator for engine ``name`` is
@@ -38,9 +41,46 @@ class EngineSpec:
 ENGINES: Mapping[str, EngineSpec] = {
     spec.name: spec
     for spec in (
-        EngineSpec("sheptra", "workerless.engines.sheptra", ("SHEPTRA_",)),
-        EngineSpec("nodeflow", "workerless.engines.nodeflow", ("NF_",)),
-        EngineSpec("stagenext", "workerless.engines.stagenext", ("STAGENEXT_",)),
+        EngineSpec(
+            "sheptra",
+            "workerless.engines.sheptra",
+            ("SHEPTRA_",),
+            frozenset(
+                {
+                    "SHEPTRA_API_URL",
+                    "SHEPTRA_CLIENT_ID",
+                    "SHEPTRA_CLIENT_SECRET",
+                    "SHEPTRA_DISCOVERY_URL",
+                    "SHEPTRA_ENVIRONMENT",
+                    "SHEPTRA_MODE",
+                    "SHEPTRA_TENANT_IDS",
+                    "SHEPTRA_TOKEN_ENDPOINT",
+                }
+            ),
+        ),
+        EngineSpec(
+            "nodeflow",
+            "workerless.engines.nodeflow",
+            ("NF_",),
+            frozenset({"NF_API_KEY", "NF_DOMAIN", "NF_KEY_ID", "NF_KEY_SECRET", "NF_NAMESPACE", "NF_URL"}),
+        ),
+        EngineSpec(
+            "stagenext",
+            "workerless.engines.stagenext",
+            ("STAGENEXT_",),
+            frozenset(
+                {
+                    "STAGENEXT_API_KEY",
+                    "STAGENEXT_API_URL",
+                    "STAGENEXT_EVENTS_FLUSH_SECONDS",
+                    "STAGENEXT_EVENTS_MAX_BATCH",
+                    "STAGENEXT_INSTANCE_ID",
+                    "STAGENEXT_LEASE_SECONDS",
+                    "STAGENEXT_SESSION_REFRESH_SECONDS",
+                    "STAGENEXT_VISIBILITY_SECONDS",
+                }
+            ),
+        ),
     )
 }
 #: The engine names, in the order the CLI and the docs list them.

@@ -1,0 +1,111 @@
+"""The two distributions as a user gets them (issue 27, 1): `python -m build` makes each a wheel and
+an sdist (the wheel built from the sdist, as a downstream rebuild would), and a fresh virtual
+environment with only those wheels and their dependencies runs `workerless demo` to completion.
+
+No network: the build backend and every dependency come from the wheelhouse `make wheelhouse`
+collects (.cache/wheelhouse; `make test` makes it first), with pip's index and config switched off.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+import workerless
+
+ROOT = Path(__file__).resolve().parents[2]
+WHEELHOUSE = ROOT / ".cache" / "wheelhouse"
+_IGNORE = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "*.pyc")
+
+pytestmark = pytest.mark.slow
+
+
+def _offline_pip_env() -> dict[str, str]:
+    """pip with no index, no config file (the machine's may add one), only the wheelhouse."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env.update(
+        PIP_CONFIG_FILE=os.devnull,
+        PIP_NO_INDEX="1",
+        PIP_FIND_LINKS=str(WHEELHOUSE),
+        PIP_DISABLE_PIP_VERSION_CHECK="1",
+        PYTHONNOUSERSITE="1",
+    )
+    return env
+
+
+def _run(args: list[str | Path], *, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert result.returncode == 0, (
+        f"{args} exited {result.returncode}\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+    )
+    return result
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not (WHEELHOUSE / ".complete").is_file():
+        pytest.fail(f"no wheelhouse at {WHEELHOUSE}: `make wheelhouse` collects it (`make test` does first)")
+    source = tmp_path_factory.mktemp("source")
+    # The checkout's layout (the devkit reads the version from ../layers/workerless), without build output.
+    shutil.copytree(ROOT / "layers" / "workerless", source / "layers" / "workerless", ignore=_IGNORE)
+    shutil.copytree(ROOT / "devkit", source / "devkit", ignore=_IGNORE)
+    out = source / "dist"
+    env = _offline_pip_env()
+    for project in (source / "layers" / "workerless", source / "devkit"):
+        _run([sys.executable, "-m", "build", "--outdir", out, project], cwd=source, env=env)
+    return out
+
+
+def test_both_distributions_build_as_wheel_and_sdist_at_the_one_version(dist: Path) -> None:
+    version = workerless.__version__
+    assert re.fullmatch(r"\d+\.\d+\.\d+", version)
+    names = sorted(p.name for p in dist.iterdir())
+    assert names == [
+        f"workerless-{version}-py3-none-any.whl",
+        f"workerless-{version}.tar.gz",
+        f"workerless_devkit-{version}-py3-none-any.whl",
+        f"workerless_devkit-{version}.tar.gz",
+    ]
+
+
+def test_a_fresh_venv_with_only_the_wheels_runs_the_demo(dist: Path, tmp_path: Path) -> None:
+    version = workerless.__version__
+    env = _offline_pip_env()
+    target = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True, clear=True).create(target)
+    bin_dir = target / "bin"
+    _run(
+        [bin_dir / "python", "-m", "pip", "install", "-q", "--find-links", dist, f"workerless-devkit=={version}"],
+        cwd=tmp_path,
+        env=env,
+    )
+    shown = _run([bin_dir / "pip", "show", "workerless", "workerless-devkit"], cwd=tmp_path, env=env).stdout
+    assert shown.count(f"Version: {version}") == 2
+    assert "Editable project location" not in shown
+    assert _run([bin_dir / "workerless", "--version"], cwd=tmp_path, env=env).stdout.strip() == f"workerless {version}"
+
+    # Both packages are the installed wheels' (their py.typed with them), not this checkout's source.
+    probe = "import workerless, workerless_devkit; print(workerless.__file__); print(workerless_devkit.__file__)"
+    files = _run([bin_dir / "python", "-c", probe], cwd=tmp_path, env=env).stdout.split()
+    site = target.resolve()
+    for file in files:
+        assert Path(file).resolve().is_relative_to(site), file
+        assert (Path(file).parent / "py.typed").is_file()
+
+    # The demo, run by the installed console script: the example template and its handlers, the
+    # runtime they import being the installed wheel's (the checkout's source is not on the path).
+    demo_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+    result = _run(
+        [bin_dir / "workerless", "demo", "--template", ROOT / "template.yaml", "--jobs", "3"],
+        cwd=tmp_path,
+        env=demo_env,
+    )
+    assert "demo: all 3 jobs completed" in result.stdout
