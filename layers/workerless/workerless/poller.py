@@ -178,8 +178,7 @@ class Poller:
                 cached = self._depth(route.type, route.queue_url, now)
                 self._depths[route.type] = cached
             count, read_at = cached
-            # What SQS may not have counted yet: every job sent after (read time - the lag). Sent
-            # after the read is counted this way too, so nothing is added to the cached count.
+            # Not yet in SQS's count: every job sent after (read time - lag), after the read included.
             recent = self.dispatches.since(route.type, self._wall(read_at) - self.dispatches.window)
             held = int(min(count + recent, self._tracked(route.type, count, read_at, refresh=read_at == now)))
             capacity = max(0, route.max_in_flight - held)
@@ -262,8 +261,7 @@ class Poller:
             if dispatched:
                 self.last_dispatch = time.time()
             elif report.released > released_before:
-                # Every job of the cycle had to be handed back: polling again at once would only
-                # take the same jobs back. The next tick tries again.
+                # Every job of the cycle was handed back: the next tick tries again, not this poll.
                 break
             lingering = self.last_dispatch is not None and time.time() - self.last_dispatch < LINGER_SECONDS
             if not dispatched:

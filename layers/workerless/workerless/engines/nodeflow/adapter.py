@@ -116,8 +116,7 @@ class NodeFlowEngine:
         self.domain = domain
         self.worker_id = worker_id or f"workerless-{socket.gethostname()}-{os.getpid()}"
         self._clock = clock
-        #: No lease call before this ``clock()`` value: the engine's Retry-After on a lease, kept
-        #: across demands and polls (the next queue's lease is not sent 0.1 s after a 429).
+        #: No lease call before this ``clock()`` value (a lease's Retry-After, across demands and polls).
         self._lease_hold_until = 0.0
         self._ns_url = f"{self.base_url}/v1/ns/{quote(namespace, safe='')}"
         self._translate = Translator(ENGINE, refine=_refine, secrets=lambda: self._credentials.secrets())
@@ -404,15 +403,9 @@ class NodeFlowEngine:
         )
 
     def release(self, job: ActivatedJob, reason: str) -> None:
-        """node-flow has no release call: shorten the lease to the least node-flow grants (a
-        heartbeat asking :data:`RELEASE_LEASE_SECONDS`; node-flow clamps it to its minimum), so the
-        task lapses back onto its queue soon, with its task id, its place and its retry budget.
-
-        A FAILED report would hand it back at once but as a new task id behind the whole backlog,
-        spending an attempt on a job that never ran: a poller's crash or a refused SQS send could
-        then fail a workflow whose last attempt it was (and under a backlog, the re-queued task
-        waited past its deadline: issue 26, 2.12). A 409 (the lease is already gone) is nothing left
-        to release. The reason is logged (node-flow's task log needs the lease, which is ending)."""
+        """No release call: a heartbeat asking :data:`RELEASE_LEASE_SECONDS` (clamped to node-flow's
+        minimum lease) lets the task lapse back with its task id, place and retries; a FAILED report
+        would re-queue it as a new task behind the backlog (issue 26, 2.12). 409: nothing to release."""
         logger.info("handing node-flow task %s back (its lease ends now): %s", job.ref.job_id, reason)
         try:
             self.extend(job.ref, RELEASE_LEASE_SECONDS)
