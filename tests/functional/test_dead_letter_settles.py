@@ -296,9 +296,9 @@ def test_a_stored_result_whose_object_is_gone_fails_the_job_once_not_every_360_s
     job = activated(engine)
     store = runtime.get_store()
     big = Outcome.complete({"blob": base64.b64encode(random.Random(7).randbytes(675_000)).decode()})
-    assert store.claim(job.key, owner="o", claim_seconds=-1, job_type="charge-payment") == (True, None)
-    assert store.store_outcome(job.key, owner="o", outcome=big, job_type="charge-payment") is None
-    stored = store.get(job.key)
+    assert store.claim(job.record_key, owner="o", claim_seconds=-1, job_type="charge-payment") == (True, None)
+    assert store.store_outcome(job.record_key, owner="o", outcome=big, job_type="charge-payment") is None
+    stored = store.get(job.record_key)
     assert stored is not None and stored.outcome_ref is not None
     s3.delete_object(Bucket="payloads", Key=stored.outcome_ref.key)  # the lifecycle's expiry
 
@@ -308,5 +308,5 @@ def test_a_stored_result_whose_object_is_gone_fails_the_job_once_not_every_360_s
     [outcome] = engine.reports[job.ref.job_id]
     assert outcome.kind == "fail" and outcome.retries == 2, outcome
     assert "can no longer be read (NoSuchKey" in str(outcome.message), outcome.message
-    record = store.get(job.key)
+    record = store.get(job.record_key)
     assert record is not None and record.status is Status.REPORTED

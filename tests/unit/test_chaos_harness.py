@@ -147,10 +147,10 @@ def test_a_batch_or_ticket_names_its_jobs_for_the_recorder() -> None:
 
     batch = {"Entries": [{"Id": "0", "MessageBody": json.dumps({"ref": {"job_id": "j1"}})}]}
     ticket = {"MessageBody": json.dumps({"jobs": [{"ref": {"job_id": "j2"}}]})}
-    batch_get = {"RequestItems": {"t": {"Keys": [{"pk": {"S": "charge#j3#r1"}}, {"pk": {"S": "state#poller-lock"}}]}}}
+    batch_get = {"RequestItems": {"t": {"Keys": [{"pk": {"S": "job#charge-payment#sheptra#j3#r1"}}, {"pk": {"S": "state#poller-lock"}}]}}}
 
     assert job_ids_of_call("sqs", batch) == ["j1"]
     assert job_ids_of_call("sqs", ticket) == ["j2"]
     assert job_ids_of_call("dynamodb", batch_get) == ["j3"]
-    assert job_ids_of_call("dynamodb", {"Key": {"pk": {"S": "charge#j4"}}}) == ["j4"]
+    assert job_ids_of_call("dynamodb", {"Key": {"pk": {"S": "job#charge-payment#sheptra#j4"}}}) == ["j4"]
     assert job_ids_of_call("s3", batch) == []

@@ -57,7 +57,7 @@ class World:
 
         for body in bodies:
             ref = JobRef.from_dict(json.loads(body)["ref"])
-            self.queued[ref.key] = (self.clock.now, ref)
+            self.queued[ref.record_key] = (self.clock.now, ref)
         self.history.append((self.clock.now, len(self.queued)))
         return []
 

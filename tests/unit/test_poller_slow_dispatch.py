@@ -123,7 +123,7 @@ def runs_twice(engine: FakeEngine, queued: list[dict[str, Any]], store: JobStore
         if ref.job_id not in engine.releases:
             continue
         lease = engine.lease.fingerprint(ref)
-        claimed, found = store.claim(ref.key, owner="handler", claim_seconds=150, job_type=ref.job_type, lease=lease)
+        claimed, found = store.claim(ref.record_key, owner="handler", claim_seconds=150, job_type=ref.job_type, lease=lease)
         if claimed or decide(found, now=0.0, lease=lease) in (Decision.RUN, Decision.REREPORT):
             twice.append(ref.job_id)
     return twice
@@ -162,7 +162,7 @@ def test_a_slow_dispatch_past_the_stale_window_never_runs_a_job_twice(store: Job
         assert sorted(j.ref.job_id for j in again) == sorted(engine.releases)
         for job in again:
             claimed, _ = store.claim(
-                job.key,
+                job.record_key,
                 owner="h2",
                 claim_seconds=150,
                 job_type=job.ref.job_type,
@@ -178,12 +178,12 @@ def test_a_fenced_job_runs_under_its_next_lease(store: JobStore) -> None:
     record and runs; a record a handler already holds is not fenced (the job is ticketed instead)."""
     ref = JobRef("fake", "job-1", "charge-payment", "r3", handle={"leaseToken": "lt-1"})
     lease = FakeEngine.lease.fingerprint(ref)
-    assert store.fence(ref.key, reason="handed back", job_type=ref.job_type, lease=lease)
-    claimed, found = store.claim(ref.key, owner="old", claim_seconds=150, job_type=ref.job_type, lease=lease)
+    assert store.fence(ref.record_key, reason="handed back", job_type=ref.job_type, lease=lease)
+    claimed, found = store.claim(ref.record_key, owner="old", claim_seconds=150, job_type=ref.job_type, lease=lease)
     assert not claimed and decide(found, now=0.0, lease=lease) is Decision.SKIP
     new = JobRef("fake", "job-1", "charge-payment", "r3", handle={"leaseToken": "lt-2"})
     claimed, _ = store.claim(
-        new.key, owner="new", claim_seconds=150, job_type=new.job_type, lease=FakeEngine.lease.fingerprint(new)
+        new.record_key, owner="new", claim_seconds=150, job_type=new.job_type, lease=FakeEngine.lease.fingerprint(new)
     )
     assert claimed
-    assert not store.fence(new.key, reason="handed back", job_type=new.job_type, lease=lease), "claimed: not fenced"
+    assert not store.fence(new.record_key, reason="handed back", job_type=new.job_type, lease=lease), "claimed: not fenced"
