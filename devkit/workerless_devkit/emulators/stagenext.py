@@ -308,6 +308,18 @@ class StageNextEmulator(EngineEmulator):
             self._tick()
             return [len(held) for held in self._held]
 
+    def held_by_queue(self) -> dict[str, int]:
+        """Pending (unacknowledged) deliveries per handler queue, every replica's together: what
+        a route's MaxInFlight bounds at the gateway."""
+        with self._lock:
+            self._tick()
+            counts: dict[str, int] = {}
+            for held in self._held:
+                for delivery in held.values():
+                    queue = self._stages[delivery.message.stage_id].queue
+                    counts[queue] = counts.get(queue, 0) + 1
+            return counts
+
     def _public_state(self, stage: Stage) -> str:
         current = stage.current
         if stage.state in ("completed", "failed"):

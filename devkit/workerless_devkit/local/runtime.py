@@ -69,6 +69,7 @@ from workerless_devkit.local.context import LocalLambdaContext
 from workerless_devkit.local.engine_health import EngineHealth
 from workerless_devkit.local.iam.enforce import IamEnforcer
 from workerless_devkit.local.logs import LogFormat, application_levels, local_logging
+from workerless_devkit.local.polls import PollWatch
 from workerless_devkit.local.stack.bundle import Bundle, load_bundle
 from workerless_devkit.local.summary import Summary, get_summary, reset_summary
 from workerless_devkit.local.template import (
@@ -312,6 +313,8 @@ class LocalTopology:
         self._errors: Counter[str] = Counter()
         #: Whether the engine answered the poller (``workerless local --until-idle`` fails if never).
         self.engine_health = EngineHealth()
+        #: Polls in progress in the functions (workerless_devkit.local.polls): a run never ends in one.
+        self.polls = PollWatch(self._promote_current)
         self._stopped_loops: list[StoppedLoop] = []
         self._limits = limits.LimitState()
 
@@ -557,7 +560,8 @@ class LocalTopology:
                 idle_since = now
             else:
                 idle_since = max(idle_since, self._last_activity)
-                if now - idle_since >= idle_seconds:
+                # A poll in progress (or failed) is work not known yet: never end a run there.
+                if now - idle_since >= idle_seconds and self.polls.settled_since(idle_since):
                     return self.summary
             time.sleep(poll_seconds)
 
@@ -639,10 +643,12 @@ class LocalTopology:
                 if queue_name not in self._chain_queues:
                     self._timer_queues.add(queue_name)
                 return
-            if self_send:
-                # Re-sending to itself for immediate delivery: a chain doing work.
+            if self_send and queue_name not in self._timer_queues:
+                # Re-sending to itself for immediate delivery: a chain doing work. A timer's
+                # immediate send (a poller relaying at once, its budget spent while jobs flowed) is
+                # work now, not from now on: turned into a chain, every later tick of a busy poller
+                # was work, and a run against a slow engine never went idle.
                 self._chain_queues.add(queue_name)
-                self._timer_queues.discard(queue_name)
             # A message for someone else, or for itself at once, is work (a job fanned out, a ticket started).
             self._last_activity = time.monotonic()
 
@@ -701,11 +707,13 @@ class LocalTopology:
 
     def _on_lifecycle_event(self, job_type: str, event: str, fields: Mapping[str, Any]) -> None:
         get_summary().record_lifecycle(job_type, event, fields)
-        if event != "activated":
-            return
-        # A scheduled invocation that took jobs from the engine is work from then on, until it
-        # ends: its jobs are leased but in no queue yet, so idle detection must not end the run
-        # between the activation and the send (on a busy machine that gap can be seconds).
+        if event == "activated":
+            self._promote_current()
+
+    def _promote_current(self) -> None:
+        """A scheduled invocation that took jobs from the engine is work from then on, until it
+        ends: its jobs are leased but in no queue yet, so idle detection must not end the run
+        between the activation and the send (on a busy machine that gap can be seconds)."""
         scope = loop.current_scope()
         if scope is None or scope.tracker is not self:
             return
@@ -719,8 +727,11 @@ class LocalTopology:
     def new_wiring(self) -> Wiring | None:
         """The wiring the loaded functions share, as one Lambda container's (None: the runtime's
         default, built on first use). :class:`~workerless_devkit.chaos.topology.ChaosTopology`
-        returns one whose engine injects faults."""
-        return None
+        returns one whose engine injects faults. Here: the runtime's own, with the polls its
+        engine makes watched (:attr:`polls`)."""
+        from workerless.wiring import Wiring
+
+        return Wiring(engine_decorator=self.polls.decorate)
 
     def _reset_library(self, *, stopping: bool = False) -> None:
         """Start the library's container over (engine, store, queues, boto3 clients, settings):

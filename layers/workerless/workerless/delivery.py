@@ -49,8 +49,8 @@ from workerless.model import ActivatedJob, Outcome
 from workerless.observability import logger
 from workerless.record import Decision, JobRecord, Status, decide
 from workerless.report import report_stored
-from workerless.retry import CALLS, STORE_WRITES, retryable_store_error
-from workerless.settle import acknowledge, acquire_or_leave, hand_back, leave_to_the_engine
+from workerless.retry import STORE_WRITES, retryable_store_error
+from workerless.settle import acknowledge, acquire_or_leave, begin, hand_back, leave_to_the_engine
 from workerless.typed import HandlerSpec
 from workerless.verdict import Ack, Claimed, ClaimHeldError, Redeliver, Refused, ReportOwedError, Verdict
 
@@ -404,7 +404,7 @@ class Delivery:
         try:
             begun = self._begin()
         except RetryableEngineError as exc:
-            leave_to_the_engine(exc)  # the claim was given back
+            leave_to_the_engine(job, exc, engine=engine, deadline=self.deadline)  # the claim was given back
             return Ack("lease acquire kept failing: left to the engine")
         if not begun:
             # Another delivery holds the engine's lease (a redelivery of a job already running).
@@ -428,7 +428,8 @@ class Delivery:
         acquire is refused, it is acknowledged, and the unrenewed lease lapses.)"""
         job, engine = self.job, self.engine
         try:
-            begun: bool = CALLS.call(lambda: engine.begin(job), deadline=self.deadline)
+            # Through an outage, while the engine leaves the delivery with us (workerless.settle).
+            begun = begin(job, engine=engine, deadline=self.deadline)
         except Exception:
             try:
                 self.store.release(job.record_key, owner=self.owner)

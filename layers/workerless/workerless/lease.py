@@ -81,6 +81,11 @@ class LeaseModel:
     fingerprinted: bool
     #: The lease length the engine grants whatever is asked for (None: what the pipeline asks for).
     granted_seconds: float | None = None
+    #: A begin lease: how long after activation the engine leaves a delivery nobody acknowledged or
+    #: handed back with us before it hands it out again on its own (StageNext's gateway visibility
+    #: timeout). Until then the delivery is ours to settle, whatever the engine answers meanwhile.
+    #: None: the job is ours until its lease lapses (an activation lease).
+    returns_after: float | None = None
 
     def fingerprint(self, ref: JobRef) -> str:
         """A fingerprint of the lease a delivery was handed out under: a hash of ``ref.handle``
@@ -132,6 +137,21 @@ class LeaseModel:
     def granting(self, seconds: float) -> LeaseModel:
         """This model for an engine that grants leases of ``seconds`` whatever is asked for."""
         return dataclasses.replace(self, granted_seconds=float(seconds))
+
+    def returning_after(self, seconds: float) -> LeaseModel:
+        """This model for an engine that hands a delivery out again ``seconds`` after activation
+        unless it was settled (:attr:`returns_after`)."""
+        return dataclasses.replace(self, returns_after=float(seconds))
+
+    def returned_at(self, activated_at: float) -> float | None:
+        """When the engine takes back a delivery activated at ``activated_at`` (epoch seconds) by
+        itself; None where it never does (see :attr:`returns_after`).
+
+        Example:
+            >>> BEGIN_LEASE.returning_after(60).returned_at(1000.0), ACTIVATION_LEASE.returned_at(1000.0)
+            (1060.0, None)
+        """
+        return None if self.returns_after is None else activated_at + self.returns_after
 
 
 #: Leased at activation (Sheptra, node-flow).

@@ -10,6 +10,8 @@ retry can outlive the invocation that made it.
 policy                 what it retries
 =====================  ==========================================================================
 :data:`CALLS`          engine calls (report, extend, begin, skip, release): the adapters' resends
+:data:`HELD`           settling a delivery the engine takes back on its own (StageNext: lease
+                       acquire, skip ack, requeue): through an outage, until the engine takes it back
 :data:`PARAMETERS`     the poller's Parameter Store read
 :data:`STORE_WRITES`   a job-record write (claim, store, mark), on a retryable StoreError
 :data:`UNPROCESSED`    BatchGetItem's UnprocessedKeys
@@ -46,6 +48,7 @@ from workerless.errors import EngineError, StoreError
 __all__ = [
     "CALLS",
     "COMPARE_AND_SET",
+    "HELD",
     "LOG_SENDS",
     "LOG_SEND_SECONDS",
     "PARAMETERS",
@@ -188,6 +191,13 @@ class RetryPolicy:
 
 #: Reports and extensions: a few quick tries inside one invocation.
 CALLS = RetryPolicy(attempts=4, base_delay=0.25, max_delay=4.0)
+#: A delivery held until it is acknowledged or handed back (StageNext's: lease acquire, the ack of
+#: one acquire refused, its requeue): not dropped after a few quick tries, which left it to the
+#: gateway's requeue a minute later and ended a local run early, but tried through an outage, 0.5 s
+#: doubling to 4 s (or Retry-After), until the engine takes the delivery back on its own
+#: (:meth:`workerless.lease.LeaseModel.returned_at`: StageNext's 60 s visibility timeout) or the
+#: invocation's deadline (:mod:`workerless.settle`).
+HELD = RetryPolicy(attempts=None, base_delay=0.5, max_delay=4.0)
 #: Reading the routes from Parameter Store (once per poller container): botocore already retries a
 #: throttle four times; these are a few more, spaced out, within the invocation's deadline.
 PARAMETERS = RetryPolicy(attempts=3, base_delay=0.5, max_delay=4.0)

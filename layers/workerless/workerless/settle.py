@@ -1,33 +1,65 @@
-"""The engine calls that settle a delivery the handler will not run: acknowledge it, hand it back,
-or let lease acquire decide. Each runs under the retry policy and logs, never raises, when it gives
-up: an unsettled delivery comes back from the engine on its own (its lease lapses, or a begin-leased
-engine hands out an unacknowledged delivery again after its visibility timeout).
+"""The engine calls that settle a delivery the handler will not run — acknowledge it, hand it back —
+and the lease acquire that decides whether it runs. Each runs under the retry policy and logs, never
+raises, when it gives up.
+
+A delivery the engine hands out again on its own unless it is settled (a begin lease with
+:attr:`~workerless.lease.LeaseModel.returns_after`: StageNext's gateway requeues an unacknowledged
+delivery after its visibility timeout) is ours until it is acknowledged or requeued: these calls are
+tried through an outage (:data:`~workerless.retry.HELD`) until the engine has taken it back, within
+the invocation's deadline — meanwhile its SQS message stays in flight, so the route counts it
+against MaxInFlight and a local run is not idle. Dropped after a few quick tries, it was held at the
+gateway for a minute, uncounted, its stage unfinished, while the poller pulled others.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, assert_never
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar, assert_never
 
 from workerless.errors import EngineError, RetryableEngineError
 from workerless.lease import HandBack
 from workerless.model import ActivatedJob
 from workerless.observability import logger
-from workerless.retry import CALLS
+from workerless.retry import CALLS, HELD
 
 if TYPE_CHECKING:
     from workerless.engines.base import Engine
 
+T = TypeVar("T")
+
+
+def returned(job: ActivatedJob, engine: Engine) -> bool:
+    """Whether the engine has taken ``job``'s delivery back on its own by now (never, where its lease
+    model says it does not)."""
+    at = engine.lease.returned_at(job.activated_at)
+    return at is not None and time.time() >= at
+
+
+def settling(job: ActivatedJob, engine: Engine, call: Callable[[], T], *, deadline: float) -> T:
+    """``call`` (an engine call settling ``job``'s delivery) under the retry policy: :data:`HELD`
+    until the engine takes the delivery back or ``deadline`` (``time.monotonic()``), whichever is
+    first, for a delivery the engine takes back on its own; :data:`CALLS` otherwise. The last
+    error propagates."""
+    at = engine.lease.returned_at(job.activated_at)
+    if at is None:
+        return CALLS.call(call, deadline=deadline)
+    return HELD.call(call, deadline=min(deadline, time.monotonic() + (at - time.time())))
+
 
 def acknowledge(job: ActivatedJob, *, engine: Engine, deadline: float) -> None:
-    """``engine.skip`` with the retry policy. Giving up is logged, not raised: the delivery is then
+    """``engine.skip`` (see :func:`settling`). Giving up is logged, not raised: the delivery is then
     unacknowledged, and a begin-leased engine (StageNext's gateway) hands it out again after its
     visibility timeout (60 s); its next delivery is refused at acquire and acknowledged. Failing the
     SQS message instead would only hold it for the queue's visibility timeout, to redeliver a token
     that has expired by then."""
     try:
-        CALLS.call(lambda: engine.skip(job.ref), deadline=deadline)
+        settling(job, engine, lambda: engine.skip(job.ref), deadline=deadline)
     except EngineError as exc:
-        logger.warning("could not acknowledge the delivery; the engine hands it out again", extra={"error": str(exc)})
+        logger.warning(
+            "could not acknowledge the delivery; the engine hands it out again",
+            extra={"error": str(exc), "returned": returned(job, engine)},
+        )
 
 
 def hand_back(job: ActivatedJob, *, engine: Engine, deadline: float, reason: str) -> None:
@@ -42,37 +74,52 @@ def hand_back(job: ActivatedJob, *, engine: Engine, deadline: float, reason: str
             acknowledge(job, engine=engine, deadline=deadline)
         case HandBack.RELEASE:
             try:
-                CALLS.call(lambda: engine.release(job, reason), deadline=deadline)
+                settling(job, engine, lambda: engine.release(job, reason), deadline=deadline)
             except EngineError as exc:
-                logger.warning("could not hand the delivery back; the gateway requeues it", extra={"error": str(exc)})
+                logger.warning(
+                    "could not hand the delivery back; the gateway requeues it",
+                    extra={"error": str(exc), "returned": returned(job, engine)},
+                )
         case never:
             assert_never(never)
 
 
+def begin(job: ActivatedJob, *, engine: Engine, deadline: float) -> bool:
+    """Lease acquire (``engine.begin``, see :func:`settling`): whether it was granted. The last error
+    propagates when it keeps failing."""
+    granted: bool = settling(job, engine, lambda: engine.begin(job), deadline=deadline)
+    return granted
+
+
 def acquire_or_leave(job: ActivatedJob, *, engine: Engine, deadline: float) -> bool | None:
     """Lease acquire for a delivery that does not hold the claim: whether it was granted; None when
-    acquire kept failing retryably and the delivery is left to the engine (the caller returns)."""
+    acquire kept failing retryably (:func:`leave_to_the_engine`; the caller returns)."""
     try:
-        begun: bool = CALLS.call(lambda: engine.begin(job), deadline=deadline)
+        return begin(job, engine=engine, deadline=deadline)
     except RetryableEngineError as exc:
-        leave_to_the_engine(exc)
+        leave_to_the_engine(job, exc, engine=engine, deadline=deadline)
         return None
-    return begun
 
 
-def leave_to_the_engine(exc: RetryableEngineError) -> None:
-    """Lease acquire kept failing: the delivery is left unacknowledged and its SQS message
-    completes. A begin-leased engine (StageNext's gateway) hands out an unacknowledged delivery
-    again after its visibility timeout (60 s), and the poller pulls it again then.
+def leave_to_the_engine(job: ActivatedJob, exc: RetryableEngineError, *, engine: Engine, deadline: float) -> None:
+    """Lease acquire kept failing until the engine took the delivery back or the invocation's
+    deadline: its SQS message then completes. Taken back (StageNext's gateway requeued it after its
+    visibility timeout), the poller pulls it again: nothing is owed. Otherwise it is handed back
+    (one more try: the deadline has passed) and, should that fail too, left to the gateway's
+    requeue.
 
     Why not fail the message: SQS would hold it for the job queue's visibility timeout (720 s) to no
     purpose — its ack token expires with the gateway's 60 s, and the gateway hands the delivery out
     again meanwhile — while it counts against the route's capacity and keeps a run of local mode
-    from ever going idle. Why not requeue it (ack requeue:true): the next pull would take it straight
-    back, and while acquire keeps failing (the engine's lease service down, its gateway up) that is
-    a loop of pulls, SQS messages and invocations every few seconds per stage that keeps the poller
-    lingering, relaying, never resting. Left to the gateway it costs one delivery a minute."""
+    from ever going idle."""
+    if returned(job, engine):
+        logger.warning(
+            "lease acquire kept failing until the engine took the delivery back (its visibility timeout passed)",
+            extra={"error": str(exc), "status": exc.status},
+        )
+        return
     logger.warning(
-        "lease acquire kept failing: the engine's gateway hands the delivery out again after its visibility timeout",
+        "lease acquire kept failing until the invocation's deadline: handing the delivery back",
         extra={"error": str(exc), "status": exc.status},
     )
+    hand_back(job, engine=engine, deadline=deadline, reason="lease acquire kept failing")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from workerless.engines.stagenext.adapter import StageNextEngine, from_values
 from workerless.engines.stagenext.config import (
-    ACK_TRIES,
     CLAIM_SECONDS,
     DEFAULT_API_URL,
     DEFAULT_SESSION_TTL,
@@ -24,7 +23,6 @@ from workerless.engines.stagenext.config import (
 from workerless.engines.stagenext.session import WorkerSession
 
 __all__ = [
-    "ACK_TRIES",
     "CLAIM_SECONDS",
     "DEFAULT_API_URL",
     "DEFAULT_SESSION_TTL",

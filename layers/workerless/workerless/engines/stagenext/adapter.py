@@ -32,7 +32,6 @@ from workerless.engines.base import SharedState
 from workerless.engines.kit.answers import json_object
 from workerless.engines.kit.translate import Translator, parse_problem
 from workerless.engines.stagenext.config import (
-    ACK_TRIES,
     ENGINE,
     PULL_BUDGET_SECONDS,
     REMEMBERED_DELIVERIES,
@@ -111,8 +110,8 @@ class StageNextEngine:
         )
         #: The execution lease length: configured, then what the engine last said (acquire, renew).
         self.lease_seconds = config.lease_seconds
-        #: Ack tokens of deliveries whose result StageNext accepted (202) while the ack is still owed,
-        #: with the acks failed so far: a retried report acks again without posting the result twice.
+        #: Ack tokens of deliveries whose result StageNext accepted (202) while the ack is still owed:
+        #: a retried report in this container acks again without posting the result twice.
         self._accepted = Remembered(REMEMBERED_DELIVERIES)
         #: Ack tokens of deliveries whose lease acquire may have landed unanswered (5xx, a dropped
         #: connection, a garbled 200): their retry's lease_held is checked with a renew.
@@ -121,7 +120,7 @@ class StageNextEngine:
     @property
     def lease(self) -> LeaseModel:
         """A begin lease (lease acquire in the handler) of the length StageNext last stated."""
-        return BEGIN_LEASE.granting(self.lease_seconds)
+        return BEGIN_LEASE.granting(self.lease_seconds).returning_after(self.config.visibility_seconds)
 
     def _secrets(self) -> tuple[str, ...]:
         # The API key and the session token held: never in an error an engine body fed.
@@ -366,36 +365,33 @@ class StageNextEngine:
         The caps are checked before sending (PayloadTooLargeError naming the cap). A timeout or 5xx
         raises a retryable error: call again with the same stored outcome; the same executionId and
         attempt let StageNext's fencing discard a duplicate. An ack that fails retryably (a 429, a
-        502, a dropped connection) raises too, after the result was accepted: the call again only
-        acks (this container remembers the accepted result), so the delivery is not left to the
-        gateway's requeue and delivered twice; after ACK_TRIES failed acks the report ends without
-        one (the gateway's requeue then takes over). A 404 on the ack (token expired, already acknowledged
-        — a repeated ack whose first try landed unanswered — or another replica) is logged, not
-        raised: the result stands, and a redelivery of a finished execution is refused at lease
-        acquire; so is a final refusal of the ack.
+        502, a dropped connection) raises too, after the result was accepted, for as long as the
+        gateway holds the delivery (its visibility timeout from the pull): the call again only acks
+        (this container remembers the accepted result; another container posts it again, which the
+        fencing discards), and a caller whose retries run out leaves the report owed for the
+        heartbeat, so an accepted result is acknowledged through an outage. Once the gateway has
+        requeued the delivery the report ends: its redelivery is refused at acquire and
+        acknowledged. A 404 on the ack (token expired, already acknowledged — a repeated ack whose
+        first try landed unanswered — or another replica) is logged, not raised; so is a final
+        refusal of the ack.
         """
         token = str(handle_value(ref, "ackToken"))
-        failed_acks = self._accepted.get(token)
-        if failed_acks is None:
+        if token not in self._accepted:
             self._post_result(ref, outcome)
-            failed_acks = 0
-            self._accepted.remember(token, 0)
+            self._accepted.remember(token)
             self._record_event("job.finished", ref, outcome=outcome.kind)
         try:
             self._ack(ref, requeue=False, what="ack")
         except RetryableEngineError as exc:
-            failed_acks += 1
-            if failed_acks < ACK_TRIES:
-                self._accepted.remember(token, failed_acks)
-                logger.warning(
-                    "stagenext ack after an accepted result failed; acknowledging again",
-                    extra={"job_id": ref.job_id, "error": type(exc).__name__, "status": exc.status},
-                )
+            requeued = self._clock() >= float(ref.handle.get("pulledAt") or 0) + self.config.visibility_seconds
+            fields = {"job_id": ref.job_id, "error": type(exc).__name__, "status": exc.status}
+            if not requeued:
+                logger.warning("stagenext ack after an accepted result failed; acknowledging again", extra=fields)
                 raise
             logger.warning(
-                "stagenext ack after an accepted result kept failing; the gateway requeues the delivery "
-                "and its next delivery is refused at acquire",
-                extra={"job_id": ref.job_id, "error": type(exc).__name__, "status": exc.status},
+                "stagenext ack after an accepted result failed past the gateway's visibility timeout: the gateway "
+                "has requeued the delivery, and its next delivery is refused at acquire and acknowledged",
+                extra=fields,
             )
         except Exception as exc:  # noqa: BLE001 - the result is accepted; the sweep requeues the delivery
             logger.warning(

@@ -10,7 +10,6 @@ from workerless.engines.kit.urls import check_base_url
 from workerless.errors import ConfigurationError
 
 __all__ = [
-    "ACK_TRIES",
     "CLAIM_SECONDS",
     "DEFAULT_API_URL",
     "DEFAULT_SESSION_TTL",
@@ -47,12 +46,6 @@ DEFAULT_SESSION_TTL = 24 * 3600
 #: report's or one acquire's retries, and an evicted one only costs a duplicate result (discarded by
 #: StageNext's fencing) or a lease left to lapse.
 REMEMBERED_DELIVERIES = 1024
-#: Tries at the ack after an accepted result (each a call of :meth:`StageNextEngine.report` by the
-#: caller's retry policy), after which the report ends without it: the result stands, the gateway
-#: requeues the unacknowledged delivery after its visibility timeout, and that delivery is refused at
-#: acquire and acknowledged. Fewer than the retry policy's attempts, so a handler whose result was
-#: accepted does not turn it into a report still owed for want of an ack.
-ACK_TRIES = 3
 #: How long one activate keeps pulling (one delivery per POST /jobs/pull) before it returns what it
 #: has: a pulled delivery is dispatched without waiting for the rest of the pulls. A slow gateway
 #: (every call 0.5-2.5 s late) otherwise held 11 pulled deliveries for 15 s, undispatched, their
