@@ -10,6 +10,7 @@ refused it (the seed allows that). A delivery the handler will not run is otherw
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ from workerless import entrypoints, runtime, testing
 from workerless.engines.stagenext import StageNextEngine, from_values
 from workerless.model import ActivatedJob, Demand, Outcome
 from workerless.record import Status
+from workerless.report import report_stored
+from workerless.retry import HELD
 from workerless_devkit.emulators.http import EmulatorServer
 from workerless_devkit.emulators.stagenext import StageNextEmulator
 from workerless_devkit.pytest_plugin import EmulatorFactory
@@ -120,14 +123,14 @@ def test_a_delivery_recorded_as_reported_but_never_applied_is_reported_under_its
 
 
 def test_a_reported_job_whose_redelivery_is_refused_at_acquire_is_acknowledged(aws: Aws, sn: StageNext) -> None:
-    """GIVEN a stage finished by its first delivery, whose ack was lost, and the gateway delivering
-    it again THEN the redelivery's acquire is refused (finished) and only then is it acknowledged."""
+    """GIVEN a stage finished by its first delivery, whose ack failed only once the gateway had
+    requeued it (past its visibility timeout), and the gateway delivering it again THEN the
+    redelivery's acquire is refused (finished) and only then is it acknowledged."""
     stage_id = sn.emulator.create_job("send-receipt", {"orderId": "r2"})
-    # The first delivery's report tries its ack ACK_TRIES (3) times and then ends without it; the
-    # fourth 502 meets the redelivery's ack, which is retried too.
-    sn.fault("/jobs/ack", status=502, times=4)
-    assert handle(aws, sn.pull()) == {"batchItemFailures": []}
-    sn.emulator.advance(61)  # the gateway requeues the unacknowledged delivery
+    job = sn.pull()
+    sn.emulator.advance(61)  # the gateway requeues the delivery: its token is dead
+    sn.fault("/jobs/ack", status=502, times=1)
+    assert handle(aws, job) == {"batchItemFailures": []}
 
     assert handle(aws, sn.pull()) == {"batchItemFailures": []}
 
@@ -136,6 +139,34 @@ def test_a_reported_job_whose_redelivery_is_refused_at_acquire_is_acknowledged(a
     assert "acquire_refused" in events(state)
     assert [(a["status"], a["requeue"]) for a in state["acks"]] == [(200, False)]
     assert len(state["results"]) == 1
+
+
+def test_an_accepted_result_whose_ack_keeps_failing_is_owed_and_acknowledged_later(aws: Aws, sn: StageNext) -> None:
+    """GIVEN a result accepted (202) and every ack after it refused 503 through the handler's tries
+    THEN the report is owed, not dropped: the message stays in flight (a batch item failure) and
+    the record says so; the heartbeat's re-report — another container, which posts the result again
+    (StageNext's fencing discards the duplicate) — acknowledges the delivery once the gateway
+    answers. (Dropped after three failed acks, the delivery was left to the gateway's requeue.)"""
+    stage_id = sn.emulator.create_job("send-receipt", {"orderId": "r6"})
+    job = sn.pull()
+    sn.fault("/jobs/ack", status=503, times=4)  # every try of the handler's retry policy
+
+    response = handle(aws, job)
+
+    assert len(response["batchItemFailures"]) == 1
+    record = runtime.get_store().get(job.record_key)
+    assert record is not None and record.report_owed
+    state = sn.state(stage_id)
+    assert state["state"] == "completed" and state["acks"] == []
+    outcome = runtime.get_store().load_outcome(record)
+    assert outcome is not None
+    with httpx.Client(timeout=5) as other_client:
+        other = from_values(sn.emulator.engine_values(sn.server.url), other_client, clock=sn.emulator.now)
+        assert report_stored(job.ref, outcome, engine=other, store=runtime.get_store(), deadline=time.monotonic() + 10)
+    state = sn.state(stage_id)
+    assert [(a["status"], a["requeue"]) for a in state["acks"]] == [(200, False)]
+    assert [r["applied"] for r in state["results"]] == [True, False]
+    assert sn.emulator.inflight() == [0, 0]
 
 
 def test_a_delivery_recorded_as_skipped_but_granted_the_lease_is_handed_back_not_acknowledged(
@@ -181,21 +212,60 @@ def test_a_refused_delivery_whose_ack_is_throttled_is_acknowledged_on_retry_and_
     assert aws.depth(aws.queues["send-receipt"]) == 0
 
 
-def test_a_lease_acquire_that_keeps_failing_leaves_the_delivery_to_the_gateway(aws: Aws, sn: StageNext) -> None:
-    """GIVEN lease acquire answers 503 to every try THEN the SQS message completes without an ack
-    (no result: it must not be acknowledged), the claim is given back, and the gateway hands the
-    delivery out again after its visibility timeout; that delivery runs."""
+def test_a_lease_acquire_refused_through_an_outage_is_retried_until_it_lands(aws: Aws, sn: StageNext) -> None:
+    """GIVEN lease acquire answered 503 six times in a row (more than a few quick tries) THEN the
+    handler keeps trying on a backoff — the delivery is ours until it is acknowledged or requeued —
+    and the stage runs on this delivery once acquire answers. (Before, after four tries the
+    delivery was left unacknowledged to the gateway's requeue a minute later.)"""
     stage_id = sn.emulator.create_job("send-receipt", {"orderId": "r5"})
-    sn.fault("/stages/{stageId}/lease/acquire", status=503, times=4)
+    sn.fault("/stages/{stageId}/lease/acquire", status=503, times=6)
 
     assert handle(aws, sn.pull()) == {"batchItemFailures": []}
-    assert sn.state(stage_id)["acks"] == []
-    assert aws.depth(aws.queues["send-receipt"]) == 0
 
-    sn.emulator.advance(61)
-    assert handle(aws, sn.pull()) == {"batchItemFailures": []}
     state = sn.state(stage_id)
     assert state["state"] == "completed" and len(state["executions"]) == 1
+    assert state["deliveries"] == 1
+    assert [(a["status"], a["requeue"]) for a in state["acks"]] == [(200, False)]
+    assert sn.emulator.router.pending_faults() == 0
+    assert aws.depth(aws.queues["send-receipt"]) == 0
+
+
+VISIBILITY = 6
+
+
+def test_a_lease_acquire_that_fails_until_the_gateway_takes_the_delivery_back_stops_there(
+    aws: Aws, workerless_emulator: EmulatorFactory
+) -> None:
+    """GIVEN a gateway whose visibility timeout is 6 s and lease acquire answered 503 throughout
+    THEN the handler's tries stop once the gateway has taken the delivery back (a bound, whatever
+    the invocation's time): the SQS message completes with no ack (the gateway requeued it), and
+    the delivery the gateway hands out next runs once acquire answers."""
+    running = workerless_emulator("stagenext", visibility_timeout=VISIBILITY)
+    emulator, server = running.emulator, running.server
+    with httpx.Client(timeout=5) as client:
+        engine = from_values(emulator.engine_values(server.url), client, clock=emulator.now)
+        runtime.set_engine(engine)
+        try:
+            stage_id = emulator.create_job("send-receipt", {"orderId": "r7"})
+            spec = {"method": "POST", "path": "/stages/{stageId}/lease/acquire", "status": 503, "rate": 1.0}
+            httpx.post(f"{server.url}/_admin/faults", json=spec).raise_for_status()
+            [job] = engine.activate([Demand("send-receipt", 1)], lease_seconds=60)
+
+            assert handle(aws, job) == {"batchItemFailures": []}
+
+            # Given up only when the next wait would pass the gateway's visibility timeout.
+            assert time.time() >= job.activated_at + VISIBILITY - HELD.max_delay, "given up early"
+            assert emulator.job_state(stage_id)["acks"] == [], "no result: it must not be acknowledged"
+            assert aws.depth(aws.queues["send-receipt"]) == 0
+            httpx.delete(f"{server.url}/_admin/faults").raise_for_status()
+            emulator.advance(VISIBILITY)  # past the gateway's visibility timeout, whatever the machine's pace
+            [again] = engine.activate([Demand("send-receipt", 1)], lease_seconds=60)
+            assert handle(aws, again) == {"batchItemFailures": []}
+            state = emulator.job_state(stage_id)
+            assert state["state"] == "completed" and len(state["executions"]) == 1
+            assert "visibility_requeue" in events(state)
+        finally:
+            runtime.reset()
 
 
 # ------------------------------------------------------------------------------------------------

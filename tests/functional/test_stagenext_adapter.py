@@ -84,7 +84,7 @@ def test_build_engine_returns_a_stagenext_engine(
         engine = build_engine("stagenext", emu.engine_values(served[1].url), client)
         assert isinstance(engine, Engine)
         assert engine.name == "stagenext"
-        assert engine.lease == BEGIN_LEASE.granting(engine.lease_seconds)
+        assert engine.lease == BEGIN_LEASE.granting(engine.lease_seconds).returning_after(60.0)
 
 
 def test_activate_pulls_up_to_capacity_and_stops_at_204(emu: StageNextEmulator, make_engine: MakeEngine) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from workerless.engines.stagenext import StageNextEngine, from_values
-from workerless.errors import GarbledResponseError, ResponseShapeError
+from workerless.errors import EngineUnavailableError, GarbledResponseError, ResponseShapeError
 from workerless.model import ActivatedJob, Demand, Outcome
 from workerless.retry import CALLS
 from workerless_devkit.emulators.http import EmulatorServer
@@ -199,26 +199,30 @@ def test_a_skip_ack_that_did_not_land_raises_retryable_and_its_retry_lands(
     assert [a["status"] for a in emu.job_state(stage_id)["acks"]] == [200]
 
 
-def test_an_ack_that_keeps_failing_ends_the_report_after_three_tries_and_the_gateway_takes_over(
+def test_an_ack_that_keeps_failing_is_retried_while_the_gateway_holds_the_delivery(
     served: tuple[StageNextEmulator, EmulatorServer], emu: StageNextEmulator, engine: StageNextEngine
 ) -> None:
-    """GIVEN every ack after the accepted result fails
-    THEN the report ends without an error after ACK_TRIES (3) acks — the result stands, and a
-    handler whose result was accepted does not owe it for want of an ack — and once the gateway has
-    requeued the delivery, its next delivery is refused at acquire and acknowledged."""
-    from workerless.engines.stagenext import ACK_TRIES
-
+    """GIVEN every ack after the accepted result fails (an outage of the gateway)
+    THEN the report keeps raising a retryable error, the result posted once — it is not dropped
+    after a few tries (the caller's retries, then the heartbeat, keep acknowledging) — until the
+    gateway's visibility timeout has passed (the emulator's clock): then it ends, the gateway has
+    requeued the delivery, and its next delivery is refused at acquire and acknowledged."""
     stage_id = emu.create_job("billing-charge", {})
     job = pull(engine)
     assert engine.begin(job) is True
-    fault(served, "/jobs/ack", status=502, raw=HTML, content_type="text/html", times=ACK_TRIES)
+    fault(served, "/jobs/ack", status=503, rate=1.0)
 
-    CALLS.call(lambda: engine.report(job.ref, Outcome.complete({"ok": True})), deadline=within(30))
-
+    for _ in range(6):  # more than any fixed number of tries
+        with pytest.raises(EngineUnavailableError):
+            engine.report(job.ref, Outcome.complete({"ok": True}))
     state = emu.job_state(stage_id)
     assert state["state"] == "completed" and len(state["results"]) == 1
-    assert state["acks"] == []
-    emu.advance(61)
+    assert emu.inflight() != [0, 0], "the gateway still holds the delivery"
+
+    emu.advance(61)  # the gateway's visibility timeout passes: it requeues the delivery
+    engine.report(job.ref, Outcome.complete({"ok": True}))  # ends: nothing left to acknowledge
+    assert len(emu.job_state(stage_id)["results"]) == 1
+    httpx.delete(served[1].url + "/_admin/faults", timeout=5).raise_for_status()
     again = pull(engine)
     assert engine.begin(again) is False
     engine.skip(again.ref)

@@ -36,15 +36,21 @@ def returned(job: ActivatedJob, engine: Engine) -> bool:
     return at is not None and time.time() >= at
 
 
+def _returned_by(job: ActivatedJob, engine: Engine) -> float | None:
+    """When (``time.monotonic()``) the engine takes ``job``'s delivery back on its own, if it does."""
+    at = engine.lease.returned_at(job.activated_at)
+    return None if at is None else time.monotonic() + (at - time.time())
+
+
 def settling(job: ActivatedJob, engine: Engine, call: Callable[[], T], *, deadline: float) -> T:
     """``call`` (an engine call settling ``job``'s delivery) under the retry policy: :data:`HELD`
     until the engine takes the delivery back or ``deadline`` (``time.monotonic()``), whichever is
     first, for a delivery the engine takes back on its own; :data:`CALLS` otherwise. The last
     error propagates."""
-    at = engine.lease.returned_at(job.activated_at)
-    if at is None:
+    returned_by = _returned_by(job, engine)
+    if returned_by is None:
         return CALLS.call(call, deadline=deadline)
-    return HELD.call(call, deadline=min(deadline, time.monotonic() + (at - time.time())))
+    return HELD.call(call, deadline=min(deadline, returned_by))
 
 
 def acknowledge(job: ActivatedJob, *, engine: Engine, deadline: float) -> None:
@@ -102,8 +108,8 @@ def acquire_or_leave(job: ActivatedJob, *, engine: Engine, deadline: float) -> b
 
 
 def leave_to_the_engine(job: ActivatedJob, exc: RetryableEngineError, *, engine: Engine, deadline: float) -> None:
-    """Lease acquire kept failing until the engine took the delivery back or the invocation's
-    deadline: its SQS message then completes. Taken back (StageNext's gateway requeued it after its
+    """Lease acquire kept failing until the engine takes the delivery back or the invocation's
+    deadline: its SQS message then completes. Taken back (StageNext's gateway requeues it after its
     visibility timeout), the poller pulls it again: nothing is owed. Otherwise it is handed back
     (one more try: the deadline has passed) and, should that fail too, left to the gateway's
     requeue.
@@ -112,9 +118,11 @@ def leave_to_the_engine(job: ActivatedJob, exc: RetryableEngineError, *, engine:
     purpose — its ack token expires with the gateway's 60 s, and the gateway hands the delivery out
     again meanwhile — while it counts against the route's capacity and keeps a run of local mode
     from ever going idle."""
-    if returned(job, engine):
+    returned_by = _returned_by(job, engine)
+    if returned_by is not None and returned_by <= deadline:
+        # The tries ran until the engine takes the delivery back (no try could land before it).
         logger.warning(
-            "lease acquire kept failing until the engine took the delivery back (its visibility timeout passed)",
+            "lease acquire kept failing until the engine takes the delivery back (its visibility timeout)",
             extra={"error": str(exc), "status": exc.status},
         )
         return
