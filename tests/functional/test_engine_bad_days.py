@@ -121,7 +121,7 @@ def _judge(engine: str, running: RunningEmulator, ids: list[str], watch: Watch) 
             problems.append(f"{len(abandoned)} deliveries abandoned to the gateway's requeue: {abandoned}")
         again = {i: s["deliveries"] for i, s in states.items() if s["deliveries"] != 1}
         if again:
-            problems.append(f"stages delivered more than once: {again}")
+            problems.append(f"stages not delivered exactly once: {again}")
         over = {q: n for q, n in watch.most_held.items() if n > MAX_IN_FLIGHT}
         if over:
             problems.append(f"the gateway held more deliveries than MaxInFlight ({MAX_IN_FLIGHT}): {over}")
@@ -156,8 +156,8 @@ def _first_final(running: RunningEmulator, ids: list[str]) -> bool:
 
 def test_an_outage_is_ridden_out(engine: str, workerless_emulator: EmulatorFactory) -> None:
     """GIVEN 18 jobs, and once the first is final every job-loop call answered 503 for 12 s — the
-    take-work call (pull, activate, lease) only from 3 s in, so deliveries are taken just before
-    their lease acquire, report or ack meets the outage
+    take-work call (pull, activate, lease) only from 8 s in: work is taken while the calls that
+    start, keep and finish it are refused (StageNext's lease service down, its gateway up)
     THEN the run goes idle only once every job is final, each run once, no delivery abandoned."""
     running, topo = _start(engine, workerless_emulator, lease=LEASE)
     ids = _jobs(running, long_seconds=4)
@@ -166,7 +166,7 @@ def test_an_outage_is_ridden_out(engine: str, workerless_emulator: EmulatorFacto
         assert topo.run_until(lambda: _first_final(running, ids), 120), "no job became final"
         start = running.emulator.now()
         running.emulator.router.add_outage(rest, start=start, end=start + 12)
-        running.emulator.router.add_outage([take], start=start + 3, end=start + 12)
+        running.emulator.router.add_outage([take], start=start + 8, end=start + 12)
         _until_idle(topo, running, ids, 3)
         _judge(engine, running, ids, watch)
     assert sum(running.emulator.router.outage_hits.values()) > 0, "the outage refused nothing"

@@ -1,0 +1,80 @@
+"""Local mode's poll watch (issue 26, 2.8): a run never ends in the middle of a poll, nor while the
+latest poll failed once the engine had answered; a poll that took jobs makes its invocation work
+before it ends."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from workerless.errors import EngineUnavailableError
+from workerless.model import Demand
+from workerless.testing import FakeEngine
+from workerless_devkit.local.polls import PollWatch
+
+
+def test_a_poll_in_progress_holds_the_run_until_one_begun_since_the_quiet_came_back_empty() -> None:
+    watch = PollWatch(taken=lambda: None)
+    engine = FakeEngine()
+    watched = watch.decorate(engine)
+    inside = threading.Event()
+    release = threading.Event()
+    seen: list[bool] = []
+
+    def slow(*_: object) -> list[object]:
+        inside.set()
+        release.wait(5)
+        return []
+
+    engine.activate = slow  # type: ignore[method-assign]
+    quiet_since = -1.0
+    poll = threading.Thread(target=lambda: watched.activate([Demand("t", 1)], 60))
+    poll.start()
+    assert inside.wait(5)
+    seen.append(watch.settled_since(quiet_since))  # the first poll is in progress: not settled
+    release.set()
+    poll.join()
+    seen.append(watch.settled_since(quiet_since))  # it came back empty
+    assert seen == [False, True]
+
+
+def test_a_failed_poll_after_an_answer_holds_the_run_until_a_poll_succeeds() -> None:
+    watch = PollWatch(taken=lambda: None)
+    engine = FakeEngine()
+    watched = watch.decorate(engine)
+    assert watched.activate([Demand("t", 1)], 60) == []
+    assert watch.settled_since(0.0)
+
+    def down(*_: object) -> list[object]:
+        raise EngineUnavailableError("503", engine="fake", status=503)
+
+    engine.activate = down  # type: ignore[method-assign]
+    with pytest.raises(EngineUnavailableError):
+        watched.activate([Demand("t", 1)], 60)
+    assert not watch.settled_since(0.0)
+    del engine.activate
+    assert watched.activate([Demand("t", 1)], 60) == []
+    assert watch.settled_since(0.0)
+
+
+def test_an_engine_that_never_answered_does_not_hold_the_run() -> None:
+    watch = PollWatch(taken=lambda: None)
+    engine = FakeEngine()
+
+    def down(*_: object) -> list[object]:
+        raise EngineUnavailableError("connection refused", engine="fake")
+
+    engine.activate = down  # type: ignore[method-assign]
+    with pytest.raises(EngineUnavailableError):
+        watch.decorate(engine).activate([Demand("t", 1)], 60)
+    assert watch.settled_since(0.0)
+
+
+def test_a_poll_that_took_jobs_is_made_work_before_it_ends() -> None:
+    order: list[str] = []
+    watch = PollWatch(taken=lambda: order.append(f"taken while polling={watch.settled_since(1e18) is False}"))
+    engine = FakeEngine()
+    engine.add_job("t", {})
+    jobs = watch.decorate(engine).activate([Demand("t", 1)], 60)
+    assert len(jobs) == 1
+    assert order == ["taken while polling=True"]
