@@ -145,6 +145,8 @@ class AsyncOutcome:
     throttles: int
     delays: tuple[float, ...]
     age: float
+    #: Neither ran nor dropped for its age: the topology stopped while it waited.
+    stopped: bool = False
 
 
 def retry_delay(retry: int) -> float:
@@ -175,4 +177,4 @@ def run_async(
             return AsyncOutcome(False, throttles, tuple(delays), clock() - received)
         delays.append(delay)
         if sleep(delay):
-            return AsyncOutcome(False, throttles, tuple(delays), clock() - received)
+            return AsyncOutcome(False, throttles, tuple(delays), clock() - received, stopped=True)

@@ -1164,7 +1164,7 @@ class LocalTopology:
                 outcome = run_async(attempt, spec.maximum_event_age, clock=time.monotonic, sleep=self._stopping.wait)
                 with self._lock:
                     self._async_outcomes.append((spec.logical_id, outcome))
-                if not outcome.ran:
+                if not outcome.ran and not outcome.stopped:
                     log.warning(
                         "%s: a scheduled event throttled %d time(s) dropped, %.0f s old (MaximumEventAgeInSeconds %d)",
                         spec.logical_id,
