@@ -1149,7 +1149,9 @@ class LocalTopology:
         and retries it in the background (:func:`~workerless_devkit.local.concurrency.run_async`)."""
         ok, result = self._invoke(spec, event, depth=0, work=False)
         if ok or not isinstance(result, Throttled):
-            return  # ran (a function error is not retried: the template's MaximumRetryAttempts is 0)
+            # It ran. A function error is not retried locally (Lambda retries it MaximumRetryAttempts
+            # times, 2 by default; template.yaml's scheduled functions set 0).
+            return
         first = [True]
 
         def attempt() -> bool:
@@ -1369,8 +1371,8 @@ class _Run:
         with ``reason``, the caller stops waiting, and every later AWS or engine call of its code is
         refused. False if it had already returned."""
         with self._lock:
-            if self._done.is_set():
-                return False
+            if self._done.is_set() or self._scope.abandoned.is_set():
+                return False  # returned, or already abandoned at its Timeout
             self._scope.control.ended_by = f"was killed ({type(reason).__name__})"
             self._scope.abandoned.set()
             self.ok, self.result = False, reason
