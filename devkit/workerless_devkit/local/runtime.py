@@ -20,7 +20,13 @@
 - holds every AWS call of a function to its own role as SAM renders it, and refuses what the role
   does not allow with AWS's error; refuses at start an SQS event whose queue the role cannot poll
   (see :mod:`workerless_devkit.local.iam`);
-- reproduces Lambda's recursive loop detection (see :mod:`workerless_devkit.local.loop`).
+- reproduces Lambda's recursive loop detection (see :mod:`workerless_devkit.local.loop`);
+- holds every invocation to Lambda's concurrency: the account's limit, the template's reserved
+  concurrency; a throttled SQS batch stays in flight until its visibility timeout, a throttled
+  scheduled event is retried as Lambda's asynchronous queue does (see
+  :mod:`workerless_devkit.local.concurrency`);
+- when asked (``memory_limits``), kills an invocation whose memory passes its MemorySize (see
+  :mod:`workerless_devkit.local.memory`), and (``schedule_drift``) fires schedules within their minute.
 
 Or, from a rehearsal bundle (:meth:`LocalTopology.from_bundle`), it runs the stack a deploy creates:
 the bundle's transformed template created as a stack on moto's CloudFormation, and everything above
