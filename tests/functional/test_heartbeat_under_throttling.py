@@ -28,6 +28,19 @@ def lapses(job: dict[str, Any]) -> int:
     return sum(1 for event in job["history"] if event["event"] == "lease-lapsed")
 
 
+def uncovered_seconds(job: dict[str, Any]) -> float:
+    """The longest the job went without a lease: from a lease's expiry to the next extension or
+    completion. Sheptra records "lease-lapsed" only when another activation takes the job (its
+    holder may still complete a lapsed lease nobody took over), so this reads the expiries."""
+    worst, expires = 0.0, None
+    for event in sorted(job["history"], key=lambda e: float(e["at"])):
+        if expires is not None and event["event"] in ("lease-extended", "completed"):
+            worst = max(worst, float(event["at"]) - expires)
+        if "lock_expires_at" in event:
+            expires = float(event["lock_expires_at"])
+    return worst
+
+
 def test_a_burst_at_the_account_limit_throttles_the_handlers_not_the_heartbeat(
     sheptra_emulator: RunningEmulator,
 ) -> None:
@@ -72,3 +85,36 @@ def test_a_burst_at_the_account_limit_throttles_the_handlers_not_the_heartbeat(
     assert [lapses(job) for job in during] == [0, 0, 0]
     assert [job["state"] for job in after] == ["completed"] * 3
     assert [lapses(job) for job in after] == [0, 0, 0]
+
+
+def test_without_reserved_concurrency_the_same_burst_throttles_the_heartbeat_and_leases_run_out(
+    sheptra_emulator: RunningEmulator,
+) -> None:
+    """The contrast: ReserveConcurrency false (what an account under 100 + the reservations must
+    deploy). GIVEN a report job running past its 5 s lease, its lease extended by the heartbeat
+    WHEN a burst takes the whole account
+    THEN the heartbeat is throttled too (its tickets wait out their visibility timeout) and the
+    job's lease runs out with no extension: what the reservations above prevent."""
+    emulator = sheptra_emulator.emulator
+    assert sheptra_emulator.env_file is not None
+    job_id = emulator.create_job("generate-report", {"seconds": 20})
+    topology = LocalTopology(
+        TEMPLATE,
+        sheptra_emulator.env_file,
+        parameters={"LeaseSeconds": "5", "TickSeconds": "1", "ReserveConcurrency": "false", **job_timings(30)},
+        schedule_seconds=1,
+        account_concurrency=200,
+    )
+    assert topology.concurrency.reserved == {}
+    with topology as top:
+        assert top.run_until(lambda: extensions(emulator.job_state(job_id)) >= 1, max_seconds=60)
+        top.concurrency.occupy(top.concurrency.unreserved)
+        assert top.run_until(lambda: top.throttles.get("HeartbeatFunction", 0) >= 1, max_seconds=60), top.throttles
+        final = top.run_until(lambda: emulator.job_state(job_id)["state"] == "completed", max_seconds=90)
+        top.concurrency.occupy(0)
+        job = emulator.job_state(job_id)
+
+    assert final, job["history"]
+    # The report ran on past lease expiries nobody extended (Sheptra accepted its result only
+    # because no other activation took the job in the meantime).
+    assert uncovered_seconds(job) > 0.0, job["history"]
