@@ -226,6 +226,12 @@ class FunctionSpec:
     handler: str
     timeout: int = 3
     memory_size: int = 128
+    #: ReservedConcurrentExecutions (None: none reserved, the function draws on the account's
+    #: unreserved concurrency); see :mod:`workerless_devkit.local.concurrency`.
+    reserved_concurrency: int | None = None
+    #: EventInvokeConfig MaximumEventAgeInSeconds: how long Lambda keeps retrying a throttled
+    #: asynchronous (scheduled) event before dropping it (Lambda's default: 6 hours).
+    maximum_event_age: int = 21600
     environment: dict[str, str] = field(default_factory=dict)
     recursive_loop: str = "Terminate"
     #: LoggingConfig: LogFormat (Text, JSON) and, with JSON only, Lambda's log-level filters (None:
@@ -981,7 +987,11 @@ class _Resolver:
 
     def _function(self, lid: str, props: Mapping[str, Any], arn_to_queue: Mapping[str, str]) -> FunctionSpec:
         def prop(key: str, default: Any = None) -> Any:
-            return self.resolve(props[key], f"{lid}.{key}") if key in props else default
+            if key not in props:
+                return default
+            value = self.resolve(props[key], f"{lid}.{key}")
+            # !If [cond, x, !Ref AWS::NoValue]: the property is absent.
+            return default if value is _NO_VALUE else value
 
         code_uri = prop("CodeUri")
         handler = prop("Handler")
@@ -1044,8 +1054,17 @@ class _Resolver:
             else:
                 ignored.append(f"{event_name} ({etype})")
         role = prop("Role")
+        reserved = prop("ReservedConcurrentExecutions")
+        invoke_config = prop("EventInvokeConfig") or {}
+        if not isinstance(invoke_config, dict):
+            raise TemplateError(f"{lid}.EventInvokeConfig must be a mapping")
         return FunctionSpec(
             role=None if role is None else str(role),
+            reserved_concurrency=None if reserved is None else _int(reserved, f"{lid}.ReservedConcurrentExecutions"),
+            maximum_event_age=_int(
+                invoke_config.get("MaximumEventAgeInSeconds", 21600),
+                f"{lid}.EventInvokeConfig.MaximumEventAgeInSeconds",
+            ),
             logical_id=lid,
             function_name=self.physical_name(lid),
             code_dir=(self.base_dir / code_uri).resolve(),
