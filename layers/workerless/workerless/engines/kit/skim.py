@@ -55,8 +55,12 @@ _NESTED = re.compile(rb'["\[\]{}]')
 #: over a 13 MiB value is hundreds of MB; these never give back what they matched.
 #: The rest of a string up to its closing quote (or a backslash ending the chunk), escapes included.
 _STRING_REST = re.compile(rb'[^"\\]*+(?:\\.[^"\\]*+)*+', re.DOTALL)
-#: Inside a cut value: everything up to the next bracket, complete strings included.
-_SKIP = re.compile(rb'(?:[^"\[\]{}]++|"[^"\\]*+(?:\\.[^"\\]*+)*+")*+', re.DOTALL)
+_STRING = rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
+_FLAT = rb'(?:[^"\[\]{}]++|' + _STRING + rb")*+"
+#: Inside a cut value: everything up to the next bracket that opens a nested container, complete
+#: strings and whole containers holding no other (a list of small records) included: the Python
+#: loop then runs once per nested container, not once per record.
+_SKIP = re.compile(rb'(?:[^"\[\]{}]++|' + _STRING + rb"|\{" + _FLAT + rb"\}|\[" + _FLAT + rb"\])*+", re.DOTALL)
 
 
 @dataclass(frozen=True, slots=True)
