@@ -261,7 +261,7 @@ def test_an_owed_report_whose_outcome_is_in_s3_is_settled_by_the_heartbeat(
 def test_a_job_larger_than_workerless_carries_is_failed_naming_its_size_and_the_limit(
     tmp_path: Path, serve: Any, events: Events
 ) -> None:
-    """GIVEN a node-flow task of 100 MB (over WORKERLESS_MAX_PAYLOAD_BYTES, 13 MiB at the template's
+    """GIVEN a node-flow task of 100 MB (over WORKERLESS_MAX_PAYLOAD_BYTES, 10 MiB at the template's
     256 MB) THEN the poller fails it at the engine at once, terminally, with its size and the limit in
     the reason (it reads the answer as it streams and never holds the task's input); nothing is
     queued or written to the bucket, and no handler runs."""

@@ -166,7 +166,7 @@ def test_a_stagenext_stage_larger_than_workerless_carries_is_failed_under_its_le
     workerless_emulator: EmulatorFactory,
 ) -> None:
     """GIVEN a StageNext stage whose input (34 MB) is over what workerless carries, even through its
-    claim check (WORKERLESS_MAX_PAYLOAD_BYTES, 13 MiB at 256 MB; a 1.2 MB stage goes through the claim check)
+    claim check (WORKERLESS_MAX_PAYLOAD_BYTES, 10 MiB at 256 MB; a 1.2 MB stage goes through the claim check)
     WHEN the poller pulls it
     THEN it acquires the stage's lease and fails it for good with the size and the limit in the
     reason: the emulator's consumer, which fences results by the Running execution, applies that

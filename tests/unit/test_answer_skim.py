@@ -84,14 +84,14 @@ def test_a_cut_value_that_is_not_json_reads_as_malformed() -> None:
 
 
 def test_the_payload_limit_is_what_the_memory_holds() -> None:
-    """The one decision: 13 MiB at the template's 256 MB, following MemorySize; a limit set above
+    """The one decision: 10 MiB at the template's 256 MB, following MemorySize; a limit set above
     what the function's memory holds is refused, naming both."""
-    assert Settings.from_env({}).max_payload_bytes == payload_limit(256) == 13 * MIB
+    assert Settings.from_env({}).max_payload_bytes == payload_limit(256) == 10 * MIB
     assert Settings.from_env({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1024"}).max_payload_bytes == payload_limit(1024)
     assert memory_needed(payload_limit(256)) <= 256
-    with pytest.raises(ConfigurationError, match="needs a MemorySize of at least 480 MB"):
+    with pytest.raises(ConfigurationError, match="needs a MemorySize of at least 608 MB"):
         Settings.from_env({"WORKERLESS_MAX_PAYLOAD_BYTES": str(32 * MIB)})
     raised = Settings.from_env(
-        {"WORKERLESS_MAX_PAYLOAD_BYTES": str(32 * MIB), "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "512"}
+        {"WORKERLESS_MAX_PAYLOAD_BYTES": str(32 * MIB), "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "640"}
     )
     assert raised.max_payload_bytes == 32 * MIB

@@ -228,18 +228,19 @@ def test_a_job_over_the_limit_is_failed_naming_the_limit_without_being_held(engi
 
 
 def test_jobs_past_one_answers_budget_are_handed_back_for_the_next_poll() -> None:
-    """GIVEN an answer of eight jobs at the limit (more than one answer's budget) THEN the poller
+    """GIVEN an answer of more jobs at the limit than one answer's budget holds THEN the poller
     queues what fits, hands the rest back with their retries unchanged (no backoff), and stays
     within its memory."""
     size = limit()
-    jobs = [{"blob": "x" * (size - 16)} for _ in range(8)]
+    count = Settings.from_env({}).answer_budget_bytes // size + 2
+    jobs = [{"blob": "x" * (size - 16)} for _ in range(count)]
     peak, queues, calls, settings = poll_once("sheptra", jobs)
 
     queued = [json.loads(b)["ref"]["job_id"] for b in queues.sent]
     assert peak + BASELINE_MB <= poller_memory()
-    assert 1 <= len(queued) < 8 and len(queued) * size <= settings.answer_budget_bytes
+    assert 1 <= len(queued) < count and len(queued) * size <= settings.answer_budget_bytes
     handed_back = sorted(p.split("/")[-2] for p in calls if p.endswith("/fail"))
-    assert handed_back == sorted(f"j{i}" for i in range(8) if f"j{i}" not in queued)
+    assert handed_back == sorted(f"j{i}" for i in range(count) if f"j{i}" not in queued)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -48,11 +48,13 @@ OUTCOME_INLINE_BYTES = DYNAMODB_ITEM_BYTES - DYNAMODB_MARGIN_BYTES
 #: CPython 3.12: every adapter and five boto3 clients imported and built) and a margin.
 RUNTIME_MB = 96
 #: Memory per payload byte while a function holds a payload at its worst: the handler reads the object
-#: (1x), decodes it to text (1x) and to Python objects (CPython 3.12, measured: one string 2x, a list of
-#: small integers 5.3x, small records 6.8x, a flat object of small fields 8.1x, short strings 11.3x;
-#: an array of empty objects, 25x, is not covered). The poller never decodes a large job's variables
-#: (:mod:`workerless.engines.kit.skim`), so this is the handler's figure.
-HOLD_FACTOR = 12
+#: (1x), decodes it to text (1x) and to Python objects. Measured under CPython 3.12, tracemalloc: one
+#: string 2x, a list of small integers 5.3x, small records 6.8x, a flat object of small fields 8.1x,
+#: short strings 11.3x (an array of empty objects, 25x, is not covered); and the process's RSS growth
+#: while a handler reads, decodes and runs a job (the allocator's own overhead on top): small records
+#: 7x, short strings 12x, a flat object of small fields 15x. The poller never decodes a large job's
+#: variables (:mod:`workerless.engines.kit.skim`), so this is the handler's figure.
+HOLD_FACTOR = 16
 #: The template's MemorySize for every function (Globals, PollerMemorySize, a route's default), and
 #: what is assumed where Lambda does not say (local mode, tests).
 DEFAULT_MEMORY_MB = 256
@@ -65,7 +67,7 @@ def payload_limit(memory_mb: int) -> int:
 
     Example:
         >>> payload_limit(256) // MIB, payload_limit(128) // MIB, payload_limit(1024) // MIB
-        (13, 2, 77)
+        (10, 2, 58)
     """
     return max(MIB, (memory_mb - RUNTIME_MB) * MIB // HOLD_FACTOR // MIB * MIB)
 

@@ -126,7 +126,7 @@ class Settings(BaseModel):
     function_memory_mb: int | None = Field(default=None, alias="AWS_LAMBDA_FUNCTION_MEMORY_SIZE", ge=128, le=10240)
     #: The largest job input or handler result workerless carries (through the claim check): a
     #: function holds it in memory, several times over while it is parsed. Default: what the
-    #: function's memory holds (claimcheck.payload_limit: 13 MiB at 256 MB); set higher than that,
+    #: function's memory holds (claimcheck.payload_limit: 10 MiB at 256 MB); set higher than that,
     #: the function refuses to start (raise its MemorySize with it: one decision).
     max_payload_bytes: int = Field(default=0, alias="WORKERLESS_MAX_PAYLOAD_BYTES", ge=1024 * 1024, le=1024**3)
     #: Backoff given to the engine when a handler raises an ordinary exception.

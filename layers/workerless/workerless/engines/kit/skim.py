@@ -52,7 +52,7 @@ MARKER = "\u0000workerless-skimmed"
 _OUTSIDE = re.compile(rb'["\[\]{},:]')
 _NESTED = re.compile(rb'["\[\]{}]')
 #: Possessive (Python 3.11+): a greedy repeat that may backtrack keeps a frame per repetition, which
-#: over a 13 MiB value is hundreds of MB; these never give back what they matched.
+#: over a 10 MiB value is hundreds of MB; these never give back what they matched.
 #: The rest of a string up to its closing quote (or a backslash ending the chunk), escapes included.
 _STRING_REST = re.compile(rb'[^"\\]*+(?:\\.[^"\\]*+)*+', re.DOTALL)
 _STRING = rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
