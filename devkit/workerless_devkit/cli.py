@@ -521,7 +521,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 "log_format": _log_format(args),
             }
             topology = (
-                LocalTopology(template, env_file, **options)
+                LocalTopology(template, env_file, route_settings=_demo_route_settings(template), **options)
                 if args.bundle is None
                 else LocalTopology.from_bundle(args.bundle, env_file, **options)
             )
@@ -559,12 +559,21 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 #: The demo's timings, as template parameters, in (timeout, visibility) pairs: a failed delivery
 #: comes back in 10 s, not minutes, and each function's timeout stays within its queue's visibility
-#: as Lambda requires (a pair is set only where the template declares both).
+#: as Lambda requires (a pair is set only where the template declares both). A route with its own
+#: Timeout and VisibilityTimeout (its Mappings.Routes line) gets the same 10 s:
+#: :func:`_demo_route_settings`.
 DEMO_TIMINGS: tuple[tuple[tuple[str, str], tuple[str, str]], ...] = (
     (("HandlerTimeout", "10"), ("JobQueueVisibilityTimeout", "10")),
-    (("GenerateReportTimeout", "10"), ("GenerateReportVisibilityTimeout", "10")),
     (("HeartbeatTimeout", "10"), ("HeartbeatVisibilityTimeout", "10")),
 )
+DEMO_ROUTE_SECONDS = 10
+
+
+def _demo_route_settings(template: Path) -> dict[str, dict[str, int]]:
+    """The demo's timings for the routes that set their own (a template without Mappings.Routes: none)."""
+    from workerless_devkit.local.template import route_timing_settings
+
+    return route_timing_settings(template, timeout=DEMO_ROUTE_SECONDS, visibility=DEMO_ROUTE_SECONDS)
 
 
 def _demo_parameters(template: Path, args: argparse.Namespace, *, log_level: str = "WARNING") -> dict[str, str]:
