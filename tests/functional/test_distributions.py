@@ -49,19 +49,28 @@ def _run(args: list[str | Path], *, cwd: Path, env: dict[str, str]) -> subproces
     return result
 
 
-@pytest.fixture(scope="module")
-def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def build_distributions(source: Path) -> Path:
+    """Both distributions built (wheel and sdist each) from a copy of the checkout in ``source``; their
+    directory. The copy has the checkout's layout: the devkit reads the version from
+    ../layers/workerless and copies the framework an application renders (template.yaml, the
+    library's functions, the layer's build) into its package."""
     if not (WHEELHOUSE / ".complete").is_file():
         pytest.fail(f"no wheelhouse at {WHEELHOUSE}: `make wheelhouse` collects it (`make test` does first)")
-    source = tmp_path_factory.mktemp("source")
-    # The checkout's layout (the devkit reads the version from ../layers/workerless), without build output.
     shutil.copytree(ROOT / "layers" / "workerless", source / "layers" / "workerless", ignore=_IGNORE)
     shutil.copytree(ROOT / "devkit", source / "devkit", ignore=_IGNORE)
+    shutil.copyfile(ROOT / "template.yaml", source / "template.yaml")
+    for function in ("poller", "heartbeat", "deadletter"):
+        shutil.copytree(ROOT / "functions" / function, source / "functions" / function, ignore=_IGNORE)
     out = source / "dist"
     env = _offline_pip_env()
     for project in (source / "layers" / "workerless", source / "devkit"):
         _run([sys.executable, "-m", "build", "--outdir", out, project], cwd=source, env=env)
     return out
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_distributions(tmp_path_factory.mktemp("source"))
 
 
 def test_both_distributions_build_as_wheel_and_sdist_at_the_one_version(dist: Path) -> None:
