@@ -81,6 +81,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 $(STAMP): requirements.txt requirements-dev.txt
 \t$(PYTHON) -m venv $(VENV)
+\t$(VENV)/bin/pip install -q --upgrade pip
 \t$(VENV)/bin/pip install -q -r requirements-dev.txt
 \ttouch $@
 $(SAM_VENV)/.installed:
