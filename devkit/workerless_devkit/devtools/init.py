@@ -66,7 +66,8 @@ filterwarnings = ["error"]
 """
 
 MAKEFILE = """\
-# A fresh machine needs python3 (and, for `make build`, a CPython 3.12 for the layer's bytecode).
+# A fresh machine needs python3 (and, for `make build` and `make rehearse`, a python3.12 on PATH: the
+# layer's bytecode, and SAM's builder packing a handler's own requirements.txt).
 # Before workerless is on your package index: PIP_FIND_LINKS=/path/to/its/wheels make ...
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -74,6 +75,8 @@ VENV ?= .venv
 STAMP := $(VENV)/.installed
 SAM_VENV ?= .venv-sam
 SAM := $(SAM_VENV)/bin/sam
+SAM_CLI_VERSION := 1.170.0
+SAM_STAMP := $(SAM_VENV)/.installed-$(SAM_CLI_VERSION)
 ENGINE ?= {engine}
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
@@ -84,12 +87,12 @@ $(STAMP): requirements.txt requirements-dev.txt
 \t$(VENV)/bin/pip install -q --upgrade pip
 \t$(VENV)/bin/pip install -q -r requirements-dev.txt
 \ttouch $@
-$(SAM_VENV)/.installed:
+$(SAM_STAMP):
 \t$(PYTHON) -m venv $(SAM_VENV)
-\t$(SAM_VENV)/bin/pip install -q 'aws-sam-cli==1.170.0'
+\t$(SAM_VENV)/bin/pip install -q 'aws-sam-cli==$(SAM_CLI_VERSION)'
 \ttouch $@
 venv: $(STAMP)
-sam-venv: $(SAM_VENV)/.installed
+sam-venv: $(SAM_STAMP)
 
 # template.yaml and .workerless/ (git-ignored): the installed framework's, with routes.yaml's routes.
 template: venv
@@ -131,7 +134,8 @@ Workflow-engine jobs run by AWS Lambda functions, with workerless {version}.
 
 ```
 routes.yaml             one line per job type (its engine type and settings)
-functions/ROUTE/app.py  a job type's handler (a requirements.txt beside it: its own dependencies)
+functions/ROUTE/app.py  a job type's handler; its own dependencies in a requirements.txt beside it
+                        (add `-r functions/ROUTE/requirements.txt` to requirements-dev.txt for tests)
 tests/unit/             your handlers' tests
 samconfig.toml          deployment settings (stack name, engine)
 requirements.txt        workerless=={version} (the layer ships it); requirements-dev.txt: the devkit
@@ -140,7 +144,7 @@ requirements.txt        workerless=={version} (the layer ships it); requirements
 ```bash
 make demo      # the pipeline on this machine against an engine emulator
 make test      # your handlers' tests
-make build     # sam build (renders template.yaml first; needs a CPython 3.12)
+make build     # sam build (renders template.yaml first; needs python3.12 on PATH)
 make rehearse  # the deploy rehearsal: build, package, a stack on a loopback AWS, jobs through it
 ```
 
