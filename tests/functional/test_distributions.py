@@ -49,14 +49,21 @@ def _run(args: list[str | Path], *, cwd: Path, env: dict[str, str]) -> subproces
     return result
 
 
-def build_distributions(source: Path) -> Path:
+def build_distributions(source: Path, *, version: str | None = None) -> Path:
     """Both distributions built (wheel and sdist each) from a copy of the checkout in ``source``; their
     directory. The copy has the checkout's layout: the devkit reads the version from
     ../layers/workerless and copies the framework an application renders (template.yaml, the
-    library's functions, the layer's build) into its package."""
+    library's functions, the layer's build) into its package. ``version``: a release of the copy at
+    that version (its one version line changed, as a release changes it)."""
     if not (WHEELHOUSE / ".complete").is_file():
         pytest.fail(f"no wheelhouse at {WHEELHOUSE}: `make wheelhouse` collects it (`make test` does first)")
     shutil.copytree(ROOT / "layers" / "workerless", source / "layers" / "workerless", ignore=_IGNORE)
+    if version is not None:
+        version_file = source / "layers" / "workerless" / "workerless" / "_version.py"
+        text = version_file.read_text(encoding="utf-8")
+        released = text.replace(f'__version__ = "{workerless.__version__}"', f'__version__ = "{version}"')
+        assert released != text, "the version line is not where a release changes it"
+        version_file.write_text(released, encoding="utf-8")
     shutil.copytree(ROOT / "devkit", source / "devkit", ignore=_IGNORE)
     shutil.copyfile(ROOT / "template.yaml", source / "template.yaml")
     for function in ("poller", "heartbeat", "deadletter"):

@@ -1,7 +1,8 @@
 """The generated application passes the rehearsal (issue 27, 4): from a fresh `workerless init`, its
 `make demo`, `make test` and `make rehearse` (build, package, transform, the stack created on a
 loopback AWS, a local run through it) with three job types, one of them a handler with its own
-dependency (a requirements.txt beside it), and `make demo` and `make test` with one job type.
+dependency (a requirements.txt beside it), and `make demo` and `make test` with one job type, then
+again after an upgrade to a second locally built release (a version bump).
 
 What the application installs is what a user would: the two distributions as wheels, built here
 from this checkout (tests/functional/test_distributions.py), found through PIP_FIND_LINKS as if on
@@ -179,10 +180,54 @@ def test_three_job_types_one_with_its_own_dependency_pass_demo_test_and_the_rehe
     assert "python/workerless/poller.py" in layer
 
 
-@pytest.mark.timeout(2 * MAKE_TIMEOUT)
-def test_one_job_type_passes_demo_and_test(find_links: str, tmp_path: Path) -> None:
+def _bumped(version: str) -> str:
+    major, minor, patch = (int(part) for part in version.split("."))
+    return f"{major}.{minor}.{patch + 1}"
+
+
+def _tracked(app: Path) -> dict[str, bytes]:
+    """The application's files git would track (the generated ones are ignored)."""
+    subprocess.run(["git", "init", "-q", str(app)], check=True, timeout=60)
+    names = subprocess.run(
+        ["git", "-C", str(app), "ls-files", "--others", "--exclude-standard"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.split()
+    return {name: (app / name).read_bytes() for name in names}
+
+
+@pytest.mark.timeout(3 * MAKE_TIMEOUT)
+def test_one_job_type_passes_demo_and_test_and_upgrades_by_a_version_bump(
+    find_links: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """One job type's demo and tests; then a newer release (a second pair of wheels, built here at the
+    next version) taken by the version in the two requirements files and `make build`'s render
+    (`make demo` here): the app runs on it, and no other file the user owns has changed."""
     app = tmp_path / "single"
     assert cli.main(["init", str(app), "--engine", "nodeflow"]) == 0
-    out = _make(app, _env(tmp_path, find_links), "demo", "test")
+    env = _env(tmp_path, find_links)
+    out = _make(app, env, "demo", "test")
     assert "nodeflow emulator" in out and "demo: all 9 jobs completed" in out, out[-3000:]
     assert "1 passed" in out
+    before = _tracked(app)
+
+    old, new = workerless.__version__, _bumped(workerless.__version__)
+    newer = build_distributions(tmp_path_factory.mktemp("release"), version=new)
+    env["PIP_FIND_LINKS"] = f"{newer} {env['PIP_FIND_LINKS']}"
+    for name in ("requirements.txt", "requirements-dev.txt"):
+        path = app / name
+        path.write_text(path.read_text(encoding="utf-8").replace(f"=={old}", f"=={new}"), encoding="utf-8")
+    out = _make(app, env, "demo", "test")
+    assert "demo: all 9 jobs completed" in out and "1 passed" in out, out[-3000:]
+    version = subprocess.run(
+        [app / ".venv/bin/workerless", "--version"], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert version.stdout.strip() == f"workerless {new}"
+    assert f"workerless-devkit {new}" in (app / "template.yaml").read_text(encoding="utf-8").splitlines()[0]
+    assert f"workerless=={new}" in (app / ".workerless/layer/requirements.txt").read_text(encoding="utf-8")
+    after = _tracked(app)
+    changed = sorted(name for name in before if after.get(name) != before[name])
+    assert changed == ["requirements-dev.txt", "requirements.txt"], changed
+    assert sorted(after) == sorted(before)
