@@ -1,8 +1,8 @@
 """The generated application passes the rehearsal (issue 27, 4): from a fresh `workerless init`, its
 `make demo`, `make test` and `make rehearse` (build, package, transform, the stack created on a
 loopback AWS, a local run through it) with three job types, one of them a handler with its own
-dependency (a requirements.txt beside it), and `make demo` and `make test` with one job type, then
-again after an upgrade to a second locally built release (a version bump).
+dependency (a requirements.txt beside it); with one job type, `make demo` and `make test`, then
+`make test` and `make rehearse` after an upgrade to a second locally built release (a version bump).
 
 What the application installs is what a user would: the two distributions as wheels, built here
 from this checkout (tests/functional/test_distributions.py), found through PIP_FIND_LINKS as if on
@@ -109,6 +109,27 @@ def _zip_names(bundle: Path, logical_id: str) -> set[str]:
         return set(artifact.namelist())
 
 
+def _rehearse(app: Path, env: dict[str, str]) -> str:
+    """`make rehearse` in ``app``, sharing this checkout's SAM CLI. SAM's builder packs a handler's
+    requirements.txt with a python3.12 from PATH (and the layer's bytecode needs one): the one
+    layers/workerless/Makefile finds."""
+    python312 = subprocess.run(
+        ["make", "-s", "--no-print-directory", "print-python312"],
+        cwd=ROOT / "layers" / "workerless",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if python312.returncode != 0:
+        pytest.skip(f"the rehearsal's sam build needs a CPython 3.12: {python312.stderr.strip()}")
+    env = {**env, "PATH": f"{Path(python312.stdout.strip()).parent}{os.pathsep}{env['PATH']}"}
+    out = _make(app, env, "rehearse", f"SAM_VENV={ROOT / '.venv-sam'}")
+    assert "rehearsal passed" in out and "demo: all 3 jobs completed" in out, out[-4000:]
+    return out
+
+
 @pytest.mark.timeout(4 * MAKE_TIMEOUT)
 def test_three_job_types_one_with_its_own_dependency_pass_demo_test_and_the_rehearsal(
     find_links: str, tmp_path: Path
@@ -154,22 +175,7 @@ def test_three_job_types_one_with_its_own_dependency_pass_demo_test_and_the_rehe
     ).stdout
     assert installed.count(f"Version: {workerless.__version__}") == 2 and "Editable project location" not in installed
 
-    # SAM's builder packs a handler's requirements.txt with a python3.12 from PATH (and the layer's
-    # bytecode needs one): the one layers/workerless/Makefile finds.
-    python312 = subprocess.run(
-        ["make", "-s", "--no-print-directory", "print-python312"],
-        cwd=ROOT / "layers" / "workerless",
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    if python312.returncode != 0:
-        pytest.skip(f"the rehearsal's sam build needs a CPython 3.12: {python312.stderr.strip()}")
-    env["PATH"] = f"{Path(python312.stdout.strip()).parent}{os.pathsep}{env['PATH']}"
-    rehearsal = _make(app, env, "rehearse", f"SAM_VENV={ROOT / '.venv-sam'}")
-    assert "rehearsal passed" in rehearsal and "demo: all 3 jobs completed" in rehearsal, rehearsal[-4000:]
+    _rehearse(app, env)
     bundle = app / ".cache" / "rehearsal" / "bundle"
     # The handler's dependency is in its function's artifact; the others' hold their app.py only.
     assert {"app.py", f"{DEPENDENCY}/__init__.py"} <= _zip_names(bundle, "sendmailFunction")
@@ -203,8 +209,9 @@ def test_one_job_type_passes_demo_and_test_and_upgrades_by_a_version_bump(
     find_links: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """One job type's demo and tests; then a newer release (a second pair of wheels, built here at the
-    next version) taken by the version in the two requirements files and `make build`'s render
-    (`make demo` here): the app runs on it, and no other file the user owns has changed."""
+    next version) taken by the version in the two requirements files and the render every make
+    target runs first: its tests and the rehearsal pass on it (the layer is the new wheel's), and no
+    other file the user owns has changed."""
     app = tmp_path / "single"
     assert cli.main(["init", str(app), "--engine", "nodeflow"]) == 0
     env = _env(tmp_path, find_links)
@@ -219,8 +226,12 @@ def test_one_job_type_passes_demo_and_test_and_upgrades_by_a_version_bump(
     for name in ("requirements.txt", "requirements-dev.txt"):
         path = app / name
         path.write_text(path.read_text(encoding="utf-8").replace(f"=={old}", f"=={new}"), encoding="utf-8")
-    out = _make(app, env, "demo", "test")
-    assert "demo: all 9 jobs completed" in out and "1 passed" in out, out[-3000:]
+    # The upgraded app's tests, and the rehearsal (its render, sam build of the new layer, the stack,
+    # jobs run through it): one job type's rehearsal and the upgrade's in one run.
+    assert "1 passed" in _make(app, env, "test")
+    _rehearse(app, env)
+    layer = _zip_names(app / ".cache" / "rehearsal" / "bundle", "WorkerlessLayer")
+    assert f"python/workerless-{new}.dist-info/METADATA" in layer
     version = subprocess.run(
         [app / ".venv/bin/workerless", "--version"], capture_output=True, text=True, timeout=60, check=True
     )
