@@ -109,7 +109,7 @@ build: template sam-venv
 
 # build, package, transform and create the stack on a loopback AWS, then run jobs through it.
 rehearse: template sam-venv
-\tWORKERLESS_SAM=$(abspath $(SAM)) $(VENV)/bin/python -m workerless_devkit.rehearsal --root .
+\tWORKERLESS_SAM=$(abspath $(SAM)) $(VENV)/bin/python -m workerless_devkit.rehearsal --root . $(REHEARSE_ARGS)
 \t$(VENV)/bin/workerless demo --engine $(ENGINE) --bundle .cache/rehearsal/bundle --jobs 3
 """
 
