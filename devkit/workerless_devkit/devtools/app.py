@@ -73,8 +73,9 @@ def framework() -> Framework:
 
     package = Path(workerless_devkit.__file__).resolve().parent
     checkout = package.parents[1]
-    for root, layer in ((checkout, checkout / "layers" / "workerless"), (package / "framework", None)):
-        layer = layer or root / "layer"
+    shipped = package / "framework"
+    # The checkout's layout (layers/workerless), then the wheel's (devkit/setup.py FRAMEWORK_FILES).
+    for root, layer in ((checkout, checkout / "layers" / "workerless"), (shipped, shipped / "layer")):
         found = Framework(root / "template.yaml", root / "functions", layer / "Makefile", layer / "requirements.txt")
         if found.template.is_file() and found.layer_makefile.is_file() and (found.functions / "poller").is_dir():
             return found
