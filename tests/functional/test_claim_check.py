@@ -24,7 +24,7 @@ from workerless_devkit.local import LocalTopology
 from workerless_devkit.pytest_plugin import EmulatorFactory
 
 from tests.functional.handlers_large.app import blob, fingerprint
-from tests.functional.pipeline import Events, job_timings, template_variant, wait_counted, wait_final
+from tests.functional.pipeline import Events, job_timings, route_timings, template_variant, wait_counted, wait_final
 
 pytestmark = pytest.mark.slow
 
@@ -59,7 +59,13 @@ def large_topology(
             "Properties: {Enabled: false, Queue: !GetAtt HeartbeatQueue.Arn, "
         )
     template = template_variant(tmp_path, replacements, handlers={"send-receipt": HANDLERS})
-    return LocalTopology(template, env_file, parameters={**PARAMETERS, **(parameters or {})}, schedule_seconds=1)
+    return LocalTopology(
+        template,
+        env_file,
+        parameters={**PARAMETERS, **(parameters or {})},
+        route_settings=route_timings(20, template),
+        schedule_seconds=1,
+    )
 
 
 def s3_grants(topo: LocalTopology) -> set[tuple[str, str, str]]:

@@ -9,7 +9,8 @@ real template's topology and the real example handlers:
   runtime dies); the functions' wiring wraps the engine adapter it builds in :class:`ChaosEngine`;
 - job handlers: the user function is wrapped (crash before / after its side effect, a run past the
   Lambda timeout), and writes the ledger; the Lambda context counts down from ``handler_timeout``,
-  which a chaos run also sets as the template's handler Timeouts (``run.chaos_timings``), so local
+  which a chaos run also sets as the template's handler Timeouts (``run.chaos_timings``, and
+  ``run.chaos_route_settings`` for a route's own), so local
   mode abandons a run there as Lambda would;
 - heartbeat: dies, or runs late by more than a lease (its extensions then meet a lapsed lease);
 - SQS event source: a message is made visible again while its first delivery is still running;

@@ -35,7 +35,9 @@ policies as created in IAM, event source mappings, queue attributes), the code f
 artifacts (:mod:`workerless_devkit.local.stack`).
 
 It runs the template as written. A test that needs shorter timings passes them as template
-parameters (``parameters={"JobQueueVisibilityTimeout": "10", "HandlerTimeout": "10"}``); the only
+parameters (``parameters={"JobQueueVisibilityTimeout": "10", "HandlerTimeout": "10"}``), and a
+route that sets its own Timeout and VisibilityTimeout in its Mappings.Routes line gets them as
+``route_settings`` (``route_timing_settings(path, timeout=10, visibility=10)``); the only other
 timing departure is ``schedule_seconds``, which a schedule's rate cannot express below a minute.
 
 Example:
@@ -186,6 +188,9 @@ class LocalTopology:
             engine is its ``WORKERLESS_ENGINE`` or is inferred from its keys.
         parameters: template parameter overrides (``{"TickSeconds": "2"}``), checked as
             CloudFormation checks them; shorter timings for a test go here.
+        route_settings: {route: {setting: value}} replacing settings of the template's
+            Mappings.Routes lines (a long route's own Timeout and VisibilityTimeout, test-sized:
+            ``workerless_devkit.local.template.route_timing_settings``); not with a bundle.
         schedule_seconds: a departure from the template, for tests: fire every Schedule event this
             often instead of at its rate (EventBridge's finest is a minute). None: the template's
             rate; a cron schedule then does not fire locally. Schedules fire once at start, then at
@@ -234,6 +239,7 @@ class LocalTopology:
         env_file: str | Path | None = None,
         *,
         parameters: Mapping[str, str] | None = None,
+        route_settings: Mapping[str, Mapping[str, Any]] | None = None,
         schedule_seconds: float | None = None,
         wait_seconds: int = 1,
         max_batching_window_seconds: float | None = None,
@@ -273,9 +279,16 @@ class LocalTopology:
                     "engine_secret is not supported with a bundle: its roles name the bundle's EngineSecretArn",
                     key="engine_secret",
                 )
+            if route_settings:
+                raise ConfigurationError(
+                    "route_settings is not supported with a bundle: its stack was transformed with its own routes",
+                    key="route_settings",
+                )
         else:
             assert template_path is not None
-            self._template = load_template(template_path, parameters=parameters, stack_name=stack_name)
+            self._template = load_template(
+                template_path, parameters=parameters, route_settings=route_settings, stack_name=stack_name
+            )
             place = self._template.place
             # What AWS would refuse to deploy must not run locally either.
             rules.check_template(self._template)
