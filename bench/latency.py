@@ -132,7 +132,7 @@ def _template_tick(template: Path) -> int:
 SHARDED_ROUTES = """  Routes:
     chargepayment: {Type: charge-payment, PollerShard: payments}
     sendreceipt: {Type: send-receipt, PollerShard: receipts}
-    generatereport: {Type: generate-report, Timing: 1, PollerShard: reports}
+    generatereport: {Type: generate-report, Timeout: 900, VisibilityTimeout: 5400, BatchSize: 1, PollerShard: reports}
 """
 
 
@@ -141,7 +141,7 @@ def _sharded_template() -> Path:
     text = (ROOT / "template.yaml").read_text(encoding="utf-8")
     routes = (
         "  Routes:\n    chargepayment: {Type: charge-payment}\n    sendreceipt: {Type: send-receipt}\n"
-        "    generatereport: {Type: generate-report, Timing: 1}\n"
+        "    generatereport: {Type: generate-report, Timeout: 900, VisibilityTimeout: 5400, BatchSize: 1}\n"
     )
     if routes not in text:
         raise RuntimeError("template.yaml's Mappings.Routes is not the one the sharded bench run rewrites")

@@ -394,10 +394,10 @@ def write_results_md(r: dict[str, Any], path: Path) -> None:
         add("")
         add(
             "128 MB measures cheapest, by under a tenth of a dollar per million jobs. The template keeps 256 MB "
-            "(`PollerMemorySize`): a poll of 100 jobs a route holds their variables in memory, up to "
-            "WORKERLESS_MAX_PAYLOAD_BYTES (32 MiB) each before the claim check, and the poller's modules and clients "
-            "alone take about 66 MB (maxrss after importing them and building its four clients, CPython 3.11 here). "
-            "A deployment whose jobs are small can set 128."
+            "(`PollerMemorySize`): the payload limit follows the memory (WORKERLESS_MAX_PAYLOAD_BYTES: 10 MiB at "
+            "256 MB, 2 MiB at 128; docs/assumptions.md), and the poller's modules and clients alone take about "
+            "66 MB (maxrss after importing them and building its four clients, CPython 3.11 here). A deployment "
+            "whose jobs are all under 2 MiB can set 128."
         )
     if cost.get("log_bytes_per_job") is not None:
         add("")

@@ -10,6 +10,7 @@ with (and the pin with it). The devkit and the runtime release together: the dev
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 from setuptools import setup
@@ -42,5 +43,28 @@ def version() -> str:
     return match.group(1)
 
 
+#: The framework an application of its own renders (workerless_devkit.devtools.app): copied from the
+#: checkout into the package at build time, so the wheel and the sdist carry the version they were
+#: built with (an sdist's build finds the copy it holds).
+FRAMEWORK_FILES = {
+    "template.yaml": "template.yaml",
+    **{f"functions/{f}/app.py": f"functions/{f}/app.py" for f in ("poller", "heartbeat", "deadletter")},
+    "layers/workerless/Makefile": "layer/Makefile",
+    "layers/workerless/requirements.txt": "layer/requirements.txt",
+}
+FRAMEWORK_DIR = HERE / "workerless_devkit" / "framework"
+
+
+def copy_framework() -> None:
+    checkout = HERE.parent
+    if all((checkout / source).is_file() for source in FRAMEWORK_FILES):
+        for source, target in FRAMEWORK_FILES.items():
+            (FRAMEWORK_DIR / target).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(checkout / source, FRAMEWORK_DIR / target)
+    elif not all((FRAMEWORK_DIR / target).is_file() for target in FRAMEWORK_FILES.values()):
+        raise SystemExit(f"workerless-devkit: no framework files (no checkout at {checkout}, nor {FRAMEWORK_DIR})")
+
+
 VERSION = version()
+copy_framework()
 setup(version=VERSION, install_requires=[f"workerless=={VERSION}", *DEPENDENCIES])

@@ -6,7 +6,8 @@
     workerless emulate  ENGINE [--port N] [--auth on|off] [--jobs FILE]
     workerless demo     [--engine sheptra] [--jobs N] [--template template.yaml]
     workerless new-handler TYPE [--template template.yaml]
-    workerless init     DIR [--job-type example-job]
+    workerless init     DIR [--job-type example-job] [--engine sheptra]
+    workerless build    [--dir .]   (an application's template.yaml, from its routes.yaml)
     workerless invoke   TYPE [--variables JSON|@FILE] [--retries N]
     workerless status   (--stack-name NAME | --route TYPE=URL ... [--dead-letter-queue-url URL] [--table NAME])
     workerless secrets import --env-file .env [--secret-name NAME]
@@ -521,7 +522,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 "log_format": _log_format(args),
             }
             topology = (
-                LocalTopology(template, env_file, **options)
+                LocalTopology(template, env_file, route_settings=_demo_route_settings(template), **options)
                 if args.bundle is None
                 else LocalTopology.from_bundle(args.bundle, env_file, **options)
             )
@@ -559,12 +560,21 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 #: The demo's timings, as template parameters, in (timeout, visibility) pairs: a failed delivery
 #: comes back in 10 s, not minutes, and each function's timeout stays within its queue's visibility
-#: as Lambda requires (a pair is set only where the template declares both).
+#: as Lambda requires (a pair is set only where the template declares both). A route with its own
+#: Timeout and VisibilityTimeout (its Mappings.Routes line) gets the same 10 s:
+#: :func:`_demo_route_settings`.
 DEMO_TIMINGS: tuple[tuple[tuple[str, str], tuple[str, str]], ...] = (
     (("HandlerTimeout", "10"), ("JobQueueVisibilityTimeout", "10")),
-    (("GenerateReportTimeout", "10"), ("GenerateReportVisibilityTimeout", "10")),
     (("HeartbeatTimeout", "10"), ("HeartbeatVisibilityTimeout", "10")),
 )
+DEMO_ROUTE_SECONDS = 10
+
+
+def _demo_route_settings(template: Path) -> dict[str, dict[str, int]]:
+    """The demo's timings for the routes that set their own (a template without Mappings.Routes: none)."""
+    from workerless_devkit.local.template import route_timing_settings
+
+    return route_timing_settings(template, timeout=DEMO_ROUTE_SECONDS, visibility=DEMO_ROUTE_SECONDS)
 
 
 def _demo_parameters(template: Path, args: argparse.Namespace, *, log_level: str = "WARNING") -> dict[str, str]:
@@ -640,14 +650,29 @@ def _add_daily_loop_commands(commands: Any) -> None:
 
     init = commands.add_parser(
         "init",
-        help="create a new SAM application that uses workerless, in a directory of its own",
-        description="Write DIR/template.yaml (one job type), samconfig.toml, functions/ (the example handler and "
-        "the library's functions), layers/workerless, events/, tests/, pyproject.toml, a Makefile (demo, test, "
-        "build) and a README. DIR must be absent or empty.",
+        help="create a new application that uses workerless, in a directory of its own",
+        description="Write only what the application's team owns: DIR/routes.yaml (one line per job type), the "
+        "example handler, its test and event, samconfig.toml, requirements.txt (workerless==this version), "
+        "requirements-dev.txt (the devkit), pyproject.toml, a Makefile (demo, test, build, rehearse), a README and "
+        "a .gitignore. The framework's template comes from the installed version (`workerless build`). DIR must "
+        "be absent or empty.",
     )
     init.add_argument("directory", metavar="DIR", help="the new application's directory (its name names the stack)")
     init.add_argument("--job-type", default="example-job", help="the example job type (default: example-job)")
+    init.add_argument(
+        "--engine", choices=ENGINES, default="sheptra", help="the engine it deploys for and demos (default: sheptra)"
+    )
     init.set_defaults(run=cmd_init)
+
+    build = commands.add_parser(
+        "build",
+        help="render an application's template.yaml from its routes.yaml and the installed framework",
+        description="In an application made by `workerless init`: write template.yaml (the installed workerless "
+        "version's framework template with routes.yaml's routes) and .workerless/ (the library's entry points and "
+        "the layer's build, from the pinned workerless wheel). Both are generated and git-ignored.",
+    )
+    build.add_argument("--dir", default=".", help="the application's directory (default: the current one)")
+    build.set_defaults(run=cmd_build)
 
     invoke = commands.add_parser(
         "invoke",
@@ -797,8 +822,17 @@ def _template_routes(path: str) -> list[tuple[str, str]] | None:
 
 
 def cmd_new_handler(args: argparse.Namespace) -> int:
+    from workerless_devkit.devtools.app import ROUTES_FILE, add_route
     from workerless_devkit.devtools.scaffold import scaffold_handler, stem
 
+    routes = Path(args.template).absolute().parent / ROUTES_FILE
+    if routes.is_file():  # an application of its own: its routes file, then the template re-rendered
+        files = add_route(routes.parent, args.job_type)
+        print(f"job type {args.job_type}:")
+        for path in files:
+            print(f"  created {path}")
+        print(f"  {routes}: added route {stem(args.job_type)}; template.yaml rendered again")
+        return EXIT_OK
     done = scaffold_handler(args.job_type, template=args.template)
     print(f"job type {done.job_type}:")
     for path in done.files:
@@ -817,13 +851,20 @@ def cmd_new_handler(args: argparse.Namespace) -> int:
 def cmd_init(args: argparse.Namespace) -> int:
     from workerless_devkit.devtools.init import init_application
 
-    app = init_application(args.directory, job_type=args.job_type)
+    app = init_application(args.directory, job_type=args.job_type, engine=args.engine)
     print(f"created {app.directory} (job type {app.job_type}):")
     for path in app.files:
         print(f"  {path.relative_to(app.directory)}")
-    print("  functions/poller, functions/heartbeat, functions/deadletter, layers/workerless")
     print()
     print(f"next: cd {args.directory} && make demo && make test")
+    return EXIT_OK
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from workerless_devkit.devtools.app import render_application
+
+    rendered = render_application(args.dir)
+    print(f"rendered {rendered.template} ({len(rendered.routes)} route(s): {', '.join(rendered.routes)})")
     return EXIT_OK
 
 

@@ -107,8 +107,10 @@ def workerless_local() -> Iterator[Callable[..., Any]]:
     """Factory: ``workerless_local(emulator.env_file, parameters={"LeaseSeconds": "5"})`` starts the
     template's functions in this process; they are stopped (and the environment restored) after
     the test. Options are :class:`~workerless_devkit.local.LocalTopology`'s: shorter timings are template
-    parameters (``parameters={"HandlerTimeout": "10", "JobQueueVisibilityTimeout": "10"}``), and
-    ``schedule_seconds`` fires the template's schedules more often than their rate."""
+    parameters (``parameters={"HandlerTimeout": "10", "JobQueueVisibilityTimeout": "10"}``) and, for
+    a route with its own Timeout and VisibilityTimeout, ``route_settings``
+    (``workerless_devkit.local.template.route_timing_settings``); ``schedule_seconds`` fires the
+    template's schedules more often than their rate."""
     started: list[Any] = []
 
     def start(env_file: str | Path | None, template: str | Path = "template.yaml", **options: Any) -> Any:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from workerless_devkit.local import LocalTopology
+from workerless_devkit.local.template import route_timing_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"
@@ -19,17 +20,19 @@ Events = list[tuple[str, str, dict[str, Any]]]
 
 def job_timings(seconds: int) -> dict[str, str]:
     """Template parameters that make a failed job delivery come back after ``seconds`` instead of the
-    template's 720 s (5400 s for generate-report): each job queue's visibility timeout, and each
-    handler's Timeout equal to it, the most Lambda allows (a function's timeout may not exceed its
-    queue's visibility). Keep ``seconds`` well above the longest handler run of the test: local mode
+    template's 720 s: the job queues' visibility timeout, and the handlers' Timeout equal to it, the
+    most Lambda allows (a function's timeout may not exceed its queue's visibility). A route with its
+    own timings (generatereport: 900 s / 5400 s in its Mappings.Routes line) takes them from
+    :func:`route_timings`. Keep ``seconds`` well above the longest handler run of the test: local mode
     abandons an invocation at its Timeout, as Lambda does."""
     value = str(seconds)
-    return {
-        "HandlerTimeout": value,
-        "JobQueueVisibilityTimeout": value,
-        "GenerateReportTimeout": value,
-        "GenerateReportVisibilityTimeout": value,
-    }
+    return {"HandlerTimeout": value, "JobQueueVisibilityTimeout": value}
+
+
+def route_timings(seconds: int, template: Path = TEMPLATE) -> dict[str, dict[str, int]]:
+    """:func:`job_timings` for the routes that set their own Timeout and VisibilityTimeout (LocalTopology's
+    ``route_settings``)."""
+    return route_timing_settings(template, timeout=seconds, visibility=seconds)
 
 
 def topology(
@@ -41,13 +44,19 @@ def topology(
 ) -> LocalTopology:
     """The template with test-sized timings, all template parameters but the schedule's: a 5 s lease
     makes "several lease lengths" a matter of seconds, a 1 s tick keeps pickup fast, and the job
-    queues' visibility (with the handlers' timeouts) is :func:`job_timings`. The 1-minute watchdog
-    fires every second (``schedule_seconds``, the one departure from the template: EventBridge
+    queues' visibility (with the handlers' timeouts) is :func:`job_timings` and :func:`route_timings`.
+    The 1-minute watchdog fires every second (``schedule_seconds``, the one departure from the template: EventBridge
     cannot express it)."""
     parameters = {"LeaseSeconds": "5", "TickSeconds": "1", **job_timings(job_visibility_seconds)}
     if max_in_flight is not None:
         parameters["MaxInFlight"] = str(max_in_flight)
-    return LocalTopology(template, env_file, parameters=parameters, schedule_seconds=1)
+    return LocalTopology(
+        template,
+        env_file,
+        parameters=parameters,
+        route_settings=route_timings(job_visibility_seconds, template),
+        schedule_seconds=1,
+    )
 
 
 def wait_final(topo: LocalTopology, state: Callable[[str], dict[str, Any]], ids: list[str], seconds: float) -> None:

@@ -246,3 +246,29 @@ def test_a_conditional_write_whose_answer_was_lost_keeps_one_result(result: Any)
     for job_id in hit(run_result, Fault.DYNAMODB_WRITE_LOST):
         assert run_result.jobs[job_id]["state"] == "completed"
         assert sum(e.duplicates for e in ledger_entries(run_result, job_id)) == 0
+
+
+def test_a_handler_killed_past_its_memory_size_runs_again_and_completes_once(result: Any) -> None:
+    """Lambda kills the invocation as the job starts (Runtime.OutOfMemory): the whole batch fails,
+    the job's message comes back after its visibility timeout, and it runs to completion once."""
+    run_result, events = result
+    (job_id,) = hit(run_result, Fault.LAMBDA_OUT_OF_MEMORY)
+    assert sum(e.completions for e in ledger_entries(run_result, job_id)) == 1
+    assert lifecycle(events, job_id, "started") >= 2, "the killed run started, and the redelivery ran it"
+
+
+def test_a_throttle_never_reaches_a_function_with_reserved_concurrency(result: Any) -> None:
+    """The throttle lands on a function without a reservation (a handler batch, or the drain's
+    schedule); the poller and the heartbeat hold concurrency of their own. Jobs it hit complete."""
+    run_result, _ = result
+    (injection,) = run_result.state.recorder.of(Fault.LAMBDA_THROTTLE)
+    assert injection.where not in {"PollerFunction", "HeartbeatFunction"}
+    for job_id in injection.job_ids:
+        assert sum(e.completions for e in ledger_entries(run_result, job_id)) == 1
+
+
+def test_a_schedule_fires_late_within_its_interval(result: Any) -> None:
+    run_result, _ = result
+    (injection,) = run_result.state.recorder.of(Fault.SCHEDULE_DRIFT)
+    drift = float(injection.where.rsplit("+", 1)[1].split()[0])
+    assert 0.0 <= drift < 1.0, "the run's schedules fire every second: late by less than one"

@@ -10,19 +10,21 @@ on its first attempt."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from workerless.claimcheck import payload_limit
 from workerless_devkit.devtools.scaffold import stem
 from workerless_devkit.emulators import sheptra
 from workerless_devkit.local import LocalTopology
 from workerless_devkit.pytest_plugin import EmulatorFactory
 
 from tests.functional.handlers_large.app import blob, fingerprint
-from tests.functional.pipeline import Events, job_timings, template_variant, wait_counted, wait_final
+from tests.functional.pipeline import Events, job_timings, route_timings, template_variant, wait_counted, wait_final
 
 pytestmark = pytest.mark.slow
 
@@ -57,7 +59,13 @@ def large_topology(
             "Properties: {Enabled: false, Queue: !GetAtt HeartbeatQueue.Arn, "
         )
     template = template_variant(tmp_path, replacements, handlers={"send-receipt": HANDLERS})
-    return LocalTopology(template, env_file, parameters={**PARAMETERS, **(parameters or {})}, schedule_seconds=1)
+    return LocalTopology(
+        template,
+        env_file,
+        parameters={**PARAMETERS, **(parameters or {})},
+        route_settings=route_timings(20, template),
+        schedule_seconds=1,
+    )
 
 
 def s3_grants(topo: LocalTopology) -> set[tuple[str, str, str]]:
@@ -259,9 +267,10 @@ def test_an_owed_report_whose_outcome_is_in_s3_is_settled_by_the_heartbeat(
 def test_a_job_larger_than_workerless_carries_is_failed_naming_its_size_and_the_limit(
     tmp_path: Path, serve: Any, events: Events
 ) -> None:
-    """GIVEN a node-flow task of 100 MB (over WORKERLESS_MAX_PAYLOAD_BYTES, 32 MiB by default)
-    THEN the poller fails it at the engine at once, terminally, with its size and the limit in the
-    reason; nothing is queued or written to the bucket, and no handler runs."""
+    """GIVEN a node-flow task of 100 MB (over WORKERLESS_MAX_PAYLOAD_BYTES, 10 MiB at the template's
+    256 MB) THEN the poller fails it at the engine at once, terminally, with its size and the limit in
+    the reason (it reads the answer as it streams and never holds the task's input); nothing is
+    queued or written to the bucket, and no handler runs."""
     emu, env_file = serve("nodeflow")
     job_id = emu.create_job("send-receipt", {"blob": "h" * 100_000_000})
 
@@ -273,7 +282,9 @@ def test_a_job_larger_than_workerless_carries_is_failed_naming_its_size_and_the_
     state = emu.job_state(job_id)
     assert state["state"] == "failed"
     reason = state["error_message"] or ""
-    assert "100000011 bytes" in reason and "at most 33554432 bytes" in reason, reason
+    size = re.search(r"input is (\d+) bytes", reason)  # as node-flow sent it: 100 MB and its JSON
+    assert size and 100_000_000 < int(size.group(1)) < 100_000_100, reason
+    assert f"at most {payload_limit(256)} bytes" in reason, reason
     assert state["attempts"] == 1 and "next_task_id" not in state, "not retried: it would come back as large"
     assert keys == []
     assert not [e for _, e, f in events if e == "started" and f.get("job_id") == job_id]

@@ -49,19 +49,35 @@ def _run(args: list[str | Path], *, cwd: Path, env: dict[str, str]) -> subproces
     return result
 
 
-@pytest.fixture(scope="module")
-def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def build_distributions(source: Path, *, version: str | None = None) -> Path:
+    """Both distributions built (wheel and sdist each) from a copy of the checkout in ``source``; their
+    directory. The copy has the checkout's layout: the devkit reads the version from
+    ../layers/workerless and copies the framework an application renders (template.yaml, the
+    library's functions, the layer's build) into its package. ``version``: a release of the copy at
+    that version (its one version line changed, as a release changes it)."""
     if not (WHEELHOUSE / ".complete").is_file():
         pytest.fail(f"no wheelhouse at {WHEELHOUSE}: `make wheelhouse` collects it (`make test` does first)")
-    source = tmp_path_factory.mktemp("source")
-    # The checkout's layout (the devkit reads the version from ../layers/workerless), without build output.
     shutil.copytree(ROOT / "layers" / "workerless", source / "layers" / "workerless", ignore=_IGNORE)
+    if version is not None:
+        version_file = source / "layers" / "workerless" / "workerless" / "_version.py"
+        text = version_file.read_text(encoding="utf-8")
+        released = text.replace(f'__version__ = "{workerless.__version__}"', f'__version__ = "{version}"')
+        assert released != text, "the version line is not where a release changes it"
+        version_file.write_text(released, encoding="utf-8")
     shutil.copytree(ROOT / "devkit", source / "devkit", ignore=_IGNORE)
+    shutil.copyfile(ROOT / "template.yaml", source / "template.yaml")
+    for function in ("poller", "heartbeat", "deadletter"):
+        shutil.copytree(ROOT / "functions" / function, source / "functions" / function, ignore=_IGNORE)
     out = source / "dist"
     env = _offline_pip_env()
     for project in (source / "layers" / "workerless", source / "devkit"):
         _run([sys.executable, "-m", "build", "--outdir", out, project], cwd=source, env=env)
     return out
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_distributions(tmp_path_factory.mktemp("source"))
 
 
 def test_both_distributions_build_as_wheel_and_sdist_at_the_one_version(dist: Path) -> None:

@@ -54,7 +54,7 @@ from workerless_devkit.local.iam.roles import FunctionRole
 from workerless_devkit.local.loop import current_scope
 from workerless_devkit.pytest_plugin import EmulatorFactory
 
-from tests.functional.pipeline import FINAL, TEMPLATE, job_timings
+from tests.functional.pipeline import FINAL, TEMPLATE, job_timings, route_timings
 
 pytestmark = pytest.mark.slow
 
@@ -181,6 +181,7 @@ def _scenario(engine: str, start: EmulatorFactory, monkeypatch: pytest.MonkeyPat
                 "MaxReceiveCount": "2",
                 **job_timings(10),
             },
+            route_settings=route_timings(10),
             schedule_seconds=1,
             engine_secret=True,
         )

@@ -21,7 +21,7 @@ from workerless_devkit.emulators import RunningEmulator
 from workerless_devkit.local import LocalTopology, TemplateError
 from workerless_devkit.pytest_plugin import EmulatorFactory
 
-from tests.functional.pipeline import FINAL, ROOT, TEMPLATE, Events, job_timings, topology
+from tests.functional.pipeline import FINAL, ROOT, TEMPLATE, Events, job_timings, route_timings, topology
 
 ACCOUNT = "123456789012"
 
@@ -102,7 +102,12 @@ def test_a_removed_grant_is_refused_in_the_running_topology_with_awss_error(
         f"arn:aws:sts::{ACCOUNT}:assumed-role/workerless-local-PollerFunctionRole/workerless-local-PollerFunction"
     )
     with LocalTopology(
-        path, env_file, parameters={"TickSeconds": "1", **job_timings(10)}, schedule_seconds=1, engine_secret=True
+        path,
+        env_file,
+        parameters={"TickSeconds": "1", **job_timings(10)},
+        route_settings=route_timings(10, path),
+        schedule_seconds=1,
+        engine_secret=True,
     ) as topo:
         assert topo.iam is not None
         iam = topo.iam
@@ -155,8 +160,9 @@ def test_the_dead_letter_drain_runs_on_its_schedule_and_only_within_its_role(
         variant = without_statement(text, "DeadLetterFunctionRole", "DrainDeadLetters") if cut else text
         where = tmp_path / ("cut" if cut else "whole")
         where.mkdir()
+        copy = template_copy(where, variant)
         with LocalTopology(
-            template_copy(where, variant), env_file, parameters=job_timings(10), schedule_seconds=1
+            copy, env_file, parameters=job_timings(10), route_settings=route_timings(10, copy), schedule_seconds=1
         ) as topo:
             function = next(f for f in topo.template.functions if f.logical_id == "DeadLetterFunction")
             assert not function.sqs_events and [s.expression for s in function.schedule_events] == ["rate(1 minute)"]
@@ -263,7 +269,9 @@ def test_a_handler_role_reaches_only_its_own_routes_records_and_never_the_poller
     its state items, and of job records only the batch read and the fence's put (no get or update)."""
     _, env_file = sheptra_env
     own, other, lock = "job#charge-payment#sheptra#1", "job#send-receipt#sheptra#2", "state#poller-lock"
-    with LocalTopology(TEMPLATE, env_file, parameters=job_timings(10), schedule_seconds=3600) as topo:
+    with LocalTopology(
+        TEMPLATE, env_file, parameters=job_timings(10), route_settings=route_timings(10), schedule_seconds=3600
+    ) as topo:
         ddb, table = topo.client("dynamodb"), topo.environment["WORKERLESS_TABLE"]
 
         def item(key: str) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 from workerless.aws.sqs import Queues
+from workerless.claimcheck import payload_limit
 from workerless.engines import ENGINE_NAMES
 from workerless_devkit.pytest_plugin import EmulatorFactory
 
@@ -165,7 +166,7 @@ def test_a_stagenext_stage_larger_than_workerless_carries_is_failed_under_its_le
     workerless_emulator: EmulatorFactory,
 ) -> None:
     """GIVEN a StageNext stage whose input (34 MB) is over what workerless carries, even through its
-    claim check (WORKERLESS_MAX_PAYLOAD_BYTES, 32 MiB; a 1.2 MB stage now goes through the claim check)
+    claim check (WORKERLESS_MAX_PAYLOAD_BYTES, 10 MiB at 256 MB; a 1.2 MB stage goes through the claim check)
     WHEN the poller pulls it
     THEN it acquires the stage's lease and fails it for good with the size and the limit in the
     reason: the emulator's consumer, which fences results by the Running execution, applies that
@@ -180,7 +181,7 @@ def test_a_stagenext_stage_larger_than_workerless_carries_is_failed_under_its_le
 
     state = emu.job_state(stage_id)
     assert state["state"] == "failed"
-    assert "workerless carries at most 33554432 bytes" in (state["error_message"] or "")
+    assert f"workerless carries at most {payload_limit(256)} bytes" in (state["error_message"] or "")
     [result] = state["results"]
     assert result["applied"] and not result["discarded"] and result["retryable"] is False
     assert len(state["executions"]) == 1 and state["retries"] == 3, "failed for good, not retried"

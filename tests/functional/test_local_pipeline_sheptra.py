@@ -16,7 +16,7 @@ from workerless_devkit.devtools.scaffold import stem
 from workerless_devkit.emulators import RunningEmulator
 from workerless_devkit.local import LocalTopology
 
-from tests.functional.pipeline import TEMPLATE, job_timings, topology, wait_counted, wait_final
+from tests.functional.pipeline import TEMPLATE, job_timings, route_timings, topology, wait_counted, wait_final
 
 #: Runs the topology for seconds to minutes: `make test` runs it, `make test-fast` does not.
 pytestmark = pytest.mark.slow
@@ -142,7 +142,9 @@ def test_every_routes_dead_letters_share_one_queue_and_each_is_settled_as_its_ow
     receipt = emulator.create_job("send-receipt", {"orderId": "d2"}, retries=1)
     receipt_message = _activate(env_file, "send-receipt")
     parameters = {"LeaseSeconds": "5", "TickSeconds": "1", "MaxReceiveCount": "2", **job_timings(3)}
-    with LocalTopology(TEMPLATE, env_file, parameters=parameters, schedule_seconds=1) as topo:
+    with LocalTopology(
+        TEMPLATE, env_file, parameters=parameters, route_settings=route_timings(3), schedule_seconds=1
+    ) as topo:
         assert topo.iam is not None, "local mode enforces IAM by default"
         queues = {q.logical_id: q for q in topo.template.queues}
         assert {q for q in queues if q.endswith("DeadLetterQueue")} == {
@@ -180,7 +182,9 @@ def test_a_letter_waiting_for_the_scheduled_drain_keeps_the_run_from_being_idle(
     has been settled at the engine and the queue is empty."""
     job = emulator.create_job("charge-payment", {"orderId": "i1", "amount": 5}, retries=1)
     message = _activate(env_file, "charge-payment")
-    with LocalTopology(TEMPLATE, env_file, parameters=job_timings(10), schedule_seconds=4) as topo:
+    with LocalTopology(
+        TEMPLATE, env_file, parameters=job_timings(10), route_settings=route_timings(10), schedule_seconds=4
+    ) as topo:
         # The first drain has received from the queue (an invocation counts from its start, which on a
         # busy machine can be long before its ReceiveMessage): the letter is sent after it.
         assert topo.run_until(lambda: "JobDeadLetterQueue" in topo.drained_queues, max_seconds=30)

@@ -549,10 +549,8 @@ def test_handler_event_source(source: dict[str, Any], cfn: dict[str, Any], job_t
     assert list(mappings) == [f"{camel}Queue"]
     props = mappings[f"{camel}Queue"]
     assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
-    # The route's Timing picks its parameters (generate-report: one job per invocation, up to 900 s).
-    timing = _route_setting(source, job_type, "Timing", 0)
-    batch_param = ("HandlerBatchSize", "GenerateReportBatchSize")[timing]
-    expected = _route_setting(source, job_type, "BatchSize", cfn["Parameters"][batch_param]["Default"])
+    # A route's own line sets its batch size (generate-report: one job per invocation, up to 900 s).
+    expected = _route_setting(source, job_type, "BatchSize", cfn["Parameters"]["HandlerBatchSize"]["Default"])
     assert _default(cfn, props["BatchSize"]) == expected
     concurrency = _route_setting(
         source, job_type, "MaximumConcurrency", cfn["Parameters"]["HandlerMaximumConcurrency"]["Default"]
@@ -605,9 +603,6 @@ def _default(cfn: dict[str, Any], value: Any) -> int:
     resolved to its Default."""
     if isinstance(value, int | str):
         return int(value)
-    if "Fn::Select" in value:  # a route's Timing picking one of its parameters
-        index, choices = value["Fn::Select"]
-        return _default(cfn, choices[int(index)])
     return int(cfn["Parameters"][value["Ref"]]["Default"])
 
 
@@ -875,7 +870,6 @@ def test_parameters_match_the_contract(cfn: dict[str, Any]) -> None:
         "LeaseSeconds": 60,
         "MaxInFlight": 10,
         "HandlerBatchSize": 5,
-        "GenerateReportBatchSize": 1,
         "HandlerMaximumConcurrency": 10,
         "HandlerTimeout": 120,
         "MaxReceiveCount": 5,
@@ -901,12 +895,32 @@ def test_parameters_match_the_contract(cfn: dict[str, Any]) -> None:
     assert params["HandlerTimeout"]["MaxValue"] * 6 <= params["JobQueueVisibilityTimeout"]["Default"] == 720
     timings = {
         "JobQueueVisibilityTimeout": 720,
-        "GenerateReportTimeout": 900,
-        "GenerateReportVisibilityTimeout": 5400,
         "HeartbeatTimeout": 20,
         "HeartbeatVisibilityTimeout": 30,
     }
     assert {name: params[name]["Default"] for name in timings} == timings, "the template's timings"
+
+
+def test_no_parameter_is_named_after_a_job_type_and_a_long_route_sets_its_own_timings(
+    source: dict[str, Any], cfn: dict[str, Any]
+) -> None:
+    """`sam deploy --guided` asks every deployment each parameter: none is one route's (an example
+    type an application may not have). generate-report's long timings and batch size are its own
+    Mappings.Routes line's, and they hold Lambda's rule (visibility 6 x its timeout, at most 900 s)."""
+    stems = {camel.lower() for camel in JOB_TYPES.values()} | {t.replace("-", "") for t in JOB_TYPES}
+    named = [p for p in cfn["Parameters"] if any(stem in p.lower() for stem in stems)]
+    assert named == [], f"parameters named after a job type: {named}"
+    assert [p for p in source["Parameters"] if "timing" in p.lower()] == []
+    line = source["Mappings"]["Routes"]["generatereport"]
+    assert {k: line[k] for k in ("Timeout", "VisibilityTimeout", "BatchSize")} == {
+        "Timeout": 900,
+        "VisibilityTimeout": 5400,
+        "BatchSize": 1,
+    }
+    assert "Timing" not in line
+    function = cfn["Resources"]["generatereportFunction"]["Properties"]
+    assert _default(cfn, function["Timeout"]) == 900
+    assert _default(cfn, cfn["Resources"]["generatereportQueue"]["Properties"]["VisibilityTimeout"]) == 5400
 
 
 def test_outputs_name_the_table_queues_and_functions(cfn: dict[str, Any]) -> None:

@@ -147,7 +147,11 @@ def test_a_batch_or_ticket_names_its_jobs_for_the_recorder() -> None:
 
     batch = {"Entries": [{"Id": "0", "MessageBody": json.dumps({"ref": {"job_id": "j1"}})}]}
     ticket = {"MessageBody": json.dumps({"jobs": [{"ref": {"job_id": "j2"}}]})}
-    batch_get = {"RequestItems": {"t": {"Keys": [{"pk": {"S": "job#charge-payment#sheptra#j3#r1"}}, {"pk": {"S": "state#poller-lock"}}]}}}
+    batch_get = {
+        "RequestItems": {
+            "t": {"Keys": [{"pk": {"S": "job#charge-payment#sheptra#j3#r1"}}, {"pk": {"S": "state#poller-lock"}}]}
+        }
+    }
 
     assert job_ids_of_call("sqs", batch) == ["j1"]
     assert job_ids_of_call("sqs", ticket) == ["j2"]

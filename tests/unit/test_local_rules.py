@@ -14,7 +14,7 @@ from workerless_devkit import cli
 from workerless_devkit.local.runtime import LocalTopology, schedule_interval
 from workerless_devkit.local.template import ScheduleEventSpec, TemplateError, load_template
 
-from tests.functional.pipeline import TEMPLATE, job_timings
+from tests.functional.pipeline import TEMPLATE, job_timings, route_timings
 
 BASE = """\
 Resources:
@@ -134,12 +134,39 @@ def test_the_real_templates_timings_hold_at_defaults_and_at_the_test_and_demo_va
     assert as_written.queue("HeartbeatQueue").visibility_timeout == 30
     assert as_written.function("HeartbeatFunction").timeout == 20
     assert {q.maximum_message_size for q in as_written.queues} == {1_048_576}
-    assert LocalTopology(TEMPLATE, parameters=job_timings(10)).template.function("generatereportFunction").timeout == 10
+    scaled = LocalTopology(TEMPLATE, parameters=job_timings(10), route_settings=route_timings(10)).template
+    assert scaled.function("generatereportFunction").timeout == scaled.function("chargepaymentFunction").timeout == 10
+    assert scaled.queue("generatereportQueue").visibility_timeout == 10
     demo = {name: value for pair in cli.DEMO_TIMINGS for name, value in pair}
-    assert LocalTopology(TEMPLATE, parameters=demo).template.queue("HeartbeatQueue").visibility_timeout == 10
+    with_demo = LocalTopology(TEMPLATE, parameters=demo, route_settings=cli._demo_route_settings(TEMPLATE)).template
+    assert with_demo.queue("HeartbeatQueue").visibility_timeout == 10
+    assert with_demo.queue("generatereportQueue").visibility_timeout == cli.DEMO_ROUTE_SECONDS
     # A handler timeout longer than its queue's visibility is what Lambda refuses.
     with pytest.raises(TemplateError, match=r"chargepaymentFunction\.Events\.Jobs: .*Queue visibility timeout: 100"):
         LocalTopology(TEMPLATE, parameters={"JobQueueVisibilityTimeout": "100"})
+
+
+def test_a_long_route_takes_its_timings_from_its_own_route_line() -> None:
+    """generatereport's Timeout, queue visibility and batch size are its Mappings.Routes line's (no
+    parameter named after it): the handler parameters leave it as written, its own line's values
+    (route_settings) change it, and a route line whose Timeout outruns its queue's visibility is
+    refused as Lambda refuses it."""
+    scaled = LocalTopology(TEMPLATE, parameters=job_timings(30)).template
+    assert scaled.function("generatereportFunction").timeout == 900
+    assert scaled.queue("generatereportQueue").visibility_timeout == 5400
+    (jobs,) = scaled.function("generatereportFunction").sqs_events
+    assert jobs.batch_size == 1
+    (charge,) = scaled.function("chargepaymentFunction").sqs_events
+    assert charge.batch_size == 5
+    assert route_timings(30) == {"generatereport": {"Timeout": 30, "VisibilityTimeout": 30}}
+    own = LocalTopology(TEMPLATE, route_settings={"generatereport": {"BatchSize": 3, "Timeout": 60}}).template
+    assert own.function("generatereportFunction").timeout == 60
+    assert own.function("generatereportFunction").sqs_events[0].batch_size == 3
+    assert own.queue("generatereportQueue").visibility_timeout == 5400
+    with pytest.raises(TemplateError, match=r"generatereportFunction\.Events\.Jobs: .*Queue visibility timeout: 100"):
+        LocalTopology(TEMPLATE, route_settings={"generatereport": {"VisibilityTimeout": 100}})
+    with pytest.raises(TemplateError, match=r"route settings for nosuchroute: Mappings\.Routes has no such route"):
+        LocalTopology(TEMPLATE, route_settings={"nosuchroute": {"Timeout": 10}})
 
 
 def test_with_no_options_schedules_fire_at_the_templates_rate() -> None:

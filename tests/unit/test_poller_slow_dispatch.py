@@ -123,7 +123,9 @@ def runs_twice(engine: FakeEngine, queued: list[dict[str, Any]], store: JobStore
         if ref.job_id not in engine.releases:
             continue
         lease = engine.lease.fingerprint(ref)
-        claimed, found = store.claim(ref.record_key, owner="handler", claim_seconds=150, job_type=ref.job_type, lease=lease)
+        claimed, found = store.claim(
+            ref.record_key, owner="handler", claim_seconds=150, job_type=ref.job_type, lease=lease
+        )
         if claimed or decide(found, now=0.0, lease=lease) in (Decision.RUN, Decision.REREPORT):
             twice.append(ref.job_id)
     return twice
@@ -186,4 +188,6 @@ def test_a_fenced_job_runs_under_its_next_lease(store: JobStore) -> None:
         new.record_key, owner="new", claim_seconds=150, job_type=new.job_type, lease=FakeEngine.lease.fingerprint(new)
     )
     assert claimed
-    assert not store.fence(new.record_key, reason="handed back", job_type=new.job_type, lease=lease), "claimed: not fenced"
+    assert not store.fence(new.record_key, reason="handed back", job_type=new.job_type, lease=lease), (
+        "claimed: not fenced"
+    )

@@ -75,6 +75,14 @@ class Fault(StrEnum):
     S3_ERROR = "s3_error"
     SSM_ERROR = "ssm_error"
     SECRETS_ERROR = "secrets_error"
+    # Lambda's bad days (workerless_devkit.local.concurrency, .memory): a handler invocation killed
+    # past its MemorySize mid-batch (the whole batch fails, its thread's later calls refused); an
+    # invocation of a function without reserved concurrency throttled (a burst holds the account's
+    # unreserved pool: an SQS batch stays in flight until its visibility timeout, a scheduled event
+    # is retried with Lambda's backoff); a scheduled rule fired late within its interval.
+    LAMBDA_OUT_OF_MEMORY = "lambda_out_of_memory"
+    LAMBDA_THROTTLE = "lambda_throttle"
+    SCHEDULE_DRIFT = "schedule_drift"
 
 
 #: Rates for the long mixed run: every fault on at once.
@@ -113,6 +121,11 @@ MIXED_RATES: Mapping[Fault, float] = {
         Fault.SSM_ERROR: 1.0,
         Fault.SECRETS_ERROR: 1.0,
     },
+    # Per handler job started; per invocation of a function without a reservation (handlers, the
+    # dead-letter drain); per scheduled firing.
+    Fault.LAMBDA_OUT_OF_MEMORY: 0.01,
+    Fault.LAMBDA_THROTTLE: 0.02,
+    Fault.SCHEDULE_DRIFT: 0.3,
 }
 
 #: Budgets of the mixed run: a cold start's route and secret reads fail twice each, then succeed.

@@ -231,11 +231,18 @@ def chaos_timings(config: RunConfig) -> dict[str, str]:
     return {
         "HandlerTimeout": str(handler),
         "JobQueueVisibilityTimeout": str(handler + 2),
-        "GenerateReportTimeout": str(handler),
-        "GenerateReportVisibilityTimeout": str(handler + 2),
         "HeartbeatTimeout": str(heartbeat),
         "HeartbeatVisibilityTimeout": str(heartbeat),
     }
+
+
+def chaos_route_settings(config: RunConfig) -> dict[str, dict[str, int]]:
+    """:func:`chaos_timings` for the routes that set their own Timeout and VisibilityTimeout in their
+    Mappings.Routes line (generatereport): the same handler timeout, its messages back 2 s after."""
+    from workerless_devkit.local.template import route_timing_settings
+
+    handler = math.ceil(config.handler_timeout)
+    return route_timing_settings(config.template, timeout=handler, visibility=handler + 2)
 
 
 @contextmanager
@@ -345,6 +352,7 @@ def run(config: RunConfig) -> RunResult:
                     "LogLevel": config.log_level,
                     **chaos_timings(config),
                 },
+                route_settings=chaos_route_settings(config),
                 schedule_seconds=1,
                 state=state,
                 handler_timeout=config.handler_timeout,

@@ -9,10 +9,16 @@ real template's topology and the real example handlers:
   runtime dies); the functions' wiring wraps the engine adapter it builds in :class:`ChaosEngine`;
 - job handlers: the user function is wrapped (crash before / after its side effect, a run past the
   Lambda timeout), and writes the ledger; the Lambda context counts down from ``handler_timeout``,
-  which a chaos run also sets as the template's handler Timeouts (``run.chaos_timings``), so local
+  which a chaos run also sets as the template's handler Timeouts (``run.chaos_timings``, and
+  ``run.chaos_route_settings`` for a route's own), so local
   mode abandons a run there as Lambda would;
 - heartbeat: dies, or runs late by more than a lease (its extensions then meet a lapsed lease);
-- SQS event source: a message is made visible again while its first delivery is still running.
+- SQS event source: a message is made visible again while its first delivery is still running;
+- Lambda: a handler invocation killed past its MemorySize as a job starts (the runtime's kill:
+  the whole batch fails, every later call of its code is refused); an invocation of a function
+  without reserved concurrency throttled (local mode's concurrency: a batch stays in flight until
+  its visibility timeout, a scheduled event is retried with Lambda's backoff); a scheduled firing
+  late within its interval (EventBridge fires within its minute).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import functools
 import hashlib
 import json
 import logging
+import random
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -29,7 +36,10 @@ from workerless.execution import as_variables
 
 from workerless_devkit.chaos.inject import ChaosEngine, ChaosState
 from workerless_devkit.chaos.plan import Fault, SimulatedCrash
+from workerless_devkit.local import loop
+from workerless_devkit.local.memory import OutOfMemory
 from workerless_devkit.local.runtime import LocalTopology
+from workerless_devkit.local.template import FunctionSpec, ScheduleEventSpec
 
 if TYPE_CHECKING:
     from workerless.wiring import Wiring
@@ -152,6 +162,7 @@ class ChaosTopology(LocalTopology):
                         break
                     time.sleep(_TIMEOUT_STEP)
                 raise SimulatedCrash(f"Task timed out after {self.handler_timeout} seconds")
+            self._out_of_memory(job)
             if state.roll(Fault.CRASH_BEFORE_EFFECT, [job.id]):
                 state.recorder.note(Fault.CRASH_BEFORE_EFFECT, job_ids=[job.id], where=job.type)
                 raise SimulatedCrash("handler process died before its side effect")
@@ -179,6 +190,42 @@ class ChaosTopology(LocalTopology):
             return result
 
         return run
+
+    # -- Lambda ---------------------------------------------------------------------------------
+    def _inject_throttle(self, spec: FunctionSpec, event: Any) -> bool:
+        """A burst of other functions holds the account's unreserved concurrency: a function with
+        a reservation (the poller, the heartbeat) is out of its reach; the others are throttled."""
+        if spec.reserved_concurrency is not None:
+            return False
+        state = self.chaos
+        job_ids = _record_job_ids(event)
+        if not state.roll(Fault.LAMBDA_THROTTLE, job_ids):
+            return False
+        state.recorder.note(Fault.LAMBDA_THROTTLE, job_ids=job_ids, where=spec.logical_id)
+        return True
+
+    def _schedule_delay(
+        self, spec: FunctionSpec, schedule: ScheduleEventSpec, interval: float, rng: random.Random
+    ) -> float:
+        delay = super()._schedule_delay(spec, schedule, interval, rng)
+        if self.chaos.roll(Fault.SCHEDULE_DRIFT):
+            drift = rng.uniform(0.0, min(60.0, interval))
+            self.chaos.recorder.note(Fault.SCHEDULE_DRIFT, where=f"{spec.logical_id}:{schedule.name} +{drift:.2f} s")
+            delay = max(delay, drift)
+        return delay
+
+    def _out_of_memory(self, job: Any) -> None:
+        """The invocation running ``job`` passed its MemorySize: the runtime kills it (as local
+        mode's memory meter does), and this thread, whose process Lambda killed, unwinds."""
+        state = self.chaos
+        scope = loop.current_scope()
+        if scope is None or scope.control.kill is None or not state.roll(Fault.LAMBDA_OUT_OF_MEMORY, [job.id]):
+            return
+        spec = self.template.function(scope.function_id)
+        killed = OutOfMemory(spec.logical_id, spec.memory_size + 1.0, spec.memory_size)
+        if scope.control.kill(killed):
+            state.recorder.note(Fault.LAMBDA_OUT_OF_MEMORY, job_ids=[job.id], where=job.type)
+            raise SimulatedCrash(str(killed))
 
     # -- SQS event source -----------------------------------------------------------------------
     def _run_batch(self, source: Any, url: str, messages: list[dict[str, Any]], slots: Any) -> None:
@@ -220,6 +267,12 @@ def _message_job_ids(messages: list[dict[str, Any]]) -> list[str]:
         except (KeyError, TypeError, ValueError):
             continue
     return found
+
+
+def _record_job_ids(event: Any) -> list[str]:
+    """The job ids of an SQS event's job messages (none for a ticket, a tick or a scheduled event)."""
+    records = (event or {}).get("Records") if isinstance(event, dict) else None
+    return _message_job_ids([{"Body": r.get("body", "")} for r in records or [] if isinstance(r, dict)])
 
 
 def _ticket_job_ids(event: Any) -> list[str]:

@@ -1,31 +1,25 @@
-"""`workerless init DIR`: a new SAM application that uses workerless, in a directory of its own.
+"""`workerless init DIR --engine ENGINE`: a new application of its own, in a directory of its own.
 
-The application is this repository's shape cut down to one job type: template.yaml (this
-repository's, with its own route in the job-type list and Mappings.Routes; the route loop makes its
-SSM route parameter),
-samconfig.toml, functions/ (the library's poller, heartbeat and dead-letter entry points and the
-example handler), layers/workerless (the runtime, copied from the checkout ``init`` runs from: the
-layer ``sam build`` ships and the package the application's venv installs), devkit/ (the CLI,
-emulators and local mode, installed beside it for development), events/, tests/ for its handlers
-only, a pyproject.toml (its test tools and settings), a Makefile (demo, test, build) and a README.
-Nothing of this repository's framework test suite goes with it.
+It writes only what the user owns (:mod:`workerless_devkit.devtools.app`): the example handler and its
+test, routes.yaml (one line per job type), samconfig.toml (the deployment's settings), requirements
+pinning ``workerless==X.Y.Z`` (and requirements-dev.txt the devkit at the same version), a
+pyproject.toml (pytest's settings), a Makefile (demo, test, build, rehearse), a README and a
+.gitignore (env files, and what ``workerless build`` generates: template.yaml and .workerless/).
+The framework's template, the library's entry points and the layer come from the installed
+devkit's version at build time; nothing of this repository is copied.
 """
 
 from __future__ import annotations
 
 import re
-import shutil
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from workerless_devkit.devtools.scaffold import ScaffoldError, planned_files, stem, validate_job_type, with_job_types
+from workerless_devkit.devtools.app import GENERATED_DIR, ROUTES_FILE
+from workerless_devkit.devtools.scaffold import ScaffoldError, planned_files, stem, validate_job_type
 
-#: The library's own functions, copied as they are.
-LIBRARY_FUNCTIONS = ("poller", "heartbeat", "deadletter")
-#: What of layers/workerless the application needs (no build output, no caches).
-_LAYER_IGNORE = shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc", ".pytest_cache", ".mypy_cache")
 _STACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,127}$")
+ENGINES = ("sheptra", "nodeflow", "stagenext")
 
 
 @dataclass(frozen=True)
@@ -35,146 +29,140 @@ class Application:
     files: list[Path]
 
 
-def source_checkout() -> Path:
-    """The workerless checkout this library runs from: the directory holding template.yaml and
-    layers/workerless. ``init`` copies from it, so it needs one (an editable install)."""
-    import workerless
-
-    root = Path(workerless.__file__).resolve().parents[3]
-    if not (root / "template.yaml").is_file() or not (root / "layers" / "workerless" / "Makefile").is_file():
-        raise ScaffoldError(
-            f"workerless init copies from a workerless checkout, and {root} is not one "
-            "(no template.yaml beside layers/workerless): run it from the repository's .venv",
-            key="init",
-        )
-    return root
+def routes_file(job_types: list[str]) -> str:
+    lines = "".join(f"{stem(t)}: {{Type: {t}}}\n" for t in job_types)
+    return f"""# One line per job type: ROUTE: {{Type: the engine's job type, settings...}}. ROUTE is letters and
+# digits: functions/ROUTE/app.py is its handler. A long-running route sets its own Timeout (up to 900 s),
+# VisibilityTimeout (6 x Timeout) and BatchSize here; also MemorySize, MaximumConcurrency, MaxInFlight,
+# EngineQueue, PollerShard. `workerless new-handler TYPE` adds a line and the handler.
+{lines}"""
 
 
-def application_template(text: str, job_type: str) -> str:
-    """The checkout's template.yaml with ``job_type`` as its one route (the routes list, and its
-    Mappings.Routes line: every per-route setting, MaxInFlight and EngineQueue included, lives there)."""
-    text = with_job_types(text, [job_type])
-    line = f"{stem(job_type)}: {{Type: {job_type}}}"
-    if line not in text:
-        raise ScaffoldError("the checkout's template.yaml has no Mappings.Routes line for the route", key="init")
-    # The defaults written out, to show where a route's settings go.
-    return text.replace(line, f"{stem(job_type)}: {{Type: {job_type}, MemorySize: 256}}", 1)
+def _samconfig(name: str, engine: str) -> str:
+    return f"""# sam CLI settings: `sam deploy --guided` asks for EngineSecretArn and can save it here.
+version = 0.1
+
+[default.global.parameters]
+stack_name = "{name}"
+# template.yaml generates its routes with Fn::ForEach: SAM CLI expands them when asked to.
+language_extensions = true
+
+[default.build.parameters]
+cached = true
+parallel = true
+
+[default.deploy.parameters]
+capabilities = "CAPABILITY_IAM"
+resolve_s3 = true
+confirm_changeset = true
+parameter_overrides = "EngineName={engine}"
+"""
 
 
-def _pyproject(name: str, checkout: Path) -> str:
-    """The application's pyproject.toml: its test tools (the checkout's pytest pins) and settings.
-    The runtime (layers/workerless) and the devkit (devkit/) bring their own."""
-    groups = tomllib.loads((checkout / "pyproject.toml").read_text(encoding="utf-8"))["dependency-groups"]
-    dev = [d for d in groups["dev"] if d.split(">")[0].split("[")[0] in ("pytest", "pytest-timeout")]
-    items = "".join(f'  "{value}",\n' for value in dev)
-    return f"""# {name}: a workerless application. `make venv` installs the runtime (layers/workerless, what the
-# layer `sam build` ships), the devkit (devkit/: CLI, emulators, local mode) and the group below.
-[dependency-groups]
-dev = [
-{items}]
-
-[tool.pytest.ini_options]
+_PYPROJECT = """[tool.pytest.ini_options]
 testpaths = ["tests"]
 addopts = "-ra --strict-markers"
 filterwarnings = ["error"]
 """
 
-
 MAKEFILE = """\
-# Every target installs what it needs itself (a fresh machine needs only python3 and, for
-# `make build`, a CPython 3.12 to compile the layer's bytecode).
+# A fresh machine needs python3 (and, for `make build` and `make rehearse`, a python3.12 on PATH: the
+# layer's bytecode, and SAM's builder packing a handler's own requirements.txt).
+# Before workerless is on your package index: PIP_FIND_LINKS=/path/to/its/wheels make ...
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
-PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# aws-sam-cli pins its own boto3, click and pydantic: it lives in an environment of its own. Point
-# SAM_VENV at an existing one to share it.
 SAM_VENV ?= .venv-sam
 SAM := $(SAM_VENV)/bin/sam
-
-# pip -q and no version banner: a first `make demo` prints its steps, not pip's log.
+SAM_CLI_VERSION := 1.170.0
+SAM_STAMP := $(SAM_VENV)/.installed-$(SAM_CLI_VERSION)
+ENGINE ?= {engine}
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv sam-venv demo test build validate
+.PHONY: venv sam-venv template demo test build rehearse
 
-$(STAMP): pyproject.toml layers/workerless/pyproject.toml devkit/pyproject.toml layers/workerless/requirements.txt
+$(STAMP): requirements.txt requirements-dev.txt
 \t$(PYTHON) -m venv $(VENV)
 \t$(VENV)/bin/pip install -q --upgrade pip
-\t$(VENV)/bin/pip install -q -c layers/workerless/requirements.txt -e ./layers/workerless -e ./devkit --group dev
+\t$(VENV)/bin/pip install -q -r requirements-dev.txt
 \ttouch $@
-
-$(SAM_VENV)/.installed:
+$(SAM_STAMP):
 \t$(PYTHON) -m venv $(SAM_VENV)
-\t$(SAM_VENV)/bin/pip install -q --upgrade pip
-\t$(SAM_VENV)/bin/pip install -q 'aws-sam-cli>=1.160'
+\t$(SAM_VENV)/bin/pip install -q 'aws-sam-cli==$(SAM_CLI_VERSION)'
 \ttouch $@
-
 venv: $(STAMP)
-sam-venv: $(SAM_VENV)/.installed
+sam-venv: $(SAM_STAMP)
 
-# The whole pipeline on this machine: an engine emulator, the template's topology, a few jobs of
-# each job type.
-demo: venv
-\t$(VENV)/bin/workerless demo
+# template.yaml and .workerless/ (git-ignored): the installed framework's, with routes.yaml's routes.
+template: venv
+\t$(VENV)/bin/workerless build
+
+demo: template
+\t$(VENV)/bin/workerless demo --engine $(ENGINE)
 
 test: venv
-\t$(PY) -m pytest -q
+\t$(VENV)/bin/python -m pytest -q
 
-# The layer's Makefile runs pip for the Lambda platform (arm64, CPython 3.12) without Docker.
-build: sam-venv
+build: template sam-venv
 \tPYTHON=$(abspath $(SAM_VENV))/bin/python $(SAM) build
 
-validate: sam-venv
-\t$(SAM) validate --lint
+# build, package, transform and create the stack on a loopback AWS, then run jobs through it.
+rehearse: template sam-venv
+\tWORKERLESS_SAM=$(abspath $(SAM)) $(VENV)/bin/python -m workerless_devkit.rehearsal --root . $(REHEARSE_ARGS)
+\t$(VENV)/bin/workerless demo --engine $(ENGINE) --bundle .cache/rehearsal/bundle --jobs 3
 """
 
-
-#: The application's .gitignore: the engine's connection values (.env, and the emulator's
-#: emulator.env: `workerless emulate --env-out`) are secrets, as are any other env files.
-_GITIGNORE = """.venv/
+_GITIGNORE = f"""# engine connection values (a real engine's go in .env): never committed
+.env
+*.env
+# generated by `workerless build` from routes.yaml
+/template.yaml
+/{GENERATED_DIR}/
+.venv/
 .venv-sam/
 .aws-sam/
 .cache/
 __pycache__/
-*.egg-info/
-# engine connection values (the docs put a real engine's in .env): never committed
-.env
-*.env
 """
 
 
-def _readme(name: str, job_type: str) -> str:
+def _readme(name: str, job_type: str, version: str) -> str:
     return f"""# {name}
 
-A workerless application: workflow-engine jobs (Sheptra, node-flow, StageNext) run by AWS Lambda
-functions. Created by `workerless init`.
+Workflow-engine jobs run by AWS Lambda functions, with workerless {version}.
 
 ```
-template.yaml           the SAM application: one route (queues, role, function) per job type
-functions/{stem(job_type)}/   the example handler ({job_type} jobs); poller, heartbeat, deadletter are the library's
-layers/workerless/      the workerless runtime (the Lambda layer ships it and nothing else)
-devkit/                 the workerless devkit: the CLI, engine emulators, local mode, pytest fixtures
-events/                 sample Lambda events
+routes.yaml             one line per job type (its engine type and settings)
+functions/ROUTE/app.py  a job type's handler; its own dependencies in a requirements.txt beside it
+                        (add `-r functions/ROUTE/requirements.txt` to requirements-dev.txt for tests)
 tests/unit/             your handlers' tests
+samconfig.toml          deployment settings (stack name, engine)
+requirements.txt        workerless=={version} (the layer ships it); requirements-dev.txt: the devkit
 ```
 
 ```bash
-make demo    # the pipeline on this machine against an engine emulator
-make test    # your handlers' tests
-make build   # sam build (needs a CPython 3.12 for the layer's bytecode)
+make demo      # the pipeline on this machine against an engine emulator
+make test      # your handlers' tests
+make build     # sam build (renders template.yaml first; needs python3.12 on PATH)
+make rehearse  # the deploy rehearsal: build, package, a stack on a loopback AWS, jobs through it
 ```
 
-Add a job type: `.venv/bin/workerless new-handler ship-parcel` writes `functions/shipparcel/app.py`,
-its test and its event, and adds its route to `template.yaml` (the routes list and a Mappings.Routes
-line naming the engine's job type).
-Deploy with `.venv-sam/bin/sam deploy --guided` (it asks for the engine secret's ARN).
+template.yaml and .workerless/ are generated (`workerless build`): the framework's resources
+(poller, heartbeat, dead letters, table, queues, roles, dashboard, alarms) come from the installed
+workerless version. Upgrade: change the version in requirements.txt and requirements-dev.txt, then
+`make build`. Add a job type: `.venv/bin/workerless new-handler ship-parcel` (the example:
+{job_type}). Deploy: `.venv-sam/bin/sam deploy --guided`.
 """
 
 
-def init_application(directory: str | Path, *, job_type: str = "example-job") -> Application:
+def init_application(directory: str | Path, *, job_type: str = "example-job", engine: str = "sheptra") -> Application:
     """Write a new workerless application into ``directory`` (which must be absent or empty)."""
+    from workerless import __version__
+
     validate_job_type(job_type)
+    if engine not in ENGINES:
+        raise ScaffoldError(f"engine {engine!r} is not one of {', '.join(ENGINES)}", key="--engine")
     target = Path(directory).absolute()
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise ScaffoldError(f"{target} exists and is not an empty directory", key="DIR")
@@ -183,32 +171,23 @@ def init_application(directory: str | Path, *, job_type: str = "example-job") ->
         raise ScaffoldError(
             f"{target.name!r} cannot name the stack (letters, digits and hyphens, starting with a letter)", key="DIR"
         )
-    checkout = source_checkout()
-    template = application_template((checkout / "template.yaml").read_text(encoding="utf-8"), job_type)
-    samconfig = (checkout / "samconfig.toml").read_text(encoding="utf-8")
-    samconfig, count = re.subn(r'(?m)^stack_name = ".*"$', f'stack_name = "{name}"', samconfig)
-    if count != 1:
-        raise ScaffoldError("the checkout's samconfig.toml has no stack_name to set")
-
     try:
         target.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         # An unwritable place, or a path through a file: one line, not a traceback.
         raise ScaffoldError(f"cannot create {target}: {exc.strerror}", key="DIR") from None
     files: dict[Path, str] = {
-        target / "template.yaml": template,
-        target / "samconfig.toml": samconfig,
-        target / "pyproject.toml": _pyproject(name, checkout),
-        target / "Makefile": MAKEFILE,
-        target / "README.md": _readme(name, job_type),
+        target / ROUTES_FILE: routes_file([job_type]),
+        target / "samconfig.toml": _samconfig(name, engine),
+        target / "requirements.txt": f"workerless=={__version__}\n",
+        target / "requirements-dev.txt": f"-r requirements.txt\nworkerless-devkit=={__version__}\npytest>=8\n",
+        target / "pyproject.toml": _PYPROJECT,
+        target / "Makefile": MAKEFILE.format(engine=engine),
+        target / "README.md": _readme(name, job_type, __version__),
         target / ".gitignore": _GITIGNORE,
         **planned_files(target, job_type),
     }
     for path, content in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(content, encoding="utf-8")
-    for function in LIBRARY_FUNCTIONS:
-        shutil.copytree(checkout / "functions" / function, target / "functions" / function, ignore=_LAYER_IGNORE)
-    shutil.copytree(checkout / "layers" / "workerless", target / "layers" / "workerless", ignore=_LAYER_IGNORE)
-    shutil.copytree(checkout / "devkit", target / "devkit", ignore=_LAYER_IGNORE)
     return Application(target, job_type, sorted(files))

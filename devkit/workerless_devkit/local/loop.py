@@ -66,6 +66,18 @@ class InvocationAbandonedError(RuntimeError):
     be killed, so local mode abandons it instead and refuses every later call it makes."""
 
 
+@dataclass(slots=True)
+class ScopeControl:
+    """The mutable part of an :class:`InvocationScope`."""
+
+    #: Why it was abandoned when not at its Timeout (:mod:`workerless_devkit.local.memory`: killed).
+    ended_by: str = ""
+    #: Called before each of its AWS or engine calls (the memory meter's check; None: nothing).
+    before_call: Callable[[], None] | None = None
+    #: Ends the invocation now as Lambda would (True if it was still running); None outside one.
+    kill: Callable[[BaseException], bool] | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class InvocationScope:
     """Set while a local invocation runs: who runs, and how deep in its own chain it is."""
@@ -81,6 +93,8 @@ class InvocationScope:
     #: The function's name and this invocation's request id, as Lambda's context gives them (log lines).
     function_name: str = ""
     request_id: str = ""
+    #: What local mode's runtime sets on a running invocation (the scope itself is immutable).
+    control: ScopeControl = field(default_factory=lambda: ScopeControl())
 
 
 _CURRENT: contextvars.ContextVar[InvocationScope | None] = contextvars.ContextVar(
@@ -198,9 +212,15 @@ def refuse_if_abandoned(what: str) -> None:
     """Raise :class:`InvocationAbandonedError` when the current invocation has been abandoned at its
     Timeout (``what``: the kind of call refused, for the message)."""
     scope = _CURRENT.get()
-    if scope is not None and scope.abandoned.is_set():
+    if scope is None:
+        return
+    check = scope.control.before_call
+    if check is not None and not scope.abandoned.is_set():
+        check()
+    if scope.abandoned.is_set():
+        why = scope.control.ended_by or f"outlived its Timeout ({scope.timeout} s)"
         raise InvocationAbandonedError(
-            f"{scope.function_id}: the invocation outlived its Timeout ({scope.timeout} s) and was abandoned, as "
+            f"{scope.function_id}: the invocation {why} and was abandoned, as "
             f"Lambda stops it; {what} calls from it are refused"
         )
 

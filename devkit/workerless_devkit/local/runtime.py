@@ -20,7 +20,13 @@
 - holds every AWS call of a function to its own role as SAM renders it, and refuses what the role
   does not allow with AWS's error; refuses at start an SQS event whose queue the role cannot poll
   (see :mod:`workerless_devkit.local.iam`);
-- reproduces Lambda's recursive loop detection (see :mod:`workerless_devkit.local.loop`).
+- reproduces Lambda's recursive loop detection (see :mod:`workerless_devkit.local.loop`);
+- holds every invocation to Lambda's concurrency: the account's limit, the template's reserved
+  concurrency; a throttled SQS batch stays in flight until its visibility timeout, a throttled
+  scheduled event is retried as Lambda's asynchronous queue does (see
+  :mod:`workerless_devkit.local.concurrency`);
+- when asked (``memory_limits``), kills an invocation whose memory passes its MemorySize (see
+  :mod:`workerless_devkit.local.memory`), and (``schedule_drift``) fires schedules within their minute.
 
 Or, from a rehearsal bundle (:meth:`LocalTopology.from_bundle`), it runs the stack a deploy creates:
 the bundle's transformed template created as a stack on moto's CloudFormation, and everything above
@@ -29,7 +35,9 @@ policies as created in IAM, event source mappings, queue attributes), the code f
 artifacts (:mod:`workerless_devkit.local.stack`).
 
 It runs the template as written. A test that needs shorter timings passes them as template
-parameters (``parameters={"JobQueueVisibilityTimeout": "10", "HandlerTimeout": "10"}``); the only
+parameters (``parameters={"JobQueueVisibilityTimeout": "10", "HandlerTimeout": "10"}``), and a
+route that sets its own Timeout and VisibilityTimeout in its Mappings.Routes line gets them as
+``route_settings`` (``route_timing_settings(path, timeout=10, visibility=10)``); the only other
 timing departure is ``schedule_seconds``, which a schedule's rate cannot express below a minute.
 
 Example:
@@ -43,10 +51,12 @@ from __future__ import annotations
 import base64
 import contextlib
 import contextvars
+import functools
 import importlib.util
 import json
 import logging
 import os
+import random
 import re
 import shutil
 import sys
@@ -65,10 +75,12 @@ from workerless.errors import ConfigurationError
 from workerless.settings import check_engine_keys, clear_settings, infer_engine, parse_env_text
 
 from workerless_devkit.local import limits, loop, rules, sqs_lag
+from workerless_devkit.local.concurrency import ACCOUNT_CONCURRENCY, AsyncOutcome, Concurrency, Throttled, run_async
 from workerless_devkit.local.context import LocalLambdaContext
 from workerless_devkit.local.engine_health import EngineHealth
 from workerless_devkit.local.iam.enforce import IamEnforcer
 from workerless_devkit.local.logs import LogFormat, application_levels, local_logging
+from workerless_devkit.local.memory import RUNTIME_BASELINE_MB, MemoryMeter, OutOfMemory
 from workerless_devkit.local.polls import PollWatch
 from workerless_devkit.local.stack.bundle import Bundle, load_bundle
 from workerless_devkit.local.summary import Summary, get_summary, reset_summary
@@ -177,6 +189,9 @@ class LocalTopology:
             engine is its ``WORKERLESS_ENGINE`` or is inferred from its keys.
         parameters: template parameter overrides (``{"TickSeconds": "2"}``), checked as
             CloudFormation checks them; shorter timings for a test go here.
+        route_settings: {route: {setting: value}} replacing settings of the template's
+            Mappings.Routes lines (a long route's own Timeout and VisibilityTimeout, test-sized:
+            ``workerless_devkit.local.template.route_timing_settings``); not with a bundle.
         schedule_seconds: a departure from the template, for tests: fire every Schedule event this
             often instead of at its rate (EventBridge's finest is a minute). None: the template's
             rate; a cron schedule then does not fire locally. Schedules fire once at start, then at
@@ -201,6 +216,18 @@ class LocalTopology:
         bundle: run a rehearsal bundle's stack instead of a template (see :meth:`from_bundle`); its
             stack name, region and account are the bundle's, and ``parameters`` override the
             bundle's own.
+        account_concurrency: the account's Lambda concurrency limit (1,000 by default; new accounts
+            start at 10). Functions with ReservedConcurrentExecutions have their own; the others
+            share what is left; an invocation with none left is throttled: an SQS batch stays in
+            flight until its visibility timeout, a scheduled (asynchronous) event is retried with
+            Lambda's backoff until its MaximumEventAgeInSeconds, then dropped
+            (:mod:`workerless_devkit.local.concurrency`; :attr:`concurrency`).
+        memory_limits: kill an invocation whose memory passes its function's MemorySize, as Lambda
+            does (:mod:`workerless_devkit.local.memory`: tracemalloc, plus ``memory_baseline_mb``
+            for the runtime). Off by default: tracemalloc slows every allocation of the process.
+        schedule_drift: fire each Schedule event at a seeded moment within its minute (within its
+            interval when shorter, as with ``schedule_seconds``), as EventBridge does, not on the
+            second. Drawn from ``seed``.
 
     Where it runs is :attr:`place`: template.yaml in us-east-1 of account 123456789012, a bundle's
     stack where its bundle.json says. Every ARN and queue URL, the IAM check's resources, the
@@ -213,6 +240,7 @@ class LocalTopology:
         env_file: str | Path | None = None,
         *,
         parameters: Mapping[str, str] | None = None,
+        route_settings: Mapping[str, Mapping[str, Any]] | None = None,
         schedule_seconds: float | None = None,
         wait_seconds: int = 1,
         max_batching_window_seconds: float | None = None,
@@ -227,6 +255,10 @@ class LocalTopology:
         bundle: str | Path | None = None,
         sqs_count_lag: float = 0.0,
         seed: int = 0,
+        account_concurrency: int = ACCOUNT_CONCURRENCY,
+        memory_limits: bool = False,
+        memory_baseline_mb: float | Mapping[str, float] = RUNTIME_BASELINE_MB,
+        schedule_drift: bool = False,
     ) -> None:
         if schedule_seconds is not None and schedule_seconds <= 0:
             raise ConfigurationError("schedule_seconds must be positive", key="schedule_seconds")
@@ -248,9 +280,16 @@ class LocalTopology:
                     "engine_secret is not supported with a bundle: its roles name the bundle's EngineSecretArn",
                     key="engine_secret",
                 )
+            if route_settings:
+                raise ConfigurationError(
+                    "route_settings is not supported with a bundle: its stack was transformed with its own routes",
+                    key="route_settings",
+                )
         else:
             assert template_path is not None
-            self._template = load_template(template_path, parameters=parameters, stack_name=stack_name)
+            self._template = load_template(
+                template_path, parameters=parameters, route_settings=route_settings, stack_name=stack_name
+            )
             place = self._template.place
             # What AWS would refuse to deploy must not run locally either.
             rules.check_template(self._template)
@@ -317,6 +356,17 @@ class LocalTopology:
         self.polls = PollWatch(self._promote_current)
         self._stopped_loops: list[StoppedLoop] = []
         self._limits = limits.LimitState()
+        self.seed = seed
+        self.schedule_drift = schedule_drift
+        self.account_concurrency = account_concurrency
+        #: Lambda's concurrency for this stack's functions (a template's: now; a bundle's: at start).
+        self.concurrency = Concurrency(account_concurrency)
+        if self._template is not None:
+            self.concurrency = self._new_concurrency()
+        #: The memory meter (None: memory_limits off).
+        self.memory: MemoryMeter | None = MemoryMeter(memory_baseline_mb) if memory_limits else None
+        #: Every scheduled event that was throttled: (function, what became of it).
+        self._async_outcomes: list[tuple[str, AsyncOutcome]] = []
 
     @classmethod
     def from_bundle(cls, bundle: str | Path, env_file: str | Path | None = None, **options: Any) -> LocalTopology:
@@ -363,6 +413,17 @@ class LocalTopology:
         """Invocations that raised or timed out, per function logical id."""
         with self._lock:
             return dict(self._errors)
+
+    @property
+    def throttles(self) -> dict[str, int]:
+        """Invocations Lambda throttled (no concurrency left for them), per function logical id."""
+        return dict(self.concurrency.throttles)
+
+    @property
+    def async_outcomes(self) -> list[tuple[str, AsyncOutcome]]:
+        """Every throttled scheduled event and what became of it (retried until it ran, or dropped)."""
+        with self._lock:
+            return list(self._async_outcomes)
 
     @property
     def stopped_loops(self) -> list[StoppedLoop]:
@@ -478,6 +539,8 @@ class LocalTopology:
                 self._create_engine_secret()
             if self.enforce_iam:
                 self._enable_iam()
+            if self._bundle is not None:
+                self.concurrency = self._new_concurrency()
             self._load_functions()
         except BaseException:
             self.stop()
@@ -485,6 +548,8 @@ class LocalTopology:
         if self._reset_summary:
             reset_summary()
         self._listen(True)
+        if self.memory is not None:
+            self.memory.start()
         self._last_activity = time.monotonic()
         self._start_sources()
         return self
@@ -507,6 +572,8 @@ class LocalTopology:
         # reaching past the torn-down mock.
         self._accepting = False
         self._listen(False)
+        if self.memory is not None:
+            self.memory.stop()
         limits.deactivate(self._limits)
         if self.count_lag is not None:
             sqs_lag.deactivate(self.count_lag)
@@ -947,7 +1014,39 @@ class LocalTopology:
     # ------------------------------------------------------------------------------------------
     # Invocation
 
+    def _new_concurrency(self) -> Concurrency:
+        reserved = {f.logical_id: f.reserved_concurrency for f in self.template.functions}
+        return Concurrency(self.account_concurrency, {k: v for k, v in reserved.items() if v is not None})
+
+    def _inject_throttle(self, spec: FunctionSpec, event: Any) -> bool:
+        """Whether to throttle this invocation although concurrency is left (a fault: see
+        :class:`~workerless_devkit.chaos.topology.ChaosTopology`). Never, here."""
+        return False
+
     def _invoke(self, spec: FunctionSpec, event: Any, *, depth: int, work: bool) -> tuple[bool, Any]:
+        """Run one invocation if Lambda's concurrency admits it (else it is throttled: (False,
+        :class:`Throttled`), its code never ran); see :meth:`_run_invocation`."""
+        function_id = spec.logical_id
+        if self._inject_throttle(spec, event):
+            self.concurrency.throttled(function_id)
+            throttled = Throttled(function_id, "injected: the account's unreserved concurrency is in use")
+        elif not self.concurrency.acquire(function_id):
+            reserved = self.concurrency.reserved.get(function_id)
+            why = (
+                f"its reserved concurrency ({reserved}) is in use"
+                if reserved is not None
+                else f"the account's unreserved concurrency ({self.concurrency.unreserved}) is in use"
+            )
+            throttled = Throttled(function_id, why)
+        else:
+            try:
+                return self._run_invocation(spec, event, depth=depth, work=work)
+            finally:
+                self.concurrency.release(function_id)
+        log.warning("%s: invocation throttled: %s", function_id, throttled.why)
+        return False, throttled
+
+    def _run_invocation(self, spec: FunctionSpec, event: Any, *, depth: int, work: bool) -> tuple[bool, Any]:
         """Run one invocation and wait for it at most the function's Timeout, as Lambda does.
 
         The handler runs on its own thread. At the Timeout the caller stops waiting: the invocation
@@ -977,6 +1076,12 @@ class LocalTopology:
         with self._lock:
             self._waiting.add(id(scope))
         run = _Run(handler, event, context, scope)
+        scope.control.kill = run.kill
+        watch = None
+        if self.memory is not None:
+            meter = self.memory
+            watch = meter.watch(spec.logical_id, spec.memory_size, run.kill)
+            scope.control.before_call = functools.partial(meter.check, watch)
         thread = threading.Thread(
             target=contextvars.copy_context().run,
             args=(run,),
@@ -987,6 +1092,8 @@ class LocalTopology:
         try:
             thread.start()
             finished = run.wait(spec.timeout)
+            if watch is not None and self.memory is not None:
+                self.memory.unwatch(watch)
         finally:
             with self._lock:
                 self._running -= 1
@@ -998,11 +1105,17 @@ class LocalTopology:
                     self._last_activity = time.monotonic()
         if not finished:
             # Lambda's own words for it.
+            result: BaseException | Any
             ok, result = False, TimeoutError(f"Task timed out after {spec.timeout:.2f} seconds")
             log.warning("%s: task timed out after %d s (Timeout): abandoned", spec.logical_id, spec.timeout)
         else:
             ok, result = run.ok, run.result
-            if not ok:
+            if watch is not None and watch.killed is not None:
+                # Its memory passed MemorySize just before it returned: Lambda had killed it by then.
+                ok, result = False, watch.killed
+            if isinstance(result, OutOfMemory):
+                log.warning("%s: %s", spec.logical_id, result)
+            elif not ok:
                 log.warning(
                     "%s failed: %s: %s",
                     spec.logical_id,
@@ -1038,15 +1151,67 @@ class LocalTopology:
 
     # -- schedules ------------------------------------------------------------------------------
 
+    def _schedule_delay(
+        self, spec: FunctionSpec, schedule: ScheduleEventSpec, interval: float, rng: random.Random
+    ) -> float:
+        """How late after its nominal moment this firing comes: EventBridge runs a scheduled rule
+        within its minute, not on the second (``schedule_drift``); 0 when not drifting."""
+        return rng.uniform(0.0, min(60.0, interval)) if self.schedule_drift else 0.0
+
     def _schedule(self, spec: FunctionSpec, schedule: ScheduleEventSpec) -> None:
         interval = schedule_interval(schedule, self.schedule_seconds)
         if interval is None:  # pragma: no cover - _start_sources does not start these
             return
+        rng = random.Random(f"{self.seed}:{spec.logical_id}:{schedule.name}")
         next_run = time.monotonic()  # fire at start: a local run should not wait a minute for the first tick
-        while not self._stopping.wait(max(0.0, next_run - time.monotonic())):
+        while True:
+            fire_at = next_run + self._schedule_delay(spec, schedule, interval, rng)
+            if self._stopping.wait(max(0.0, fire_at - time.monotonic())):
+                return
             event = schedule.input if schedule.input is not None else _scheduled_event(spec, schedule)
-            self._invoke(spec, event, depth=0, work=False)
+            self._deliver_async(spec, event)
+            # The next nominal moment (drift delays a firing, not the ones after it); never in the
+            # past, so a long invocation does not make the schedule fire twice in a row.
             next_run = max(next_run + interval, time.monotonic())
+
+    def _deliver_async(self, spec: FunctionSpec, event: Any) -> None:
+        """An asynchronous (EventBridge) invocation: run now; if throttled, Lambda keeps the event
+        and retries it in the background (:func:`~workerless_devkit.local.concurrency.run_async`)."""
+        ok, result = self._invoke(spec, event, depth=0, work=False)
+        if ok or not isinstance(result, Throttled):
+            # It ran. A function error is not retried locally (Lambda retries it MaximumRetryAttempts
+            # times, 2 by default; template.yaml's scheduled functions set 0).
+            return
+        first = [True]
+
+        def attempt() -> bool:
+            if first[0]:  # the throttled attempt above
+                first[0] = False
+                return False
+            _, again = self._invoke(spec, event, depth=0, work=False)
+            return not isinstance(again, Throttled)
+
+        def retry() -> None:
+            try:
+                outcome = run_async(attempt, spec.maximum_event_age, clock=time.monotonic, sleep=self._stopping.wait)
+                with self._lock:
+                    self._async_outcomes.append((spec.logical_id, outcome))
+                if not outcome.ran and not outcome.stopped:
+                    log.warning(
+                        "%s: a scheduled event throttled %d time(s) dropped, %.0f s old (MaximumEventAgeInSeconds %d)",
+                        spec.logical_id,
+                        outcome.throttles,
+                        outcome.age,
+                        spec.maximum_event_age,
+                    )
+            finally:
+                with self._lock:
+                    self._batches.discard(threading.current_thread())
+
+        thread = threading.Thread(target=retry, name=f"{spec.logical_id}#async-retry", daemon=True)
+        with self._lock:
+            self._batches.add(thread)
+        thread.start()
 
     # -- SQS event source -----------------------------------------------------------------------
 
@@ -1225,10 +1390,24 @@ class _Run:
                 self._done.set()
                 return
         log.info(
-            "%s: an invocation abandoned at its Timeout returned after %.1f s; its result is discarded",
+            "%s: an invocation abandoned (%s) returned after %.1f s; its result is discarded",
             self._scope.function_id,
+            self._scope.control.ended_by or "at its Timeout",
             time.monotonic() - started,
         )
+
+    def kill(self, reason: BaseException) -> bool:
+        """End the invocation now, as Lambda does when its runtime dies (out of memory): it failed
+        with ``reason``, the caller stops waiting, and every later AWS or engine call of its code is
+        refused. False if it had already returned."""
+        with self._lock:
+            if self._done.is_set() or self._scope.abandoned.is_set():
+                return False  # returned, or already abandoned at its Timeout
+            self._scope.control.ended_by = f"was killed ({type(reason).__name__})"
+            self._scope.abandoned.set()
+            self.ok, self.result = False, reason
+            self._done.set()
+            return True
 
     def wait(self, timeout: float) -> bool:
         """True once the handler has returned; False at ``timeout``, having abandoned the invocation."""

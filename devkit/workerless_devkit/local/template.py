@@ -226,6 +226,12 @@ class FunctionSpec:
     handler: str
     timeout: int = 3
     memory_size: int = 128
+    #: ReservedConcurrentExecutions (None: none reserved, the function draws on the account's
+    #: unreserved concurrency); see :mod:`workerless_devkit.local.concurrency`.
+    reserved_concurrency: int | None = None
+    #: EventInvokeConfig MaximumEventAgeInSeconds: how long Lambda keeps retrying a throttled
+    #: asynchronous (scheduled) event before dropping it (Lambda's default: 6 hours).
+    maximum_event_age: int = 21600
     environment: dict[str, str] = field(default_factory=dict)
     recursive_loop: str = "Terminate"
     #: LoggingConfig: LogFormat (Text, JSON) and, with JSON only, Lambda's log-level filters (None:
@@ -334,6 +340,8 @@ class LocalTemplate:
     source: str = "template"
     #: The account and region it runs in: its ARNs', queue URLs' and functions' AWS_REGION.
     place: Place = LOCAL_PLACE
+    #: Values that replaced the settings of its Mappings.Routes lines (:func:`apply_route_settings`).
+    route_settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def parameters_under(self, path: str) -> dict[str, str]:
         """{name: value} of the SSM parameters directly under ``path`` (what GetParametersByPath,
@@ -415,18 +423,21 @@ def load_template(
     path: str | Path,
     *,
     parameters: Mapping[str, str] | None = None,
+    route_settings: Mapping[str, Mapping[str, Any]] | None = None,
     stack_name: str = STACK_NAME,
     place: Place = LOCAL_PLACE,
 ) -> LocalTemplate:
     """Read and resolve ``path`` for a stack in ``place``. Raises :class:`TemplateError` naming what
-    cannot be run locally."""
+    cannot be run locally. ``route_settings``: see :func:`apply_route_settings`."""
     template_path = Path(path)
     try:
         text = template_path.read_text(encoding="utf-8")
     except OSError as exc:
         raise TemplateError(f"cannot read template {str(template_path)!r}: {exc.strerror}") from None
     data = parse_template_text(text, source=str(template_path))
-    return resolve_template(
+    if route_settings:
+        data = apply_route_settings(data, route_settings, source=str(template_path))
+    resolved = resolve_template(
         data,
         base_dir=template_path.parent,
         path=template_path,
@@ -434,6 +445,42 @@ def load_template(
         stack_name=stack_name,
         place=place,
     )
+    return dataclasses.replace(resolved, route_settings={k: dict(v) for k, v in (route_settings or {}).items()})
+
+
+#: A route's settings that are timings (its function's Timeout, its queue's VisibilityTimeout).
+ROUTE_TIMING_KEYS = ("Timeout", "VisibilityTimeout")
+
+
+def apply_route_settings(
+    data: Mapping[str, Any], route_settings: Mapping[str, Mapping[str, Any]], *, source: str = "template"
+) -> dict[str, Any]:
+    """A copy of the parsed template ``data`` whose ``Mappings.Routes`` lines have ``route_settings``
+    ({route: {setting: value}}) merged in: a test's or the demo's shorter timings for a route that
+    sets its own (a route's settings live in its line, not in parameters). A departure from the
+    template, like a parameter override; a route the template does not have is a TemplateError."""
+    routes = (data.get("Mappings") or {}).get("Routes")
+    if not isinstance(routes, dict):
+        raise TemplateError(f"{source}: route settings given, but the template has no Mappings.Routes")
+    unknown = sorted(set(route_settings) - set(routes))
+    if unknown:
+        raise TemplateError(f"{source}: route settings for {', '.join(unknown)}: Mappings.Routes has no such route")
+    merged = {name: {**(line or {}), **dict(route_settings.get(name, {}))} for name, line in routes.items()}
+    return {**data, "Mappings": {**data["Mappings"], "Routes": merged}}
+
+
+def route_timing_settings(path: str | Path, *, timeout: int, visibility: int) -> dict[str, dict[str, int]]:
+    """Route settings (:func:`apply_route_settings`) giving every route of ``path`` whose line sets
+    its own Timeout or VisibilityTimeout these two instead: with the parameters HandlerTimeout and
+    JobQueueVisibilityTimeout (the other routes'), every job queue of the template test-sized."""
+    template_path = Path(path)
+    data = parse_template_text(template_path.read_text(encoding="utf-8"), source=str(template_path))
+    routes = (data.get("Mappings") or {}).get("Routes") or {}
+    return {
+        name: {"Timeout": timeout, "VisibilityTimeout": visibility}
+        for name, line in routes.items()
+        if isinstance(line, dict) and any(key in line for key in ROUTE_TIMING_KEYS)
+    }
 
 
 def resolve_template(
@@ -981,7 +1028,11 @@ class _Resolver:
 
     def _function(self, lid: str, props: Mapping[str, Any], arn_to_queue: Mapping[str, str]) -> FunctionSpec:
         def prop(key: str, default: Any = None) -> Any:
-            return self.resolve(props[key], f"{lid}.{key}") if key in props else default
+            if key not in props:
+                return default
+            value = self.resolve(props[key], f"{lid}.{key}")
+            # !If [cond, x, !Ref AWS::NoValue]: the property is absent.
+            return default if value is _NO_VALUE else value
 
         code_uri = prop("CodeUri")
         handler = prop("Handler")
@@ -1044,8 +1095,17 @@ class _Resolver:
             else:
                 ignored.append(f"{event_name} ({etype})")
         role = prop("Role")
+        reserved = prop("ReservedConcurrentExecutions")
+        invoke_config = prop("EventInvokeConfig") or {}
+        if not isinstance(invoke_config, dict):
+            raise TemplateError(f"{lid}.EventInvokeConfig must be a mapping")
         return FunctionSpec(
             role=None if role is None else str(role),
+            reserved_concurrency=None if reserved is None else _int(reserved, f"{lid}.ReservedConcurrentExecutions"),
+            maximum_event_age=_int(
+                invoke_config.get("MaximumEventAgeInSeconds", 21600),
+                f"{lid}.EventInvokeConfig.MaximumEventAgeInSeconds",
+            ),
             logical_id=lid,
             function_name=self.physical_name(lid),
             code_dir=(self.base_dir / code_uri).resolve(),

@@ -41,6 +41,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, assert_never
 
 from workerless import observability
+from workerless.claimcheck import too_large_reason
 from workerless.errors import MessageFormatError, RetryableEngineError, StoreError
 from workerless.execution import HandlerFunction, run_job
 from workerless.job import Job
@@ -155,6 +156,8 @@ class Delivery:
         # Which lease this delivery holds: a later lease of the same job id (node-flow re-leases a
         # lapsed task under its old id) may claim a record the lost lease left behind.
         self.lease = self.lease_model.fingerprint(job.ref)
+        #: Set when the job's input is over this function's WORKERLESS_MAX_PAYLOAD_BYTES: failed, not run.
+        self.too_large: str | None = None
 
     # -- the protocol -------------------------------------------------------------------------------
     def deliver(self) -> Verdict:
@@ -180,7 +183,7 @@ class Delivery:
             observability.emit(
                 self.job.ref.job_type, "started", job_id=self.job.ref.job_id, receive_count=self.receive_count
             )
-            outcome = self.run()
+            outcome = self.run() if self.too_large is None else Outcome.fail(self.too_large, retries=0, terminal=True)
             return self.settle(self.store_outcome(outcome))
 
     def read_payload(self) -> None:
@@ -189,6 +192,13 @@ class Delivery:
         redelivers it; a job whose object is gone ends in the dead-letter queue, which fails it at
         the engine)."""
         assert self.job.payload is not None
+        from workerless.settings import get_settings
+
+        limit = get_settings().max_payload_bytes
+        if self.job.payload.size > limit:
+            # Not read: this function's memory cannot hold it (its MemorySize is below the poller's).
+            self.too_large = too_large_reason("the job's input", self.job.payload.size, limit)
+            return
         payloads = self.payloads
         if payloads is None:
             from workerless.runtime import get_payloads

@@ -8,6 +8,7 @@ import math
 from typing import TYPE_CHECKING, assert_never
 
 from workerless import observability
+from workerless.claimcheck import too_large_reason
 from workerless.errors import EngineError, FinalEngineError, RetryableEngineError
 from workerless.lease import HandBack
 from workerless.model import ActivatedJob, Outcome
@@ -166,3 +167,15 @@ def tracked(
     if dispatches.complete(now, horizon=dispatches.window):
         best = min(best, count + dispatches.live_since(job_type, read_at - dispatches.window))
     return best
+
+
+def unread(job: ActivatedJob, limit: int, budget: int) -> tuple[bool, str]:
+    """What to do with a job whose variables the poller did not read (``unread_bytes``): (fail it
+    for good?, the reason). Over the payload limit: failed, naming its size and the limit (it would
+    come back just as large). Otherwise it came past the answer's budget: handed back, retries
+    unchanged, for a later poll (the first job of an answer always fits: the budget is at least
+    the limit)."""
+    size = job.unread_bytes or 0
+    if size > limit:
+        return True, too_large_reason("the job's input", size, limit)
+    return False, f"no room for its {size} bytes of input in this poll (at most {budget} bytes an answer)"

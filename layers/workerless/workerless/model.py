@@ -114,6 +114,11 @@ class ActivatedJob:
     ``payload`` points at the variables in the claim check's bucket when they were too large for the
     job message (:mod:`workerless.claimcheck`): ``variables`` is then empty until the handler reads
     them (:meth:`with_variables`). Everything else stays in the message.
+
+    ``raw_variables``: the variables as the engine sent them (JSON text), not decoded: a large value
+    the poller cut from the engine's answer (:mod:`workerless.engines.kit.skim`) and passes on as is.
+    ``unread_bytes``: the variables were not read at all (over the payload limit, or no room was left
+    in the answer's budget): their size; the poller fails or hands back such a job.
     """
 
     ref: JobRef
@@ -126,6 +131,8 @@ class ActivatedJob:
     traceparent: str | None = None
     custom_headers: dict[str, Any] = field(default_factory=dict)
     payload: PayloadRef | None = None
+    raw_variables: bytes | None = field(default=None, repr=False)
+    unread_bytes: int | None = None
 
     @property
     def key(self) -> str:
@@ -154,22 +161,29 @@ class ActivatedJob:
 
     def variables_json(self) -> bytes:
         """The variables as the message carries them (compact JSON): what a claim check stores."""
+        if self.raw_variables is not None:
+            return self.raw_variables
         return json.dumps(self.variables, separators=(",", ":")).encode()
+
+    def variables_size(self) -> int | None:
+        """The variables' size in bytes when known without serialising them (cut or unread)."""
+        return self.unread_bytes if self.raw_variables is None else len(self.raw_variables)
 
     def with_variables(self, variables: dict[str, Any]) -> ActivatedJob:
         """This job with its variables read back from the claim check."""
-        return dataclasses.replace(self, variables=variables, payload=None)
+        return dataclasses.replace(self, variables=variables, payload=None, raw_variables=None)
 
     def to_message(self, *, payload: PayloadRef | None = None) -> str:
         """Serialise for one SQS message body; with ``payload``, the variables are in that object."""
+        raw = self.raw_variables if payload is None else None
         carried: dict[str, Any] = (
-            {"payload": payload.to_dict()} if payload is not None else {"variables": self.variables}
+            {"payload": payload.to_dict()} if payload is not None else {"variables": {} if raw else self.variables}
         )
-        return json.dumps(
+        body = json.dumps(
             {
+                **carried,  # first: where raw variables are put in (below)
                 "v": MESSAGE_VERSION,
                 "ref": self.ref.to_dict(),
-                **carried,
                 "lease_expires_at": self.lease_expires_at,
                 "activated_at": self.activated_at,
                 "retries": self.retries,
@@ -180,6 +194,10 @@ class ActivatedJob:
             },
             separators=(",", ":"),
         )
+        if raw is None:
+            return body
+        # Passed on as the engine sent it (checked as JSON when it was cut, see raw_variables).
+        return '{"variables":' + raw.decode() + body.removeprefix('{"variables":{}')
 
     @classmethod
     def from_message(cls, body: str) -> ActivatedJob:
@@ -321,6 +339,10 @@ class Demand:
     job_type: str
     capacity: int
     queue: str | None = None
+    #: WORKERLESS_MAX_PAYLOAD_BYTES and the most job variables one answer may bring (bytes): what the
+    #: adapter reads an answer within (:mod:`workerless.engines.kit.skim`); None: the template's defaults.
+    payload_limit: int | None = None
+    answer_budget: int | None = None
 
     @property
     def engine_queue(self) -> str:

@@ -37,7 +37,6 @@ the item's next write.
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -182,7 +181,8 @@ class Poller:
             recent = self.dispatches.since(route.type, self._wall(read_at) - self.dispatches.window)
             held = int(min(count + recent, self._tracked(route.type, count, read_at, refresh=read_at == now)))
             capacity = max(0, route.max_in_flight - held)
-            demands.append(Demand(route.type, capacity, route.engine_queue))
+            limits = (self.settings.max_payload_bytes, self.settings.answer_budget_bytes)
+            demands.append(Demand(route.type, capacity, route.engine_queue, *limits))
         return demands
 
     def _tracked(self, job_type: str, count: int, read_at: float, *, refresh: bool) -> float:
@@ -347,7 +347,7 @@ class Poller:
                 unsent = self._send_ticket(jobs) if jobs else []
                 if unsent:
                     # Back in the log for the next invocation, while any of their leases still runs.
-                    self._intent(functools.partial(_put_back, unsent))
+                    self._intent(lambda log: log.put_back_dispatched(unsent))  # noqa: B023 - run at once
                 continue
             reason = "the poller that activated it stopped before queuing it"
             back, queued = self._fence(jobs)
@@ -355,7 +355,7 @@ class Poller:
                 self._hand_back(job, reason, report, deadline=deadline)
             unsent = self._send_ticket(queued) if queued else []
             if unsent:
-                self._intent(functools.partial(_put_back, unsent))
+                self._intent(lambda log: log.put_back_dispatched(unsent))  # noqa: B023 - run at once
         if stale:
             # Out of the log only now: a poller that dies while finishing them leaves them to the next.
             self._intent(lambda log: log.finished())
@@ -379,7 +379,12 @@ class Poller:
                 for job in batch:
                     self._hand_back(job, f"no route handles job type {job_type!r}", report, deadline=deadline)
                 continue
-            batch, bodies = self._messages(route.queue_url, batch, report, deadline=deadline)
+            for job in [j for j in batch if j.unread_bytes is not None]:  # variables not read: too large
+                final, reason = giveback.unread(job, self.settings.max_payload_bytes, self.settings.answer_budget_bytes)
+                (self._fail_for_good if final else self._hand_back)(job, reason, report, deadline=deadline)
+            batch, bodies = self._messages(
+                route.queue_url, [j for j in batch if j.unread_bytes is None], report, deadline=deadline
+            )
             failures = {f.index: f for f in self.queues.send_batch(route.queue_url, bodies)}
             sent_here = 0
             for index, job in enumerate(batch):
@@ -410,10 +415,9 @@ class Poller:
     def _messages(
         self, queue_url: str, batch: list[ActivatedJob], report: PollReport, *, deadline: float
     ) -> tuple[list[ActivatedJob], list[str]]:
-        """Each job's message body, its variables written to the claim check's bucket when the message
-        would be over the queue's MaximumMessageSize less the margin (:mod:`workerless.claimcheck`).
-        A job larger than WORKERLESS_MAX_PAYLOAD_BYTES is failed at the engine (naming its size and the
-        limit) and a job whose payload cannot be written is handed back: neither is in the answer."""
+        """Each job's message body, its variables in the claim check's bucket when the message would be
+        over the queue's MaximumMessageSize less the margin (:mod:`workerless.claimcheck`). A job over
+        WORKERLESS_MAX_PAYLOAD_BYTES is failed, one whose payload cannot be written handed back."""
         payloads = self.payloads
         if payloads is None or not payloads.enabled:
             return batch, [job.to_message() for job in batch]
@@ -424,8 +428,8 @@ class Poller:
         kept: list[ActivatedJob] = []
         bodies: list[str] = []
         for job in batch:
-            body = job.to_message()
-            size = len(body.encode())
+            body = "" if (job.variables_size() or 0) > threshold else job.to_message()  # raw: size known
+            size = len(body.encode()) if body else threshold + 1
             if size > threshold:
                 offloaded = self._offload(job, size, payloads, report, deadline=deadline)
                 if offloaded is None:
@@ -494,7 +498,3 @@ class Poller:
         report.released += 1
         self.dispatches.drop(job.ref.job_type, [job.record_key])
         giveback.fail_for_good(self.engine, job, reason, deadline=deadline)
-
-
-def _put_back(jobs: list[ActivatedJob], log: Intents) -> bool:
-    return log.put_back_dispatched(jobs)

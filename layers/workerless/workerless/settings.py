@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from workerless.claimcheck import DEFAULT_MEMORY_MB, answer_budget, memory_needed, payload_limit
 from workerless.engines import ENGINE_NAMES
 from workerless.engines import ENGINES as ENGINE_REGISTRY
 from workerless.errors import ConfigurationError
@@ -70,6 +71,8 @@ class Route(BaseModel):
 
 #: The variables outside WORKERLESS_* that Settings reads: Powertools' and Lambda's log levels.
 _LOG_LEVEL_VARIABLES = frozenset({"POWERTOOLS_LOG_LEVEL", "AWS_LAMBDA_LOG_LEVEL"})
+#: Lambda's own variables read here: the function's memory (the payload limit follows it).
+_LAMBDA_VARIABLES = frozenset({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE"})
 
 
 class Settings(BaseModel):
@@ -118,12 +121,14 @@ class Settings(BaseModel):
     #: their queue's or table's limit go there. None: nothing is offloaded (such jobs fail, naming
     #: the limit). The template's PayloadBucket; its lifecycle expires objects after the record TTL.
     payload_bucket: str | None = Field(default=None, alias="WORKERLESS_PAYLOAD_BUCKET")
+    #: This function's memory (MB), as Lambda sets it; None outside Lambda (then the template's
+    #: default, claimcheck.DEFAULT_MEMORY_MB, is assumed).
+    function_memory_mb: int | None = Field(default=None, alias="AWS_LAMBDA_FUNCTION_MEMORY_SIZE", ge=128, le=10240)
     #: The largest job input or handler result workerless carries (through the claim check): a
-    #: function holds it in memory, several times over while it is parsed. Raise it together with
-    #: the functions' MemorySize (32 MiB suits the template's 256 MB).
-    max_payload_bytes: int = Field(
-        default=32 * 1024 * 1024, alias="WORKERLESS_MAX_PAYLOAD_BYTES", ge=1024 * 1024, le=1024 * 1024 * 1024
-    )
+    #: function holds it in memory, several times over while it is parsed. Default: what the
+    #: function's memory holds (claimcheck.payload_limit: 10 MiB at 256 MB); set higher than that,
+    #: the function refuses to start (raise its MemorySize with it: one decision).
+    max_payload_bytes: int = Field(default=0, alias="WORKERLESS_MAX_PAYLOAD_BYTES", ge=1024 * 1024, le=1024**3)
     #: Backoff given to the engine when a handler raises an ordinary exception.
     fail_backoff_seconds: int = Field(default=30, alias="WORKERLESS_FAIL_BACKOFF_SECONDS", ge=0, le=86_400)
     secret_arn: str | None = Field(default=None, alias="WORKERLESS_SECRET_ARN")
@@ -165,6 +170,35 @@ class Settings(BaseModel):
             )
         return self
 
+    @model_validator(mode="before")
+    @classmethod
+    def _payload_limit_from_memory(cls, data: Any) -> Any:
+        limit = data.get("WORKERLESS_MAX_PAYLOAD_BYTES", data.get("max_payload_bytes")) if isinstance(data, dict) else 0
+        if isinstance(data, dict) and limit is None:
+            memory = data.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", data.get("function_memory_mb"))
+            try:
+                mb = int(memory) if memory is not None else DEFAULT_MEMORY_MB
+            except (TypeError, ValueError):
+                return data  # the field's own check names the bad value
+            data = {**data, "WORKERLESS_MAX_PAYLOAD_BYTES": payload_limit(max(128, mb))}
+        return data
+
+    @model_validator(mode="after")
+    def _payload_fits_memory(self) -> Settings:
+        memory, needed = self.function_memory_mb or DEFAULT_MEMORY_MB, memory_needed(self.max_payload_bytes)
+        if needed > memory:
+            raise ValueError(
+                f"WORKERLESS_MAX_PAYLOAD_BYTES ({self.max_payload_bytes}) needs a MemorySize of at least "
+                f"{needed} MB to hold such a payload, and this function has {memory} MB: "
+                f"raise its MemorySize or lower the limit (at most {payload_limit(memory)} bytes at {memory} MB)"
+            )
+        return self
+
+    @property
+    def answer_budget_bytes(self) -> int:
+        """The most job variables (bytes, undecoded) the poller keeps from one engine answer."""
+        return max(self.max_payload_bytes, answer_budget(self.function_memory_mb or DEFAULT_MEMORY_MB))
+
     @model_validator(mode="after")
     def _unique_routes(self) -> Settings:
         seen: set[str] = set()
@@ -180,7 +214,8 @@ class Settings(BaseModel):
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
         """Validate; a bad value raises ConfigurationError naming the variable."""
-        values = {k: v for k, v in env.items() if k.startswith("WORKERLESS_") or k in _LOG_LEVEL_VARIABLES}
+        read = _LOG_LEVEL_VARIABLES | _LAMBDA_VARIABLES
+        values = {k: v for k, v in env.items() if k.startswith("WORKERLESS_") or k in read}
         try:
             return cls.model_validate(values)
         except ValidationError as exc:

@@ -32,6 +32,7 @@ from workerless_devkit.local.template import (
     LocalTemplate,
     Place,
     TemplateError,
+    apply_route_settings,
     intrinsic_resolver,
     parse_template_text,
 )
@@ -88,6 +89,8 @@ def render_roles(
     is not one local mode knows, or a policy document is one IAM would reject.
     """
     source = parse_template_text(template.path.read_text(encoding="utf-8"), source=str(template.path))
+    if template.route_settings:  # what the template was resolved with
+        source = apply_route_settings(source, template.route_settings, source=str(template.path))
     # The values the template was resolved with (parameters without a value stay unset), then ``parameters``.
     values = {
         k: ",".join(map(str, v)) if isinstance(v, list) else str(v)
@@ -264,6 +267,8 @@ def _parse(document: Any, source: str) -> tuple[Statement, ...]:
 def secret_parameter(template: LocalTemplate, variable: str = "WORKERLESS_SECRET_ARN") -> str | None:
     """The template parameter the functions' ``variable`` is ``!Ref`` of (Globals or a function), else None."""
     source = parse_template_text(template.path.read_text(encoding="utf-8"), source=str(template.path))
+    if template.route_settings:  # what the template was resolved with
+        source = apply_route_settings(source, template.route_settings, source=str(template.path))
     declared = source.get("Parameters") or {}
     blocks = [(source.get("Globals") or {}).get("Function") or {}]
     blocks += [(r.get("Properties") or {}) for r in (source.get("Resources") or {}).values() if isinstance(r, dict)]

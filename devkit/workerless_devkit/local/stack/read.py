@@ -217,6 +217,7 @@ class _Reader:
             handler=str(config["Handler"]),
             timeout=int(config["Timeout"]),
             memory_size=int(config["MemorySize"]),
+            reserved_concurrency=_reserved(from_template("ReservedConcurrentExecutions", None), logical_id),
             environment={str(k): _text(v) for k, v in variables.items()},
             recursive_loop=recursive,
             log_format=log_format,
@@ -437,3 +438,13 @@ def _check_resolved(values: Any, where: str) -> None:
                 f"{where} holds {found.group(0)} as text ({str(value)[:120]!r}): the bundle's template lost the "
                 "Fn::Sub around it before CloudFormation saw it (expanded.json), so the deployed value would be wrong"
             )
+
+
+def _reserved(value: Any, logical_id: str) -> int | None:
+    """A function's ReservedConcurrentExecutions as its template declares it (None: none reserved)."""
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{logical_id}.ReservedConcurrentExecutions must be a number, got {value!r}") from None

@@ -20,7 +20,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from workerless.aws.items import STATE_ATTRIBUTES, decode_outcome, encode_inline, inline_bytes, to_record
-from workerless.claimcheck import OUTCOME_INLINE_BYTES, RESULTS_PREFIX, PayloadRef, object_key
+from workerless.claimcheck import (
+    DEFAULT_MEMORY_MB,
+    OUTCOME_INLINE_BYTES,
+    RESULTS_PREFIX,
+    PayloadRef,
+    object_key,
+    payload_limit,
+)
 from workerless.errors import OutcomeTooLargeError, StoreError
 from workerless.model import Outcome
 from workerless.record import JobRecord, Status
@@ -73,7 +80,7 @@ class JobStore:
         client: Any = None,
         clock: Any = time.time,
         payloads: Any = None,
-        max_outcome_bytes: int = 32 * 1024 * 1024,
+        max_outcome_bytes: int = payload_limit(DEFAULT_MEMORY_MB),
     ) -> None:
         self.table = table
         self.ttl_seconds = ttl_seconds

@@ -21,21 +21,23 @@ def json_object(
     field: str = "body",
     job_id: str | None = None,
     garbled_retryable: bool = False,
+    content: bytes | None = None,
 ) -> dict[str, Any]:
     """The answer's JSON object.
 
     Readable JSON that is not an object is the wrong contract: :class:`ResponseShapeError`, final.
     A body that is not JSON at all is the same final error, unless ``garbled_retryable``: then it is
     a :class:`GarbledResponseError` (retryable: a truncated or empty body says nothing about what the
-    engine answered; StageNext, whose every parsed call may be repeated, passes it).
+    engine answered; StageNext, whose every parsed call may be repeated, passes it). ``content``: the
+    body to read instead of the response's (a skimmed answer's skeleton, :mod:`.skim`).
     """
     try:
-        body = response.json()
+        body = json.loads(content) if content is not None else response.json()
     except (ValueError, UnicodeDecodeError):
         if garbled_retryable:
             raise GarbledResponseError(
                 f"{what} answered {response.status_code} with a body that is not readable JSON "
-                f"({len(response.content)} bytes)",
+                f"({len(content if content is not None else response.content)} bytes)",
                 engine=engine,
                 field=field,
                 job_id=job_id,

@@ -18,6 +18,7 @@ put in an exception message.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import socket
@@ -30,6 +31,7 @@ import httpx
 
 from workerless.engines.base import SharedState
 from workerless.engines.kit.resend import Recovery, send_recovering
+from workerless.engines.kit.skim import Skimmer, answer_skimmer, job_variables, post_skimmed
 from workerless.engines.kit.times import parse_timestamp
 from workerless.engines.kit.translate import Translator, parse_problem
 from workerless.engines.nodeflow.auth import Credentials
@@ -59,17 +61,9 @@ LOG_BATCH = 100
 #: The lease a release asks for (a heartbeat): node-flow clamps it up to its minimum lease, after
 #: which the task lapses back onto its queue with its task id (docs/assumptions.md, node-flow).
 RELEASE_LEASE_SECONDS = 1
-_LEVELS = {
-    "debug": "debug",
-    "trace": "debug",
-    "info": "info",
-    "warn": "warn",
-    "warning": "warn",
-    "error": "error",
-    "exception": "error",
-    "critical": "error",
-    "fatal": "error",
-}
+#: Log levels as node-flow names them.
+_LEVELS = {"info": "info", **dict.fromkeys(("debug", "trace"), "debug"), **dict.fromkeys(("warn", "warning"), "warn")}
+_LEVELS |= dict.fromkeys(("error", "exception", "critical", "fatal"), "error")
 
 logger = logging.getLogger("workerless.engines.nodeflow")
 
@@ -139,15 +133,26 @@ class NodeFlowEngine:
             return demand.queue
         return f"{demand.job_type}:{self.domain}" if self.domain else demand.job_type
 
-    def _post(self, path: str, body: Mapping[str, Any], *, what: str, job_id: str | None, scope: str) -> httpx.Response:
+    def _post(
+        self,
+        path: str,
+        body: Mapping[str, Any],
+        *,
+        what: str,
+        job_id: str | None,
+        scope: str,
+        skim: Skimmer | None = None,
+    ) -> httpx.Response:
         """POST with credentials; a 401 on a Bearer token re-mints once (the kit's
-        :func:`~workerless.engines.kit.resend.send_recovering`). Returns 2xx answers and raises the
-        translated error for anything else."""
+        :func:`~workerless.engines.kit.resend.send_recovering`). Returns 2xx answers (read through
+        ``skim`` when given: :mod:`workerless.engines.kit.skim`) and raises the translated error for anything else."""
         url = f"{self._ns_url}{path}"
 
         def send() -> tuple[httpx.Response, dict[str, str]]:
             headers = self._credentials.headers()
             try:
+                if skim is not None:
+                    return post_skimmed(self._client, url, json_body=dict(body), headers=headers, skim=skim), headers
                 return self._client.post(url, json=dict(body), headers=headers), headers
             except httpx.HTTPError as exc:
                 raise self._translate.transport(exc, job_id=job_id, what=what) from exc
@@ -218,11 +223,8 @@ class NodeFlowEngine:
             if wait > 0:
                 # The engine said when to come back (Retry-After): no queue is leased before then.
                 if first_error is None:
-                    first_error = RateLimitedError(
-                        f"node-flow asked workerless to wait {wait:.1f} s more before leasing (Retry-After)",
-                        engine=ENGINE,
-                        retry_after=wait,
-                    )
+                    hold = f"node-flow asked workerless to wait {wait:.1f} s more before leasing (Retry-After)"
+                    first_error = RateLimitedError(hold, engine=ENGINE, retry_after=wait)
                 break
             try:
                 jobs.extend(self._lease(demand, lease_seconds))
@@ -239,15 +241,17 @@ class NodeFlowEngine:
     def _lease(self, demand: Demand, lease_seconds: int) -> list[ActivatedJob]:
         queue = self.queue_for(demand)
         what = f"lease on queue {queue}"
-        response = self._post(
+        skim = answer_skimmer([demand], "input", 3, engine=ENGINE)  # no input decoded, none past the limit held
+        self._post(  # the answer is read through ``skim``
             f"/queues/{quote(queue, safe=':')}/lease",
             {"workerId": self.worker_id, "count": demand.capacity, "waitSeconds": 0, "leaseSeconds": lease_seconds},
             what=what,
             job_id=None,
             scope=f"queues:lease:{queue}",
+            skim=skim,
         )
         try:
-            body = response.json()
+            body = json.loads(skim.skeleton())
         except ValueError as exc:
             raise ResponseShapeError(f"{what} answered a body that is not JSON", engine=ENGINE, field="tasks") from exc
         tasks = body.get("tasks") if isinstance(body, dict) else None
@@ -261,12 +265,12 @@ class NodeFlowEngine:
                 self._refuse(raw, queue, "leased beyond the requested count")
                 continue
             try:
-                jobs.append(self._job(raw, demand, queue, now))
+                jobs.append(self._job(raw, demand, queue, now, skim))
             except _MalformedTask as exc:
                 self._refuse(raw, queue, str(exc))
         return jobs
 
-    def _job(self, raw: Any, demand: Demand, queue: str, now: float) -> ActivatedJob:
+    def _job(self, raw: Any, demand: Demand, queue: str, now: float, skim: Skimmer | None = None) -> ActivatedJob:
         if not isinstance(raw, dict):
             raise _MalformedTask("task is not an object")
         for name in ("taskId", "leaseToken", "workflowId"):
@@ -275,10 +279,8 @@ class NodeFlowEngine:
         task_def = raw.get("taskDefName")
         if task_def is not None and task_def != demand.job_type:
             raise _MalformedTask(f"field 'taskDefName' is {task_def!r}, not the leased type {demand.job_type!r}")
-        variables = raw.get("input")
+        variables, raw_variables, unread = job_variables(skim, {} if raw.get("input") is None else raw["input"])
         if variables is None:
-            variables = {}
-        if not isinstance(variables, dict):
             raise _MalformedTask("field 'input' is not an object")
         try:
             expires = parse_timestamp(raw.get("leaseExpiresAt"))
@@ -302,6 +304,8 @@ class NodeFlowEngine:
             instance_id=raw["workflowId"],
             element_id=ref_name if isinstance(ref_name, str) and ref_name else None,
             traceparent=traceparent if isinstance(traceparent, str) and traceparent else None,
+            raw_variables=raw_variables,
+            unread_bytes=unread,
         )
 
     def _refuse(self, raw: Any, queue: str, reason: str) -> None:
@@ -312,13 +316,10 @@ class NodeFlowEngine:
             isinstance(raw.get(n), str) and raw[n] for n in ("taskId", "leaseToken", "workflowId")
         )
         if not usable:
-            logger.error(
-                "node-flow queue %s leased a task workerless cannot read (%s); it returns to the queue when "
-                "its lease expires",
-                queue,
-                reason,
-                extra={"task_id": task_id if isinstance(task_id, str) else None},
+            unread = (
+                "node-flow queue %s leased a task workerless cannot read (%s); it returns to the queue at lease expiry"
             )
+            logger.error(unread, queue, reason, extra={"task_id": task_id if isinstance(task_id, str) else None})
             return
         assert isinstance(raw, dict)
         logger.error(
@@ -360,12 +361,8 @@ class NodeFlowEngine:
         try:
             return parse_timestamp(response.json().get("leaseExpiresAt"))
         except (ValueError, AttributeError) as exc:
-            raise ResponseShapeError(
-                f"{what} answered without a leaseExpiresAt timestamp",
-                engine=ENGINE,
-                field="leaseExpiresAt",
-                job_id=ref.job_id,
-            ) from exc
+            bad = f"{what} answered without a leaseExpiresAt timestamp"
+            raise ResponseShapeError(bad, engine=ENGINE, field="leaseExpiresAt", job_id=ref.job_id) from exc
 
     def report(self, ref: JobRef, outcome: Outcome) -> None:
         """COMPLETED / FAILED / FAILED_WITH_TERMINAL_ERROR. A stack goes to the task log first, so

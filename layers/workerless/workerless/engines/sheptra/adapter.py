@@ -35,6 +35,7 @@ import httpx
 from workerless.engines.base import SharedState
 from workerless.engines.kit.answers import json_object, json_size
 from workerless.engines.kit.resend import Recovery, send_recovering
+from workerless.engines.kit.skim import Skimmer, answer_skimmer, job_variables, post_skimmed
 from workerless.engines.kit.times import timestamp_or_none
 from workerless.engines.kit.tokens import TokenCache
 from workerless.engines.kit.translate import Translator, error_for_response
@@ -127,8 +128,10 @@ class SheptraEngine:
         *,
         what: str,
         job_id: str | None = None,
+        skim: Skimmer | None = None,
     ) -> httpx.Response:
-        """POST ``body`` to the engine; a 2xx response, or the translated error.
+        """POST ``body`` to the engine; a 2xx response, or the translated error. ``skim``: a 2xx
+        answer is read through it as it streams in (:mod:`workerless.engines.kit.skim`).
 
         At most three sends (the kit's :func:`~workerless.engines.kit.resend.send_recovering`): the
         first, one after re-minting on a 401, one after re-resolving on a 421 (discovery mode).
@@ -141,7 +144,11 @@ class SheptraEngine:
             sent.clear()
             sent.update(self._auth_headers())
             try:
-                response = self._client.post(base + path, json=body, headers={"Accept": "application/json", **sent})
+                headers = {"Accept": "application/json", **sent}
+                if skim is None:
+                    response = self._client.post(base + path, json=body, headers=headers)
+                else:
+                    response = post_skimmed(self._client, base + path, json_body=body, headers=headers, skim=skim)
             except httpx.HTTPError as exc:
                 if isinstance(exc, httpx.TransportError):
                     self._locator.transport_failed()
@@ -213,8 +220,11 @@ class SheptraEngine:
             body["workerId"] = label
         if self.config.tenant_ids:
             body["tenantIds"] = list(self.config.tenant_ids)
-        response = self._call(self.activate_path, body, what="activate")
-        envelope = json_object(response, engine=ENGINE, what="activate", field="jobs")
+        # Read as it streams in: no job's variables are decoded here, and none past the payload limit
+        # or the answer's budget is held (the poller fails or hands back those jobs).
+        skim = answer_skimmer(demands, "variables", 3, engine=ENGINE)
+        response = self._call(self.activate_path, body, what="activate", skim=skim)
+        envelope = json_object(response, engine=ENGINE, what="activate", field="jobs", content=skim.skeleton())
         raw_jobs = envelope.get("jobs")
         if not isinstance(raw_jobs, list):
             raise ResponseShapeError("activate answered without a 'jobs' list", engine=ENGINE, field="jobs")
@@ -224,7 +234,7 @@ class SheptraEngine:
         jobs: list[ActivatedJob] = []
         for raw in raw_jobs:
             try:
-                job = self._parse_job(raw, now, label)
+                job = self._parse_job(raw, now, label, skim)
             except _Malformed as bad:
                 self._hand_back_malformed(raw, bad, label)
                 continue
@@ -253,7 +263,9 @@ class SheptraEngine:
             return self._worker_id
         return f"wl-{secrets.token_hex(6)}"
 
-    def _parse_job(self, raw: object, now: float, label: str | None = None) -> ActivatedJob:
+    def _parse_job(
+        self, raw: object, now: float, label: str | None = None, skim: Skimmer | None = None
+    ) -> ActivatedJob:
         if not isinstance(raw, dict):
             raise _Malformed("job", "is not a JSON object")
         job_id = raw.get("id")
@@ -268,8 +280,8 @@ class SheptraEngine:
         lease_expires_at = timestamp_or_none(raw.get("lockExpiresAt"))
         if lease_expires_at is None:
             raise _Malformed("lockExpiresAt", "is missing or not an RFC 3339 timestamp with a zone")
-        variables = raw.get("variables")
-        if not isinstance(variables, dict):
+        variables, raw_variables, unread = job_variables(skim, raw.get("variables"))
+        if variables is None:
             raise _Malformed("variables", "is missing or not a JSON object")
         optional: dict[str, str | None] = {}
         for name in ("instanceId", "elementId", "traceparent"):
@@ -287,6 +299,8 @@ class SheptraEngine:
             instance_id=optional["instanceId"],
             element_id=optional["elementId"],
             traceparent=optional["traceparent"],
+            raw_variables=raw_variables,
+            unread_bytes=unread,
         )
 
     def _hand_back_malformed(self, raw: object, bad: _Malformed, label: str | None = None) -> None:
