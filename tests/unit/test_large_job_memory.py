@@ -152,10 +152,19 @@ class Payloads:
         return bytes(memoryview(self.objects[ref.key]))
 
 
-def poll_once(engine_name: str, variables: list[dict[str, Any]]) -> tuple[float, Queues, list[str], Settings]:
-    """Poller cycles against ``engine_name`` until it has handed out those jobs: (traced peak in MB,
-    the queue, the paths of every other engine call, the settings)."""
-    answers = answer(engine_name, variables)
+def poll_once(
+    engine_name: str,
+    variables: list[dict[str, Any]],
+    *,
+    answers: list[bytes] | None = None,
+    max_in_flight: int = 10,
+    cycles: int = 3,
+    bodies: dict[str, bytes] | None = None,
+) -> tuple[float, Queues, list[str], Settings]:
+    """Poller cycles (at most ``cycles``) against ``engine_name`` until it has handed out those jobs
+    (or the ready-made ``answers``): (traced peak in MB, the queue, the paths of every other engine
+    call, the settings). ``bodies``: filled with each other call's request body, by path."""
+    answers = answer(engine_name, variables) if answers is None else answers
     del variables
     calls: list[str] = []
 
@@ -168,6 +177,8 @@ def poll_once(engine_name: str, variables: list[dict[str, Any]]) -> tuple[float,
                 return httpx.Response(204)
             return httpx.Response(200, headers={"content-type": "application/json"}, stream=Chunked(answers.pop(0)))
         calls.append(path)
+        if bodies is not None:
+            bodies[path] = request.content
         return httpx.Response(200, json={"acquired": True, "leaseExpiresAt": "2030-01-01T00:00:00Z"})
 
     built = build_engine(engine_name, VALUES[engine_name], httpx.Client(transport=httpx.MockTransport(handle)))
@@ -175,13 +186,13 @@ def poll_once(engine_name: str, variables: list[dict[str, Any]]) -> tuple[float,
         built = build_engine(
             engine_name, VALUES[engine_name], httpx.Client(transport=httpx.MockTransport(handle)), state=MemoryState()
         )
-    routes = json.dumps([{"type": ROUTE, "queue": "q", "max": 10}])
+    routes = json.dumps([{"type": ROUTE, "queue": "q", "max": max_in_flight}])
     settings = Settings.from_env({"WORKERLESS_ROUTES": routes, "WORKERLESS_POLL_BUDGET_SECONDS": "0"})
     queues = Queues()
     poller = Poller(settings, built, queues, sleep=lambda s: None, payloads=Payloads())
     tracemalloc.start()
     try:
-        for _ in range(3):  # StageNext pulls one at a time, within a time budget: a slow pull ends a cycle
+        for _ in range(cycles):  # StageNext pulls one at a time, within a time budget: a slow pull ends a cycle
             poller.cycle(PollReport(), deadline=time.monotonic() + 600)
             if not answers:
                 break
@@ -241,6 +252,61 @@ def test_jobs_past_one_answers_budget_are_handed_back_for_the_next_poll() -> Non
     assert 1 <= len(queued) < count and len(queued) * size <= settings.answer_budget_bytes
     handed_back = sorted(p.split("/")[-2] for p in calls if p.endswith("/fail"))
     assert handed_back == sorted(f"j{i}" for i in range(count) if f"j{i}" not in queued)
+
+
+def pulls(inputs: list[bytes]) -> list[bytes]:
+    """StageNext pull answers, one delivery per input given as its JSON text (built without
+    decoding it: a test holding ten decoded jobs at the limit would need gigabytes itself)."""
+    return [
+        b'{"stageId":"j%d","executionId":"e%d","ackToken":"a%d","attempt":1,"input":%s}' % (i, i, i, text)
+        for i, text in enumerate(inputs)
+    ]
+
+
+def test_a_stagenext_cycle_pulling_several_deliveries_at_the_limit_stays_within_its_memory() -> None:
+    """GIVEN more StageNext deliveries at WORKERLESS_MAX_PAYLOAD_BYTES (small fields) than one
+    cycle's budget holds, a route with room for all of them, then a small one THEN no poller cycle
+    holds more than the poller's MemorySize allows (a cycle stops pulling before a delivery that
+    might not fit), and the route keeps moving: every delivery is queued, in order, none failed
+    or handed back."""
+    size = limit()
+    count = Settings.from_env({}).answer_budget_bytes // size + 2
+    text = json.dumps(small_fields(size), separators=(",", ":")).encode()
+    answers = pulls([text] * count + [b'{"orderId":"next"}'])
+    del text
+    peak, queues, calls, _ = poll_once("stagenext", [], answers=answers, max_in_flight=3 * count, cycles=count)
+
+    assert peak + BASELINE_MB <= poller_memory(), f"{peak:.0f} MB traced + {BASELINE_MB} MB > {poller_memory()} MB"
+    messages = [json.loads(body) for body in queues.sent]
+    assert [m["ref"]["job_id"] for m in messages] == [f"j{i}" for i in range(count + 1)]
+    assert all(m["payload"]["bytes"] > size - 64 for m in messages[:count]), "each went through the claim check"
+    assert messages[count]["variables"] == {"orderId": "next"}
+    assert not [p for p in calls if p.endswith(("/result", "/ack"))], calls
+
+
+@pytest.mark.parametrize("encoded", [False, True], ids=["object", "json-string"])
+def test_a_stagenext_delivery_over_the_limit_is_failed_naming_the_limit_without_being_held(encoded: bool) -> None:
+    """GIVEN a StageNext delivery twice the limit (its input a JSON object, or a JSON string
+    encoding one), then a small one THEN the poller never holds the large one whole, fails it at
+    the engine (lease acquire, a terminal failed result naming its size and the limit, then the
+    ack), and queues the small one."""
+    over = 2 * limit()
+    text = json.dumps(small_fields(over), separators=(",", ":"))
+    raw = json.dumps(text).encode() if encoded else text.encode()
+    answers = pulls([raw, b'"{\\"orderId\\":\\"next\\"}"' if encoded else b'{"orderId":"next"}'])
+    del text, raw
+    bodies: dict[str, bytes] = {}
+    peak, queues, calls, _ = poll_once("stagenext", [], answers=answers, bodies=bodies)
+
+    assert peak + BASELINE_MB <= poller_memory()
+    assert peak < 0.6 * over / MIB, f"{peak:.0f} MB traced for a {over / MIB:.0f} MiB job"
+    messages = [json.loads(b) for b in queues.sent]
+    assert [(m["ref"]["job_id"], m["variables"]) for m in messages] == [("j1", {"orderId": "next"})]
+    assert [p for p in calls if "j0" in p] == ["/stages/j0/lease/acquire", "/stages/j0/result"], calls
+    result = json.loads(bodies["/stages/j0/result"])
+    assert (result["status"], result["retryable"]) == ("failed", False)
+    assert f"is {over - 32}" in result["errorMessage"] or "WORKERLESS_MAX_PAYLOAD_BYTES" in result["errorMessage"]
+    assert "WORKERLESS_MAX_PAYLOAD_BYTES" in result["errorMessage"] and str(limit()) in result["errorMessage"]
 
 
 # ------------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 from workerless.engines.base import MemoryState
+from workerless.engines.kit.skim import Skimmer
 from workerless.engines.stagenext import (
     ERROR_MESSAGE_CAP,
     SESSION_KEY_PREFIX,
@@ -18,7 +19,7 @@ from workerless.engines.stagenext import (
     WorkerSession,
     from_values,
 )
-from workerless.engines.stagenext.deliveries import pulled_variables
+from workerless.engines.stagenext.deliveries import pulled_input, pulled_variables
 from workerless.errors import AuthExpiredError, ConfigurationError, MessageFormatError
 from workerless.model import JobRef, Outcome
 
@@ -154,6 +155,44 @@ def test_variables_parsing() -> None:
     assert pulled_variables("plain") == {"input": "plain"}
     assert pulled_variables([1]) == {"input": [1]}
     assert pulled_variables(None) == {}
+
+
+LONG = "x" * (1024 * 1024 + 10)  # past the 1 MiB up to which a cut value is checked (and decoded) here
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"a": [1, 2, 3]},
+        '{"a": [1, 2, 3]}',
+        "plain text",
+        [1, 2, 3],
+        "[1, 2]",
+        {"a": LONG},
+        json.dumps({"a": LONG}),
+        LONG,
+        [LONG],
+        json.dumps([LONG]),
+    ],
+    ids=["object", "object-text", "string", "list", "list-text", *(f"long-{i}" for i in range(5))],
+)
+def test_a_cut_input_means_what_the_decoded_one_does(value: Any) -> None:
+    """GIVEN a pull whose ``input`` the skimmer cuts out (anything past 4 bytes here) THEN the job's
+    variables, read from the JSON text passed on, are what decoding the whole answer gave."""
+    skim = Skimmer("input", 1, engine="stagenext", limit=4 * 1024 * 1024, budget=8 * 1024 * 1024, inline=4)
+    skim.feed(json.dumps({"stageId": "s", "ackToken": "a", "input": value}).encode())
+    variables, raw, unread = pulled_input(skim, json.loads(skim.skeleton())["input"])
+
+    assert unread is None and skim.values, "the input was cut out"
+    assert (json.loads(raw) if raw is not None else variables) == pulled_variables(value)
+
+
+def test_a_cut_input_over_the_limit_is_not_read() -> None:
+    """GIVEN an input over the limit THEN only its size comes out (the poller fails the job with it)."""
+    skim = Skimmer("input", 1, engine="stagenext", limit=1000, budget=1000, inline=4)
+    value = {"a": "x" * 5000}
+    skim.feed(json.dumps({"stageId": "s", "ackToken": "a", "input": value}).encode())
+    assert pulled_input(skim, json.loads(skim.skeleton())["input"]) == ({}, None, len(json.dumps(value)))
 
 
 # -------------------------------------------------------------------------- shared session

@@ -2,10 +2,9 @@
 
 How the pipeline uses it (a begin lease: :data:`workerless.lease.BEGIN_LEASE`):
 
-- The poller calls :meth:`StageNextEngine.activate`: one ``POST /jobs/pull`` (waitSeconds 0, API key
-  only) per job, per queue. A pulled delivery is *not* leased yet: it only has a gateway visibility
-  timeout (60 s) after which the gateway requeues it. Its ack token and routing cookies travel in
-  ``JobRef.handle``.
+- The poller calls :meth:`StageNextEngine.activate`: one ``POST /jobs/pull`` (waitSeconds 0, API key only) per job,
+  per queue. A pulled delivery is *not* leased yet: only the gateway's visibility timeout (60 s) requeues it. Its
+  ack token and routing cookies travel in ``JobRef.handle``.
 - The handler calls :meth:`~StageNextEngine.begin` (lease acquire) before user code; False means
   "do not execute" and the handler calls :meth:`~StageNextEngine.skip` (ack requeue:false).
 - The heartbeat Lambda calls :meth:`~StageNextEngine.extend` (lease renew, 60 s per the seed) for jobs
@@ -47,6 +46,7 @@ from workerless.engines.stagenext.deliveries import (
     lease_body,
     result_body,
 )
+from workerless.engines.stagenext.pull import PullCycle
 from workerless.engines.stagenext.session import Sessions, WorkerSession
 from workerless.engines.stagenext.telemetry import Telemetry
 from workerless.errors import ConfigurationError, EngineUnavailableError, LeaseLostError, RetryableEngineError
@@ -138,12 +138,15 @@ class StageNextEngine:
         json_body: Any = None,
         content: bytes | None = None,
         headers: Mapping[str, str] | None = None,
+        cycle: PullCycle | None = None,
     ) -> httpx.Response:
         all_headers = dict(headers or {})
         if content is not None:
             all_headers["Content-Type"] = "application/json"
         url = self.config.api_url + path
         try:
+            if cycle is not None:  # a pull: its answer streams through a skimmer (.pull)
+                return cycle.post(self._client, url, json_body=json_body, headers=all_headers)
             if content is not None:
                 return self._client.post(url, content=content, headers=all_headers)
             return self._client.post(url, json=json_body, headers=all_headers)
@@ -180,18 +183,18 @@ class StageNextEngine:
     # ------------------------------------------------------------------------------ the protocol
 
     def activate(self, demands: Sequence[Demand], lease_seconds: int) -> list[ActivatedJob]:
-        """Pull up to ``capacity`` deliveries per queue (one short POST /jobs/pull each), stopping a
-        queue at its first 204 and the cycle after :data:`PULL_BUDGET_SECONDS` (a slow gateway must not
-        hold pulled deliveries from dispatch). A 429 or unavailable gateway ends the cycle, keeping what
-        was pulled (raised if nothing was); a 403 (queue off the handler pattern) requeues, then raises."""
+        """Pull up to ``capacity`` deliveries per queue (one POST /jobs/pull each); stop a queue at its first 204,
+        the cycle after :data:`PULL_BUDGET_SECONDS` (a slow gateway must not hold deliveries) or before a pull the
+        memory might not hold (:class:`.pull.PullCycle`). A 429 or unavailable gateway ends the cycle, keeping
+        what was pulled (raised if nothing was); a 403 (queue off the handler pattern) requeues, then raises."""
         jobs: list[ActivatedJob] = []
-        started = self._clock()
+        started, cycle = self._clock(), PullCycle(demands)
         for demand in demands:
             for _ in range(max(0, demand.capacity)):
-                if jobs and self._clock() - started >= PULL_BUDGET_SECONDS:
+                if jobs and (self._clock() - started >= PULL_BUDGET_SECONDS or cycle.full()):
                     return jobs
                 try:
-                    job = self._pull_one(demand)
+                    job = self._pull_one(demand, cycle)
                 except RetryableEngineError:
                     if jobs:
                         logger.warning("stagenext pull stopped early; keeping the deliveries already pulled")
@@ -212,14 +215,14 @@ class StageNextEngine:
             except Exception:  # noqa: BLE001 - best effort; the visibility sweep requeues it anyway
                 logger.warning("stagenext requeue failed", extra={"job_id": job.ref.job_id})
 
-    def _pull_one(self, demand: Demand) -> ActivatedJob | None:
-        queue = demand.engine_queue
-        pulled_at = self._clock()
+    def _pull_one(self, demand: Demand, cycle: PullCycle) -> ActivatedJob | None:
+        queue, pulled_at = demand.engine_queue, self._clock()
         response = self._post(
             "/jobs/pull",
             what=f"pull from queue {queue!r}",
             json_body={"queue": queue, "waitSeconds": 0},
             headers={"X-API-Key": self.config.api_key},
+            cycle=cycle,
         )
         cookies = {name: value for name, value in response.cookies.items()}
         # Affinity belongs to the delivery, not to the client: keep it in the handle, and keep the
@@ -241,12 +244,12 @@ class StageNextEngine:
             )
         if status != 200:
             raise self._translate.response(response, what=f"pull from queue {queue!r}")
-        data = self._json(response, what=f"pull from queue {queue!r}")
+        data = cycle.read(response, what=f"pull from queue {queue!r}")
         # Until lease acquire, the only clock on a delivery is the gateway's visibility timeout; but
         # the heartbeat's first look is timed from this (a third of it), and a lease acquired right
         # after the pull lapses one lease length later: the earlier of the two.
         expires = pulled_at + min(self.config.visibility_seconds, self.lease_seconds)
-        return delivery(data, demand, queue, cookies, pulled_at=pulled_at, lease_expires_at=expires)
+        return delivery(data, demand, queue, cookies, pulled_at=pulled_at, lease_expires_at=expires, skim=cycle.skim)
 
     def begin(self, job: ActivatedJob) -> bool:
         """Lease acquire. True: this delivery runs. False (acquired=false: lease_held, stale or

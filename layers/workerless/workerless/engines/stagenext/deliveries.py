@@ -10,8 +10,9 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
+from workerless.engines.kit.skim import CHECKED_BYTES, Skimmer
 from workerless.engines.stagenext.config import ENGINE, ERROR_MESSAGE_CAP, RESULT_BODY_CAP, RESULT_STRING_CAP
-from workerless.errors import MessageFormatError, PayloadTooLargeError, ResponseShapeError
+from workerless.errors import GarbledResponseError, MessageFormatError, PayloadTooLargeError, ResponseShapeError
 from workerless.model import ActivatedJob, Demand, JobRef, Outcome
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "encode_result",
     "handle_value",
     "lease_body",
+    "pulled_input",
     "pulled_variables",
     "result_body",
 ]
@@ -58,8 +60,10 @@ def delivery(
     *,
     pulled_at: float,
     lease_expires_at: float,
+    skim: Skimmer | None = None,
 ) -> ActivatedJob:
-    """The job a 200 pull answered (ResponseShapeError when it has no stageId or ackToken)."""
+    """The job a 200 pull answered (ResponseShapeError when it has no stageId or ackToken). ``skim``:
+    the skimmer the answer was read through (its ``input`` may be cut: :func:`pulled_input`)."""
     token, stage_id = data.get("ackToken"), data.get("stageId")
     if not isinstance(stage_id, str) or not stage_id:
         raise ResponseShapeError("pull answered without stageId", engine=ENGINE, field="stageId", status=200)
@@ -90,14 +94,50 @@ def delivery(
         handle=handle,
     )
     delivery_count = data.get("deliveryCount")
+    variables, raw_variables, unread = pulled_input(skim, data.get("input"), job_id=stage_id)
     return ActivatedJob(
         ref=ref,
-        variables=pulled_variables(data.get("input")),
+        variables=variables,
         lease_expires_at=lease_expires_at,
         activated_at=pulled_at,
         retries=retries,
         custom_headers={"deliveryCount": delivery_count} if isinstance(delivery_count, int) else {},
+        raw_variables=raw_variables,
+        unread_bytes=unread,
     )
+
+
+def pulled_input(
+    skim: Skimmer | None, value: Any, *, job_id: str | None = None
+) -> tuple[dict[str, Any], bytes | None, int | None]:
+    """A pull's ``input`` as (variables, raw_variables, unread_bytes) for :class:`ActivatedJob`, with
+    :func:`pulled_variables`' meaning. A value the skimmer cut is passed on as JSON text, never
+    decoded into objects: an object as is; a JSON string (the input's JSON text) unquoted, wrapped
+    under ``input`` unless it is an object's text; any other value wrapped under ``input``. Not read
+    (over the limit or the cycle's budget): only its size (``unread_bytes``)."""
+    cut = skim.resolve(value) if skim is not None else None
+    if cut is None:
+        return pulled_variables(value), None, None
+    if cut.raw is None:
+        return {}, None, cut.size
+    if cut.malformed:  # the skeleton parsed, the value inside it did not: lost in transit
+        raise GarbledResponseError(
+            "pull answered an input that is not JSON", engine=ENGINE, field="input", job_id=job_id
+        )
+    if cut.is_object:
+        return {}, cut.raw, None
+    raw = cut.raw
+    if raw[:1] == b'"':
+        text = json.loads(raw)  # one string: about its size in memory (not ~8x, as objects would be)
+        if len(raw) <= CHECKED_BYTES:
+            return pulled_variables(text), None, None  # small: decoded as the inline path does
+        inner = text.lstrip()[:1]
+        if inner == "{":
+            return {}, text.encode(), None  # the handler reads (and, if it is not JSON, refuses) it
+        if inner != "[":
+            return {}, b'{"input":' + raw + b"}", None  # not JSON text: the string itself
+        raw = text.encode()
+    return {}, b'{"input":' + raw + b"}", None
 
 
 def pulled_variables(raw: Any) -> dict[str, Any]:
