@@ -138,3 +138,28 @@ def test_a_busy_invocation_hands_its_lock_and_sends_on_with_its_relay(
     duplicate = entrypoints.poller({"Records": [{**record, "messageId": "r2"}]}, FakeContext())
     assert duplicate.get("lock_held") == 1, "a second delivery of the relay finds the version moved"
     assert leased(fake) == MAX, "the route is full: the relayed invocation takes nothing more"
+
+
+def test_an_engine_that_cannot_be_built_does_not_keep_the_lock(
+    ticking: Aws, fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GIVEN the engine secret unreadable for one invocation (Secrets Manager throttling: the engine
+    cannot be built) WHEN it has taken the poller lock THEN it fails, and releases the lock: the
+    next invocation polls at once, not after the lock's 30 s expiry."""
+    from workerless.errors import SecretReadError
+    from workerless.wiring import Wiring
+
+    fake.add_job("charge-payment", {"orderId": "1", "amount": 5})
+    working = Wiring.observed_engine
+
+    def unreadable(self: Wiring) -> Any:
+        raise SecretReadError("Secrets Manager could not read the engine secret now: ThrottlingException")
+
+    monkeypatch.setattr(Wiring, "observed_engine", property(unreadable))
+    with pytest.raises(SecretReadError):
+        entrypoints.poller({}, FakeContext())
+    monkeypatch.setattr(Wiring, "observed_engine", working)
+
+    report = entrypoints.poller({}, FakeContext())
+    assert "lock_held" not in report, "the failed invocation left the lock held"
+    assert report["activated"] == 1

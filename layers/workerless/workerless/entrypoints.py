@@ -169,10 +169,12 @@ def _poll_shard(
         recovered = new_poller(None)  # not the lock's holder
         counters = {k: v for k, v in vars(recovered.recover(deadline=_deadline(context))).items() if isinstance(v, int)}
         return {**counters, "lock_held": 1}
-    poller = new_poller(lock)
-    poller.last_dispatch = relayed  # a relay carries on lingering from the last dispatch
-    poller.inherit_depths(relay.get("depths"))
     try:
+        # Built under the lock's release: an engine that cannot be built (its secret unreadable
+        # now) must not hold the lock, and with it every poll, until the lock expires.
+        poller = new_poller(lock)
+        poller.last_dispatch = relayed  # a relay carries on lingering from the last dispatch
+        poller.inherit_depths(relay.get("depths"))
         # On the wiring's clock: the poll budget and its pauses are measured on it.
         report = poller.run(deadline=_deadline(context, wiring.clock))
     except Exception:
