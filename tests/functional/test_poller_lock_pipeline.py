@@ -163,3 +163,32 @@ def test_an_engine_that_cannot_be_built_does_not_keep_the_lock(
     report = entrypoints.poller({}, FakeContext())
     assert "lock_held" not in report, "the failed invocation left the lock held"
     assert report["activated"] == 1
+
+
+def test_no_aws_call_of_the_poller_starts_past_its_invocations_deadline(
+    ticking: Aws, fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GIVEN a poller invocation whose engine answers after the invocation's deadline (its remaining
+    time less the margin) THEN none of its AWS calls starts past that deadline (botocore's retries
+    included): the jobs it took are not queued by a process Lambda is about to stop, but handed back
+    or left to the next invocation's recovery (issue 26 item 5: the poller's AWS calls had no deadline)."""
+    from tests.functional.aws import FakeContext as Context
+
+    for n in range(3):
+        fake.add_job("charge-payment", {"orderId": str(n), "amount": 5})
+    slow_activate = fake.activate
+
+    def late(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(1.5)  # the deadline below is 1 s away (a lower bound: the point is being past it)
+        return slow_activate(*args, **kwargs)
+
+    monkeypatch.setattr(fake, "activate", late)
+    try:
+        entrypoints.poller({}, Context(remaining_ms=int((entrypoints.MARGIN_SECONDS + 1.0) * 1000)))
+    except Exception as exc:  # noqa: BLE001 - failing the invocation is one acceptable end; queuing is not
+        print(f"the invocation failed: {type(exc).__name__}: {exc}")
+    queue = ticking.sqs.get_queue_attributes(QueueUrl=ticking.queues["charge-payment"], AttributeNames=["All"])
+    attributes = queue["Attributes"]
+    queued = int(attributes["ApproximateNumberOfMessages"]) + int(attributes["ApproximateNumberOfMessagesNotVisible"])
+    assert queued == 0, f"{queued} jobs were queued past the invocation's deadline"
+    assert leased(fake) == 0, "the jobs it took went back to the engine"
