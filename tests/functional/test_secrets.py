@@ -198,3 +198,16 @@ def test_a_refusal_for_good_is_final_at_once_and_names_the_reason(
     assert caught.value.key == "WORKERLESS_SECRET_ARN"
     assert code in str(caught.value)
     assert fake.calls == 1
+
+
+def test_no_credentials_is_final_not_a_transport_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A BotoCoreError that is not a timeout or a connection failure (no credentials) fails the
+    same way every time: a ConfigurationError naming it, read once."""
+    from botocore.exceptions import NoCredentialsError
+
+    fake = _FailingSecrets([NoCredentialsError() for _ in range(5)])
+    _use_failing(monkeypatch, fake)
+
+    with pytest.raises(ConfigurationError, match="NoCredentialsError"):
+        engine_values()
+    assert fake.calls == 1

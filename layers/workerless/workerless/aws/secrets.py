@@ -43,7 +43,8 @@ def read_secret_values(secret_id: str, *, endpoint_url: str | None = None) -> di
 
 
 def _get(secret_id: str) -> Any:
-    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+    from botocore.exceptions import ConnectionError as TransportError
 
     from workerless.aws.clients import DeadlineReachedError, client
 
@@ -55,8 +56,12 @@ def _get(secret_id: str) -> Any:
         if code in _RETRYABLE_CODES or status >= 500:
             raise SecretReadError(f"Secrets Manager could not read the engine secret now: {code}", code=code) from None
         raise ConfigurationError(f"cannot read the engine secret named by {KEY}: {code}", key=KEY) from None
-    except BotoCoreError as exc:  # a timeout, a dropped or refused connection: transport, not configuration
+    except (HTTPClientError, TransportError) as exc:  # a timeout, a dropped or refused connection
         raise SecretReadError(f"cannot reach Secrets Manager for {KEY}: {type(exc).__name__}") from None
+    except BotoCoreError as exc:  # no credentials, a malformed request: the same call fails again
+        raise ConfigurationError(
+            f"cannot read the engine secret named by {KEY}: {type(exc).__name__}", key=KEY
+        ) from None
     except DeadlineReachedError:
         raise SecretReadError(
             f"the engine secret ({KEY}) was not read: the invocation's deadline has passed", retryable=False
