@@ -376,3 +376,56 @@ def test_the_heartbeat_reads_its_records_without_their_stored_results(aws: Aws, 
     assert flaky.reports[job.ref.job_id] == [big]
     after = store.get(job.record_key)
     assert after is not None and after.status is Status.REPORTED
+
+
+# ------------------------------------------------------------------------------- lease_lost noise
+
+
+@dataclass
+class RefusingEngine(FakeEngine):
+    """The in-memory engine refusing every extension 409, as an engine refuses the renewal of a job
+    whose result it is just accepting (StageNext: a succeeded execution)."""
+
+    def extend(self, ref: JobRef, lease_seconds: int) -> float:
+        from workerless.errors import LeaseLostError
+
+        raise LeaseLostError("extend answered 409", engine="fake", job_id=ref.job_id, status=409)
+
+
+def test_a_refused_renewal_of_a_job_whose_result_is_stored_is_not_a_lost_lease(aws: Aws) -> None:
+    """GIVEN two jobs whose renewal the engine refuses (409): one whose handler has stored its
+    result (its report in flight), one still running
+    THEN only the running one is marked LOST and counted as a lost lease; the finished one's
+    record stays STORED and no ``lease_lost`` is emitted for it (against a slow StageNext the
+    heartbeat emitted 19 of them for 18 completed jobs)."""
+    from workerless import observability
+
+    engine = RefusingEngine()
+    runtime.set_engine(engine)
+    engine.add_job("charge-payment", {"orderId": "1", "amount": 1})
+    engine.add_job("charge-payment", {"orderId": "2", "amount": 2})
+    finished, running = engine.activate([Demand("charge-payment", 2)], 60)
+    store = runtime.get_store()
+    for job in (finished, running):
+        assert store.claim(job.record_key, owner="o", claim_seconds=60, job_type="charge-payment") == (True, None)
+    assert (
+        store.store_outcome(finished.record_key, owner="o", outcome=Outcome.complete({}), job_type="charge-payment")
+        is None
+    )
+    lost: list[str] = []
+
+    def listen(job_type: str, event: str, fields: Any) -> None:
+        if event == "lease_lost":
+            lost.append(str(fields.get("job_id")))
+
+    observability.add_listener(listen)
+    try:
+        _run(_ticket((finished, time.time() + 1), (running, time.time() + 1)), engine, SpyQueues(runtime.get_queues()))
+    finally:
+        observability.remove_listener(listen)
+
+    assert lost == [running.ref.job_id], "a lost lease is counted only for the job still running"
+    kept = store.get(finished.record_key)
+    assert kept is not None and kept.status is Status.STORED
+    marked = store.get(running.record_key)
+    assert marked is not None and marked.status is Status.LOST

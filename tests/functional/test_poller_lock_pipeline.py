@@ -138,3 +138,57 @@ def test_a_busy_invocation_hands_its_lock_and_sends_on_with_its_relay(
     duplicate = entrypoints.poller({"Records": [{**record, "messageId": "r2"}]}, FakeContext())
     assert duplicate.get("lock_held") == 1, "a second delivery of the relay finds the version moved"
     assert leased(fake) == MAX, "the route is full: the relayed invocation takes nothing more"
+
+
+def test_an_engine_that_cannot_be_built_does_not_keep_the_lock(
+    ticking: Aws, fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GIVEN the engine secret unreadable for one invocation (Secrets Manager throttling: the engine
+    cannot be built) WHEN it has taken the poller lock THEN it fails, and releases the lock: the
+    next invocation polls at once, not after the lock's 30 s expiry."""
+    from workerless.errors import SecretReadError
+    from workerless.wiring import Wiring
+
+    fake.add_job("charge-payment", {"orderId": "1", "amount": 5})
+    working = Wiring.observed_engine
+
+    def unreadable(self: Wiring) -> Any:
+        raise SecretReadError("Secrets Manager could not read the engine secret now: ThrottlingException")
+
+    monkeypatch.setattr(Wiring, "observed_engine", property(unreadable))
+    with pytest.raises(SecretReadError):
+        entrypoints.poller({}, FakeContext())
+    monkeypatch.setattr(Wiring, "observed_engine", working)
+
+    report = entrypoints.poller({}, FakeContext())
+    assert "lock_held" not in report, "the failed invocation left the lock held"
+    assert report["activated"] == 1
+
+
+def test_no_aws_call_of_the_poller_starts_past_its_invocations_deadline(
+    ticking: Aws, fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GIVEN a poller invocation whose engine answers after the invocation's deadline (its remaining
+    time less the margin) THEN none of its AWS calls starts past that deadline (botocore's retries
+    included): the jobs it took are not queued by a process Lambda is about to stop, but handed back
+    or left to the next invocation's recovery (issue 26 item 5: the poller's AWS calls had no deadline)."""
+    from tests.functional.aws import FakeContext as Context
+
+    for n in range(3):
+        fake.add_job("charge-payment", {"orderId": str(n), "amount": 5})
+    slow_activate = fake.activate
+
+    def late(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(1.5)  # the deadline below is 1 s away (a lower bound: the point is being past it)
+        return slow_activate(*args, **kwargs)
+
+    monkeypatch.setattr(fake, "activate", late)
+    try:
+        entrypoints.poller({}, Context(remaining_ms=int((entrypoints.MARGIN_SECONDS + 1.0) * 1000)))
+    except Exception as exc:  # noqa: BLE001 - failing the invocation is one acceptable end; queuing is not
+        print(f"the invocation failed: {type(exc).__name__}: {exc}")
+    queue = ticking.sqs.get_queue_attributes(QueueUrl=ticking.queues["charge-payment"], AttributeNames=["All"])
+    attributes = queue["Attributes"]
+    queued = int(attributes["ApproximateNumberOfMessages"]) + int(attributes["ApproximateNumberOfMessagesNotVisible"])
+    assert queued == 0, f"{queued} jobs were queued past the invocation's deadline"
+    assert leased(fake) == 0, "the jobs it took went back to the engine"

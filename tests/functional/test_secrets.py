@@ -101,3 +101,113 @@ def test_a_warm_container_builds_its_engine_anew_from_a_rotated_secret(
     finally:
         wiring.close()
         clear_settings()
+
+
+class _FailingSecrets:
+    """A Secrets Manager client whose GetSecretValue fails with ``errors`` in turn (an exception
+    each: a ClientError as botocore raises it once its own retries are spent), then answers."""
+
+    def __init__(self, errors: list[Exception], text: str = '{"NF_URL": "https://nf.example", "NF_API_KEY": "k"}'):
+        self.errors = errors
+        self.text = text
+        self.calls = 0
+
+    def get_secret_value(self, SecretId: str) -> dict[str, Any]:
+        self.calls += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return {"SecretString": self.text}
+
+
+def _client_error(code: str, status: int) -> Exception:
+    from botocore.exceptions import ClientError
+
+    return ClientError(
+        {"Error": {"Code": code, "Message": "m"}, "ResponseMetadata": {"HTTPStatusCode": status}}, "GetSecretValue"
+    )
+
+
+def _use_failing(monkeypatch: pytest.MonkeyPatch, fake: _FailingSecrets) -> None:
+    import workerless.aws.clients as clients
+
+    monkeypatch.setattr(clients, "client", lambda service: fake)
+    monkeypatch.setattr("time.sleep", lambda seconds: None)
+    use_secret(monkeypatch, "arn:aws:secretsmanager:us-east-1:123456789012:secret:engine-AbCdEf")
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        _client_error("ThrottlingException", 400),
+        _client_error("InternalServiceError", 500),
+        _client_error("ServiceUnavailable", 503),
+    ],
+    ids=["throttled", "internal-error", "unavailable"],
+)
+def test_a_throttle_or_5xx_is_read_again_not_a_configuration_error(
+    monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    """GIVEN Secrets Manager refusing the read once with a throttle or its own failure (botocore's
+    retries spent) THEN the read is made again and the values come back (issue 26: not a final
+    ConfigurationError)."""
+    fake = _FailingSecrets([error])
+    _use_failing(monkeypatch, fake)
+
+    assert engine_values()["NF_URL"] == "https://nf.example"
+    assert fake.calls == 2
+
+
+def test_secrets_manager_failing_throughout_is_a_retryable_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN every read answered InternalServiceError, or timing out THEN the read fails as a
+    retryable SecretReadError naming the setting and the code (the invocation's batch comes back;
+    nothing is reported final), after a bounded number of reads."""
+    from botocore.exceptions import ReadTimeoutError
+    from workerless.errors import SecretReadError
+
+    fake = _FailingSecrets([_client_error("InternalServiceError", 500) for _ in range(10)])
+    _use_failing(monkeypatch, fake)
+    with pytest.raises(SecretReadError) as caught:
+        engine_values()
+    assert caught.value.retryable
+    assert not isinstance(caught.value, ConfigurationError)
+    assert "InternalServiceError" in str(caught.value)
+    assert fake.calls == 3
+
+    timeouts = _FailingSecrets([ReadTimeoutError(endpoint_url="https://secretsmanager") for _ in range(10)])
+    _use_failing(monkeypatch, timeouts)
+    with pytest.raises(SecretReadError) as caught:
+        engine_values()
+    assert caught.value.retryable
+    assert "WORKERLESS_SECRET_ARN" in str(caught.value) and "ReadTimeoutError" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [("AccessDeniedException", 400), ("ResourceNotFoundException", 400), ("DecryptionFailure", 400)],
+)
+def test_a_refusal_for_good_is_final_at_once_and_names_the_reason(
+    monkeypatch: pytest.MonkeyPatch, code: str, status: int
+) -> None:
+    """GIVEN a read refused for good (no access, no such secret, a key it cannot decrypt with)
+    THEN a ConfigurationError at once, naming WORKERLESS_SECRET_ARN and the reason; not read again."""
+    fake = _FailingSecrets([_client_error(code, status) for _ in range(5)])
+    _use_failing(monkeypatch, fake)
+
+    with pytest.raises(ConfigurationError) as caught:
+        engine_values()
+    assert caught.value.key == "WORKERLESS_SECRET_ARN"
+    assert code in str(caught.value)
+    assert fake.calls == 1
+
+
+def test_no_credentials_is_final_not_a_transport_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A BotoCoreError that is not a timeout or a connection failure (no credentials) fails the
+    same way every time: a ConfigurationError naming it, read once."""
+    from botocore.exceptions import NoCredentialsError
+
+    fake = _FailingSecrets([NoCredentialsError() for _ in range(5)])
+    _use_failing(monkeypatch, fake)
+
+    with pytest.raises(ConfigurationError, match="NoCredentialsError"):
+        engine_values()
+    assert fake.calls == 1

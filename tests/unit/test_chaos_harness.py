@@ -158,3 +158,45 @@ def test_a_batch_or_ticket_names_its_jobs_for_the_recorder() -> None:
     assert job_ids_of_call("dynamodb", batch_get) == ["j3"]
     assert job_ids_of_call("dynamodb", {"Key": {"pk": {"S": "job#charge-payment#sheptra#j4"}}}) == ["j4"]
     assert job_ids_of_call("s3", batch) == []
+
+
+def test_a_chaos_topologys_engine_has_its_polls_watched() -> None:
+    """GIVEN a chaos topology's wiring WHEN its engine polls THEN the topology's PollWatch sees the
+    poll in progress (issue 26: ChaosTopology replaced LocalTopology's wiring and had none, so a
+    chaos run could be called idle in the middle of a poll)."""
+    import threading
+
+    from workerless.engines.decorator import EngineDecorator
+    from workerless.testing import FakeEngine
+    from workerless_devkit.chaos.topology import ChaosTopology
+    from workerless_devkit.local.polls import PollWatch
+
+    topo = ChaosTopology.__new__(ChaosTopology)  # only what new_wiring reads: no template loaded
+    topo.chaos = ChaosState(plan=FaultPlan(), recorder=Recorder(), ledger=Ledger(), lease_seconds=5)
+    topo.polls = PollWatch(lambda: None)
+    inside, release = threading.Event(), threading.Event()
+    seen: list[bool] = []
+
+    class Slow(FakeEngine):
+        def activate(self, demands: Any, lease_seconds: int) -> Any:
+            inside.set()
+            release.wait(30)
+            return []
+
+    decorator = topo.new_wiring()._decorator
+    assert decorator is not None
+    engine = decorator(Slow())
+    chain: list[str] = []
+    layer = engine
+    while isinstance(layer, EngineDecorator):
+        chain.append(type(layer).__name__)
+        layer = layer.inner
+    assert "ChaosEngine" in chain, f"the chaos faults are still injected: {chain}"
+    poll = threading.Thread(target=lambda: engine.activate([], 5))
+    poll.start()
+    assert inside.wait(30)
+    seen.append(topo.polls.in_progress)
+    release.set()
+    poll.join(30)
+    assert seen == [True], "the poll in progress was not seen by the topology's poll watch"
+    assert not topo.polls.in_progress

@@ -78,3 +78,20 @@ def test_a_poll_that_took_jobs_is_made_work_before_it_ends() -> None:
     jobs = watch.decorate(engine).activate([Demand("t", 1)], 60)
     assert len(jobs) == 1
     assert order == ["taken while polling=True"]
+
+
+def test_a_poller_invocation_before_its_poll_holds_the_run_until_it_ends_or_polls_empty() -> None:
+    """GIVEN a poller invocation still in its cold start (no poll made yet: under CPU load longer
+    than the quiet window) THEN the run is not settled; once its poll came back empty it is, and
+    once it ended it is (issue 26: a run ended before its first poll with every job at the engine)."""
+    watch = PollWatch(taken=lambda: None)
+    engine = FakeEngine()
+    watched = watch.decorate(engine)
+    quiet_since = 0.0
+    with watch.invocation():
+        assert not watch.settled_since(quiet_since), "a poller invocation not yet polled is a poll in progress"
+        watched.activate([Demand("t", 1)], 60)  # the engine has nothing
+        assert watch.settled_since(quiet_since), "its poll came back empty since the quiet began"
+    assert watch.settled_since(float("inf")), "ended: nothing in progress"
+    with watch.invocation():
+        assert not watch.settled_since(float("inf")), "an empty poll from before the quiet says nothing"

@@ -325,3 +325,45 @@ def test_a_relay_from_a_poller_before_the_intent_batches_is_taken_over_the_same_
     assert second.inherit(old_token)
     assert (state.reads - before[0], state.writes - before[1]) == (0, 1)
     assert not lock(state, clock).inherit(old_token), "a duplicate of it still finds the version moved"
+
+
+class RecovererWritesAfterRead(MemoryState):
+    """A shared state where, right after each of the next ``armed`` reads, an invocation that found
+    the lock held writes the item (a stale batch taken or finished: holder, expiry and sends left
+    as they were), as it can between a relayed invocation's read and its write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = 0
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        item = super().get(key)
+        if self.armed and item is not None:
+            self.armed -= 1
+            value = {k: v for k, v in item.items() if k != "version"}
+            assert self.put(key, value, expected_version=int(item["version"]))
+        return item
+
+
+def test_a_relay_whose_takeover_meets_a_recoverers_write_still_takes_the_lock() -> None:
+    """GIVEN a holder that relays with a batch still open in the item WHEN an invocation that found
+    the lock held writes the item between the relayed invocation's read and its write (it took the
+    stale batch) THEN the relayed invocation reads again and takes the lock over: it does not end
+    with the lock held by nobody, which stopped every poll until the lock's expiry (seen under CPU
+    load: 18 jobs left at 'ready' while the run went idle)."""
+    state, clock = RecovererWritesAfterRead(), Clock()
+    first = lock(state, clock)
+    assert first.acquire()
+    assert first.update_batches(lambda batches: [{"id": "b1", "phase": "dispatched", "at": clock.now, "jobs": []}])
+    token = first.handover()
+    assert token is not None and token["open"] == ["b1"]
+    first.handed_over()
+
+    state.armed = 1
+    relayed = lock(state, clock)
+    assert relayed.inherit(json.loads(json.dumps(token))), "the relay lost the lock to a recoverer's write"
+    assert relayed.held
+    assert [b["id"] for b in relayed.orphans] == ["b1"], "the open batch is the relayed invocation's to finish"
+    assert not lock(state, clock).acquire(), "held by the relayed invocation"
+    relayed.release()
+    assert lock(state, clock).acquire(), "and released by it"

@@ -111,11 +111,14 @@ class ChaosTopology(LocalTopology):
 
     def new_wiring(self) -> Wiring:
         """The functions' wiring: the runtime's own, with the engine adapter it builds wrapped in
-        :class:`ChaosEngine` (under the observer, so injected faults are counted as real ones)."""
+        :class:`ChaosEngine` (under the observer, so injected faults are counted as real ones), and
+        that in the topology's poll watch (:attr:`polls`, as :meth:`LocalTopology.new_wiring`
+        does): a chaos run is never called idle with a poll in progress either. The watch is
+        outermost, so it sees a poll as the poller does, an injected fault included."""
         from workerless.wiring import Wiring
 
-        state = self.chaos
-        return Wiring(engine_decorator=lambda engine: ChaosEngine(engine, state))
+        state, polls = self.chaos, self.polls
+        return Wiring(engine_decorator=lambda engine: polls.decorate(ChaosEngine(engine, state)))
 
     def _wrap_function(self, function_id: str, original: Callable[..., Any], kind: str, is_handler: bool) -> Any:
         @functools.wraps(original)

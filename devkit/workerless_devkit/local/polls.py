@@ -17,13 +17,20 @@ while jobs waited at the engine, and the run ended with them unfinished. So once
 answered a poll, the run is not idle while its latest poll failed (:meth:`PollWatch.settled_since`).
 An engine that never answered is left to :mod:`~workerless_devkit.local.engine_health`, which
 fails the run naming what was tried.
+
+Nor is a poller invocation that has not reached its poll yet idle: under CPU load its cold start
+(imports, the routes' read, the lock, the queues' counts) took longer than ``--until-idle``'s quiet
+window, and the run ended before the first poll with every job still at the engine (issue 26: the
+bad-days stall). A poller invocation in progress counts as a poll in progress
+(:meth:`PollWatch.invocation`) until it ends, or a poll begun since the quiet came back empty.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from workerless.engines.decorator import EngineDecorator
@@ -48,9 +55,21 @@ class PollWatch:
 
     @property
     def in_progress(self) -> bool:
-        """Whether a poll is in progress."""
+        """Whether a poll (or a poller invocation) is in progress."""
         with self._lock:
             return self._polls > 0
+
+    @contextlib.contextmanager
+    def invocation(self) -> Iterator[None]:
+        """A poller invocation runs within: a poll in progress from its start (its cold start and
+        the reads before its poll included) to its end."""
+        with self._lock:
+            self._polls += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._polls -= 1
 
     def settled_since(self, quiet_since: float) -> bool:
         """Whether the run may end as far as the polls know, quiet since ``quiet_since``

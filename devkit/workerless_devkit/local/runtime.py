@@ -1089,9 +1089,12 @@ class LocalTopology:
             daemon=True,
         )
         finished = False
+        # A poller invocation is a poll in progress until it ends (its cold start too): see polls.py.
+        polling = self.polls.invocation() if spec.code_dir.name == "poller" else contextlib.nullcontext()
         try:
-            thread.start()
-            finished = run.wait(spec.timeout)
+            with polling:
+                thread.start()
+                finished = run.wait(spec.timeout)
             if watch is not None and self.memory is not None:
                 self.memory.unwatch(watch)
         finally:

@@ -122,6 +122,7 @@ def _poll_shard(
     shard: str, settings: Settings, relay: dict[str, Any], relayed: float | None, context: Any, wiring: Wiring
 ) -> dict[str, Any]:
     """Poll one shard's routes under its own poller lock, and relay or release the lock after."""
+    from workerless.aws.clients import call_deadline
     from workerless.intent import IntentLog
     from workerless.poller import DEPTH_REFRESH_SECONDS, Poller
     from workerless.poller_lock import LOCK_KEY, PollerLock
@@ -167,14 +168,21 @@ def _poll_shard(
         # A dead holder's lock blocks polling until it expires, but its unfinished batch need not
         # wait for that: handing jobs back and sending tickets never takes room.
         recovered = new_poller(None)  # not the lock's holder
-        counters = {k: v for k, v in vars(recovered.recover(deadline=_deadline(context))).items() if isinstance(v, int)}
+        with call_deadline(_deadline(context)):
+            recovering = recovered.recover(deadline=_deadline(context))
+        counters = {k: v for k, v in vars(recovering).items() if isinstance(v, int)}
         return {**counters, "lock_held": 1}
-    poller = new_poller(lock)
-    poller.last_dispatch = relayed  # a relay carries on lingering from the last dispatch
-    poller.inherit_depths(relay.get("depths"))
     try:
-        # On the wiring's clock: the poll budget and its pauses are measured on it.
-        report = poller.run(deadline=_deadline(context, wiring.clock))
+        # Built under the lock's release: an engine that cannot be built (its secret unreadable
+        # now) must not hold the lock, and with it every poll, until the lock expires.
+        poller = new_poller(lock)
+        poller.last_dispatch = relayed  # a relay carries on lingering from the last dispatch
+        poller.inherit_depths(relay.get("depths"))
+        # On the wiring's clock: the poll budget and its pauses are measured on it. No AWS call of
+        # the poll (botocore's retries included) starts past the invocation's deadline: the jobs
+        # of a batch not queued by then are handed back, or left to the next one's recovery.
+        with call_deadline(_deadline(context)):
+            report = poller.run(deadline=_deadline(context, wiring.clock))
     except Exception:
         lock.release()
         raise

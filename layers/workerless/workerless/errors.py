@@ -31,6 +31,8 @@ job, or give up.
     │   ├── MessageFormatError          an SQS message body is not a workerless message.
     │   ├── QueueError                  an SQS call failed after botocore's retries.
     │   ├── ParameterStoreError         a Parameter Store call failed. Carries code.
+    │   ├── SecretReadError             Secrets Manager could not answer the engine secret's read
+    │   │                               (throttled, 5xx, timeout): retryable. Carries code.
     │   ├── StoreError                  a DynamoDB call failed after retries. Carries code.
     │   │   ├── OutcomeTooLargeError    the outcome fits neither the record nor the claim check.
     │   │   └── PayloadError            an S3 call of the claim check failed, or an object is
@@ -81,6 +83,7 @@ __all__ = [
     "ReportOwedError",
     "ResponseShapeError",
     "RetryableEngineError",
+    "SecretReadError",
     "StoreError",
     "TerminalError",
     "ThrowError",
@@ -289,6 +292,19 @@ class QueueError(PipelineError):
 class ParameterStoreError(PipelineError):
     """A Parameter Store call failed. ``retryable``: the same call may succeed later (a throttle, a
     5xx, a dropped connection). ``code`` is SSM's error code (None for a transport error)."""
+
+    def __init__(self, message: str, *, code: str | None = None, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.code = code
+        self.retryable = retryable
+
+
+class SecretReadError(PipelineError):
+    """Secrets Manager did not answer the engine secret's read (throttled, its own 5xx, a timeout or
+    a dropped connection): the same read may succeed later, so the invocation fails or is retried,
+    but nothing is reported final. A read Secrets Manager refuses for good (access denied, no such
+    secret, a secret it cannot decrypt) or a malformed secret is a ConfigurationError instead.
+    ``code`` is Secrets Manager's error code (None for a transport error)."""
 
     def __init__(self, message: str, *, code: str | None = None, retryable: bool = True) -> None:
         super().__init__(message)

@@ -241,7 +241,7 @@ def _give_up(entry: TicketEntry, *, store: JobStore, lease: str) -> bool:
     write failed (tried again next round)."""
     ref = entry.ref
     try:
-        store.mark(
+        marked = store.mark(
             ref.record_key,
             Status.LOST,
             reason="held past WORKERLESS_MAX_HOLD_SECONDS",
@@ -251,7 +251,8 @@ def _give_up(entry: TicketEntry, *, store: JobStore, lease: str) -> bool:
     except StoreError as exc:
         logger.warning("could not mark the lease lost; trying again", extra={"job_id": ref.job_id, "error": str(exc)})
         return False
-    observability.emit(ref.job_type, "lease_lost", job_id=ref.job_id)
+    if marked:  # not a stored or reported result's record: those lost nothing
+        observability.emit(ref.job_type, "lease_lost", job_id=ref.job_id)
     return True
 
 
@@ -343,7 +344,7 @@ def _extend(
         expiry: float = CALLS.call(functools.partial(engine.extend, ref, settings.lease_seconds), deadline=deadline)
     except LeaseLostError:
         try:
-            store.mark(
+            marked = store.mark(
                 ref.record_key,
                 Status.LOST,
                 reason="engine refused the lease extension",
@@ -356,6 +357,12 @@ def _extend(
                 "could not mark the lease lost; trying again", extra={"job_id": ref.job_id, "error": str(exc)}
             )
             visit.again.append(entry)
+            return
+        if not marked:
+            # Not written: the record holds a stored or reported result (the engine refuses to
+            # renew a job whose result it is accepting: StageNext's 409 for a succeeded execution)
+            # or another lease's claim. No run of ours to stop, so no lost lease to count.
+            logger.debug("extension refused after the job's result was stored", extra={"job_id": ref.job_id})
             return
         observability.emit(ref.job_type, "lease_lost", job_id=ref.job_id)
         logger.info("lease lost: marked so the handler stops", extra={"job_id": ref.job_id})

@@ -1,12 +1,10 @@
 """One poller at a time, and what it dispatched recently: MaxInFlight is a bound, not a hope.
 
-Three things invoke the poller — the watchdog schedule, the self-rescheduling tick (up to two at
-once: the ticker event source's minimum concurrency) and a busy invocation's relay — and each used to
-poll. Every one read the same SQS counts and took the same room, so a route could be leased about
-three times its MaxInFlight. Now an invocation polls only while it holds the **poller lock**, one
-small item of the job table (``state#poller-lock``), written only by compare-and-set
-(:class:`~workerless.engines.base.SharedState`: a consistent GetItem, then a conditional PutItem on
-the item's version)::
+The watchdog schedule, the tick (up to two at once) and a busy invocation's relay each used to
+poll, reading the same SQS counts and taking the same room (a route leased about three times its
+MaxInFlight). Now an invocation polls only while it holds the **poller lock**, one item of the job
+table (``state#poller-lock``), written only by compare-and-set (a consistent GetItem, then a
+PutItem conditional on the item's version)::
 
     take     read the item; free, or its holder's expiry passed (the holder died) → write it as ours
     keep     before each poll cycle, and when the engine has answered: when less than half the
@@ -14,19 +12,16 @@ the item's version)::
     release  at the end of the invocation: write it free
     hand on  an invocation that relays to a fresh one (work still flowing) does not release: the
              relay message carries the lock's version, and the fresh invocation takes it over with
-             one write conditional on that version (no read; a duplicate delivery of the relay, or
-             a relay that arrives after another invocation took the lock, finds the version moved
-             and falls back to ``take``)
+             one write conditional on that version (no read; a duplicate or late relay finds the
+             version moved and falls back to ``take``)
 
-The version makes the lock exclusive, not the clocks: every taker writes the item, so an invocation
-whose ``keep`` or ``release`` write still succeeds knows nobody polled since its last write. The
-expiry only decides when another invocation may take a dead holder's lock over.
+The version makes the lock exclusive, not the clocks (a holder whose write succeeds knows nobody
+polled since its last one); the expiry only decides when a dead holder's lock may be taken over.
 
 The item also hands on **what the holder dispatched recently** (:class:`Dispatches`). SQS's counts
 are approximate and can lag a send (AWS: they "may not achieve consistency until at least 1 minute
-after the producers stop sending"), so the poller counts a job it sent itself for
-``WORKERLESS_SQS_LAG_SECONDS`` on top of what SQS reports — and, through the lock item, so does the
-next invocation. docs/guarantees.md states the bound that remains.
+after the producers stop sending"), so the poller (and, through the item, the next invocation)
+counts a job it sent for ``WORKERLESS_SQS_LAG_SECONDS`` on top of SQS's count (docs/guarantees.md).
 
 The item also carries the holder's **intent batches** (:mod:`workerless.intent`): the jobs it
 activated and has not yet fully handed over, written by compare-and-set like the rest of the item,
@@ -37,10 +32,9 @@ costs no write of its own. Whoever takes the lock from a holder that is gone (re
 relayed with a batch still open) takes the batches left in it over as *orphans*, to finish them;
 they stay in the item until finished, so a taker that dies meanwhile leaves them to the next.
 
-An invocation that finds the lock held costs one read, polls nothing and ends: the tick chain was
-continued before (entry point), so the flow goes on; it still finishes a dead poller's intent
-batches from what that read returned (handing jobs back never takes room), writing the item only
-when there is one to take, with the holder, its expiry and its sends left as they are.
+An invocation that finds the lock held costs one read, polls nothing and ends (the tick chain was
+continued before); it still finishes a dead poller's intent batches from that read (handing jobs
+back never takes room), writing the item only to take one, its holder, expiry and sends unchanged.
 """
 
 from __future__ import annotations
@@ -354,12 +348,18 @@ class PollerLock:
             self.dispatches = Dispatches(self.window, sent if isinstance(sent, dict) else None)
             if self._write(version, holder=self.owner, until=now + self.seconds, now=now, batches=[]):
                 return True
-        current = self.state.get(self.key)
-        if current is not None and holder and current.get("holder") == holder:
-            # Still the relaying invocation's (a recoverer may have written the item meanwhile, leaving
-            # its holder as it was): ours, with whatever batches are left in it to finish.
-            return self._take(current, closed=finished, handed=True)
-        return self._take(current, closed=finished)
+        for _ in COMPARE_AND_SET.tries(deadline=ambient_deadline()):
+            current = self.state.get(self.key)
+            if current is None or not holder or current.get("holder") != holder:
+                return self._take(current, closed=finished)
+            # Still the relaying invocation's: ours, with its batches. A recoverer writing between
+            # this read and write (it takes a stale batch, then drops it) refuses the write: read
+            # again, or nobody holds the lock and nothing polls until its expiry (issue 26).
+            if self._take(current, closed=finished, handed=True):
+                return True
+            if self._conflict is None or self._conflict.get("holder") != holder:
+                return False
+        return False
 
     def keep(self) -> bool:
         """Before a poll cycle: renew when less than half the lock time is left (one write, not one

@@ -13,6 +13,7 @@ policy                 what it retries
 :data:`HELD`           settling a delivery the engine takes back on its own (StageNext: lease
                        acquire, skip ack, requeue): through an outage, until the engine takes it back
 :data:`PARAMETERS`     the poller's Parameter Store read
+:data:`SECRETS`        the engine secret's read (a throttle, a 5xx, a timeout)
 :data:`STORE_WRITES`   a job-record write (claim, store, mark), on a retryable StoreError
 :data:`UNPROCESSED`    BatchGetItem's UnprocessedKeys
 :data:`SESSION_WAIT`   StageNext: waiting while another container rotates the worker session
@@ -55,6 +56,7 @@ __all__ = [
     "POLL_BACKOFF_FINAL",
     "POLL_BACKOFF_MAX",
     "POLL_BACKOFF_RETRYABLE",
+    "SECRETS",
     "SESSION_WAIT",
     "STORE_WRITES",
     "UNPROCESSED",
@@ -205,6 +207,10 @@ PARAMETERS = RetryPolicy(attempts=3, base_delay=0.5, max_delay=4.0)
 #: a fixed number of times (a lost store costs a second run of the job), 0.2 s more per attempt up
 #: to 2 s.
 STORE_WRITES = RetryPolicy(attempts=None, base_delay=0.2, max_delay=2.0, backoff="linear", jitter=False)
+#: Reading the engine secret (once per container, again on rotation): botocore already retried a
+#: throttle or a 5xx four times; two more, spaced out, within the invocation's AWS deadline, before
+#: the read fails as retryable (the batch comes back; nothing is reported final).
+SECRETS = RetryPolicy(attempts=3, base_delay=0.5, max_delay=2.0)
 #: BatchGetItem's UnprocessedKeys (DynamoDB's answer under throttling): five tries, 50 ms doubling
 #: to at most 1 s, within the AWS deadline.
 UNPROCESSED = RetryPolicy(attempts=5, base_delay=0.05, max_delay=1.0, jitter=False)

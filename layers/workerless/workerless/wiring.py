@@ -213,7 +213,7 @@ class Wiring:
         settings = self.settings
         if not settings.secret_arn or time.monotonic() - self._values_read_at < settings.secret_max_age_seconds:
             return
-        from workerless.errors import ConfigurationError
+        from workerless.errors import WorkerlessError
         from workerless.observability import logger
         from workerless.settings import engine_values, forget_engine_values
 
@@ -224,7 +224,7 @@ class Wiring:
             forget_engine_values()
             try:
                 values = engine_values()
-            except ConfigurationError as exc:  # the old values still work until the engine refuses them
+            except WorkerlessError as exc:  # the old values still work until the engine refuses them
                 logger.warning("could not read the engine secret again; keeping the engine", extra={"error": str(exc)})
                 return
             if values == self._values:

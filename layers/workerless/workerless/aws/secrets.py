@@ -7,33 +7,65 @@ exactly as Drive prints it. Values are never logged.
 from __future__ import annotations
 
 import json
+from typing import Any
 
-from workerless.errors import ConfigurationError
+from workerless.errors import ConfigurationError, SecretReadError
+
+#: Secrets Manager's answers that say "not now" rather than "never": a throttle, its own failure.
+#: Anything else it refuses (AccessDeniedException, ResourceNotFoundException, DecryptionFailure,
+#: InvalidRequestException for a secret scheduled for deletion, ...) will not pass on a second try.
+_RETRYABLE_CODES = frozenset(
+    {"ThrottlingException", "TooManyRequestsException", "InternalServiceError", "InternalFailure", "ServiceUnavailable"}
+)
+KEY = "WORKERLESS_SECRET_ARN"
 
 
 def read_secret_values(secret_id: str, *, endpoint_url: str | None = None) -> dict[str, str]:
-    """Read and parse the secret. A missing secret or unparseable content is a ConfigurationError
-    naming WORKERLESS_SECRET_ARN (and never quoting the content)."""
-    from botocore.exceptions import BotoCoreError, ClientError
+    """Read and parse the secret.
 
-    from workerless.aws.clients import client
+    A read Secrets Manager refuses for good (access denied, no such secret, one it cannot decrypt)
+    or content that does not parse is a :class:`ConfigurationError` naming WORKERLESS_SECRET_ARN
+    and the reason (never quoting the content). A throttle, a 5xx or a timeout (after botocore's
+    own retries) is tried again under :data:`workerless.retry.SECRETS` within the caller's AWS
+    deadline, then raised as a retryable :class:`SecretReadError`: an invocation that cannot read
+    the secret now fails (its batch comes back), it does not report anything final."""
+    from workerless.retry import SECRETS, ambient_deadline
 
-    try:
-        answer = client("secretsmanager").get_secret_value(SecretId=secret_id)
-    except ClientError as exc:
-        code = exc.response.get("Error", {}).get("Code", "error")
-        raise ConfigurationError(
-            f"cannot read the engine secret named by WORKERLESS_SECRET_ARN: {code}", key="WORKERLESS_SECRET_ARN"
-        ) from None
-    except BotoCoreError as exc:
-        raise ConfigurationError(
-            f"cannot reach Secrets Manager for WORKERLESS_SECRET_ARN: {type(exc).__name__}",
-            key="WORKERLESS_SECRET_ARN",
-        ) from None
+    answer = SECRETS.call(
+        lambda: _get(secret_id),
+        deadline=ambient_deadline(),
+        retryable=lambda e: isinstance(e, SecretReadError) and e.retryable,
+    )
     text = answer.get("SecretString")
     if not isinstance(text, str) or not text.strip():
-        raise ConfigurationError("the engine secret has no SecretString", key="WORKERLESS_SECRET_ARN")
+        raise ConfigurationError("the engine secret named by WORKERLESS_SECRET_ARN has no SecretString", key=KEY)
     return parse_secret_text(text)
+
+
+def _get(secret_id: str) -> Any:
+    from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+    from botocore.exceptions import ConnectionError as TransportError
+
+    from workerless.aws.clients import DeadlineReachedError, client
+
+    try:
+        return client("secretsmanager").get_secret_value(SecretId=secret_id)
+    except ClientError as exc:
+        code = str(exc.response.get("Error", {}).get("Code", "error"))
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+        if code in _RETRYABLE_CODES or status >= 500:
+            raise SecretReadError(f"Secrets Manager could not read the engine secret now: {code}", code=code) from None
+        raise ConfigurationError(f"cannot read the engine secret named by {KEY}: {code}", key=KEY) from None
+    except (HTTPClientError, TransportError) as exc:  # a timeout, a dropped or refused connection
+        raise SecretReadError(f"cannot reach Secrets Manager for {KEY}: {type(exc).__name__}") from None
+    except BotoCoreError as exc:  # no credentials, a malformed request: the same call fails again
+        raise ConfigurationError(
+            f"cannot read the engine secret named by {KEY}: {type(exc).__name__}", key=KEY
+        ) from None
+    except DeadlineReachedError:
+        raise SecretReadError(
+            f"the engine secret ({KEY}) was not read: the invocation's deadline has passed", retryable=False
+        ) from None
 
 
 def parse_secret_text(text: str) -> dict[str, str]:
