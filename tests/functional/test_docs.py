@@ -504,3 +504,23 @@ def test_the_command_reader_handles_comments_continuations_and_chains() -> None:
     ]
     assigned = commands(Block("bash", {}, 'G=$(aws sqs list-queues --output text)\naws logs tail "$G"\n', 1))
     assert assigned == [["G=$(aws", "sqs", "list-queues", "--output", "text)"], ["aws", "logs", "tail", "$G"]]
+
+
+def test_every_page_and_the_scaffold_key_a_once_only_effect_on_workflow_key() -> None:
+    # Issue 27, 5: job.key is new per engine attempt, job.workflow_key stable across retries. A
+    # charge keyed on job.key is charged again on every retry, so no example may key an effect on
+    # it, and no text may call job.key stable across retries.
+    from workerless_devkit.devtools import scaffold
+
+    sources = {page_id(path): path.read_text(encoding="utf-8") for path in PAGES}
+    sources["scaffold.py"] = Path(scaffold.__file__).read_text(encoding="utf-8")
+    keyed = 0
+    for name, text in sources.items():
+        for line in text.splitlines():
+            for found in re.finditer(r"idempotency_key=([\w.]+)", line):
+                keyed += 1
+                assert found.group(1) == "job.workflow_key", f"{name}: {line.strip()}"
+            if "job.key" in line or "`key`" in line:
+                assert not re.search(r"stable across (the engine's )?retries", line), f"{name}: {line.strip()}"
+    assert keyed >= 3, "the examples no longer show an idempotency key; this test checks nothing"
+    assert "job.workflow_key" in sources["scaffold.py"] and "job.key is new per attempt" in sources["scaffold.py"]
