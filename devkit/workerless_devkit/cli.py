@@ -478,14 +478,33 @@ def cmd_emulate(args: argparse.Namespace) -> int:
 # workerless demo
 
 
-def demo_variables(job_type: str, index: int) -> dict[str, Any]:
-    """Valid input for the example handlers; an order id for any other type (a scaffolded handler)."""
+def demo_variables(job_type: str, index: int, events_dir: Path | None = None) -> dict[str, Any]:
+    """The variables of the type's sample event (``events_dir/sqs-TYPE.json``, which `new-handler`
+    and `init` write and a user edits when typing the handler's input: the first record's body);
+    without one, valid input for the example handlers, an order id for any other type."""
+    sample = None if events_dir is None else events_dir / f"sqs-{job_type}.json"
+    if sample is not None and sample.is_file():
+        return _sample_event_variables(sample)
     order = f"order-{index + 1:04d}"
     if job_type == "charge-payment":
         return {"orderId": order, "amount": round(10 + index * 2.5, 2)}
     if job_type == "generate-report":
         return {"seconds": 1}
     return {"orderId": order}
+
+
+def _sample_event_variables(sample: Path) -> dict[str, Any]:
+    import json
+
+    try:
+        body = json.loads(json.loads(sample.read_text(encoding="utf-8"))["Records"][0]["body"])
+        variables = body["variables"]
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+        problem = f"not a sample SQS event with a job's variables in its first record ({exc})"
+        raise UsageError(f"{sample}: {problem}") from exc
+    if not isinstance(variables, dict):
+        raise UsageError(f"{sample}: the first record's variables are not a JSON object")
+    return variables
 
 
 def _demo_job_types(template: Path) -> tuple[str, ...]:
@@ -527,9 +546,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 else LocalTopology.from_bundle(args.bundle, env_file, **options)
             )
             types = _demo_job_types(template)
+            events_dir = template.parent / "events"
             print(f"{args.engine} emulator on {running.url}; {args.jobs} job(s) of {', '.join(types)}")
             ids = [
-                emulator.create_job(types[i % len(types)], demo_variables(types[i % len(types)], i))
+                emulator.create_job(types[i % len(types)], demo_variables(types[i % len(types)], i, events_dir))
                 for i in range(args.jobs)
             ]
             progress = _Progress(emulator, ids, started)

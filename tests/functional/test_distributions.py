@@ -13,7 +13,9 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -90,6 +92,28 @@ def test_both_distributions_build_as_wheel_and_sdist_at_the_one_version(dist: Pa
         f"workerless_devkit-{version}-py3-none-any.whl",
         f"workerless_devkit-{version}.tar.gz",
     ]
+
+
+def test_every_distribution_ships_the_license_its_metadata_declares(dist: Path) -> None:
+    # License-Expression says Apache-2.0; the wheel's dist-info and the sdist carry the text itself,
+    # the repository's LICENSE byte for byte (issue 27, the metadata's license with its file).
+    license_text = (ROOT / "LICENSE").read_bytes()
+    for wheel in sorted(dist.glob("*.whl")):
+        with zipfile.ZipFile(wheel) as archive:
+            names = archive.namelist()
+            metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
+            text = archive.read(metadata).decode("utf-8")
+            assert "License-Expression: Apache-2.0" in text, wheel.name
+            assert "License-File: LICENSE" in text, wheel.name
+            shipped = metadata.replace("/METADATA", "/licenses/LICENSE")
+            assert shipped in names, (wheel.name, names)
+            assert archive.read(shipped) == license_text, wheel.name
+    for sdist in sorted(dist.glob("*.tar.gz")):
+        with tarfile.open(sdist) as archive:
+            top = sdist.name.removesuffix(".tar.gz")
+            member = archive.extractfile(f"{top}/LICENSE")
+            assert member is not None, sdist.name
+            assert member.read() == license_text, sdist.name
 
 
 def test_a_fresh_venv_with_only_the_wheels_runs_the_demo(dist: Path, tmp_path: Path) -> None:

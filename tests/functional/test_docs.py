@@ -11,7 +11,15 @@ environments) with the network fenced to loopback:
 - commands that need AWS or a fresh clone are **checked, not run**: ``aws <service> <operation>``
   against botocore's model of that API (the operation exists, every option is one of its
   parameters, every required parameter is given); ``sam <command>`` against ``sam <command> --help``;
-  ``make <target>`` against the Makefile; ``git clone`` / ``cd`` need nothing.
+  ``make <target>`` against the Makefile of the directory it runs in; ``git clone`` needs nothing;
+- a user's own application (getting-started.md): ``pip install workerless-devkit`` is checked (the
+  devkit's distribution name; the wheels' install is tests/functional/test_distributions.py's),
+  ``workerless init DIR ...`` is **run** (this checkout's CLI), and ``cd DIR`` moves the page into the
+  application, with this checkout's virtual environments standing in for the ones its ``make``
+  installs (tests/functional/test_own_app.py runs the application's make targets from the wheels).
+  There, ``make demo`` and ``make test`` run the ``.venv/bin/...`` commands of their recipes
+  (``make -n``: rendering the template, the demo, pytest); ``make build`` and ``make rehearse`` are
+  checked.
 
 A command the test does not know fails, so a new kind of command in the docs needs a rule here.
 """
@@ -175,23 +183,33 @@ def check_sam(argv: list[str], sam_help: Any) -> None:
         assert re.search(rf"(^|\s|,){re.escape(option.split('=')[0])}\b", text), f"sam {argv[1]} has no {option}"
 
 
-def makefile_targets() -> dict[str, str]:
-    text = (ROOT / "Makefile").read_text(encoding="utf-8")
+def makefile_targets(directory: Path = ROOT) -> dict[str, str]:
+    text = (directory / "Makefile").read_text(encoding="utf-8")
     targets: dict[str, str] = {}
     for found in re.finditer(r"^([A-Za-z][\w-]*):[^=\n]*\n((?:\t.*\n?)*)", text, re.MULTILINE):
         targets[found.group(1)] = found.group(2)
     return targets
 
 
-def check_make(argv: list[str]) -> None:
-    targets = makefile_targets()
+def check_make(argv: list[str], directory: Path = ROOT) -> None:
+    targets = makefile_targets(directory)
     for target in argv[1:]:
-        assert target in targets, f"the Makefile has no target {target!r}"
+        assert target in targets, f"the Makefile in {directory} has no target {target!r}"
     if "demo" in argv[1:]:
         assert "workerless demo" in targets["demo"]
 
 
 # ----------------------------------------------------------------------------- running a page
+
+
+#: The make targets whose recipes' ``.venv/bin/...`` commands a page in an application runs.
+APP_RUN_TARGETS = ("demo", "test", "template")
+
+
+def devkit_distribution_name() -> str:
+    import tomllib
+
+    return str(tomllib.loads((ROOT / "devkit" / "pyproject.toml").read_text(encoding="utf-8"))["project"]["name"])
 
 
 @dataclass
@@ -203,6 +221,14 @@ class Page:
     background: list[subprocess.Popen[bytes]] = field(default_factory=list)
     ran: list[str] = field(default_factory=list)
     checked: list[str] = field(default_factory=list)
+    #: Where the page's commands run: the project, or the application ``cd`` moved into.
+    cwd: Path = field(default=Path())
+    #: Applications ``workerless init`` wrote, by the directory named on its command line.
+    apps: dict[str, Path] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.cwd == Path():
+            self.cwd = self.project
 
     def substitute(self, argv: list[str]) -> list[str]:
         return [a.replace(DOC_PORT, str(self.port)) for a in argv]
@@ -218,11 +244,18 @@ class Page:
         elif program == ".venv-sam/bin/sam":
             check_sam(argv, sam_help)
         elif program == "make":
-            check_make(argv)
+            check_make(argv, self.cwd)
+            if self.cwd != self.project:
+                return self.make_in_app(argv)
         elif program == "git":
             assert argv[1] == "clone" and len(argv) >= 3, f"only `git clone URL` is expected, got {argv}"
+        elif program == "pip":
+            assert argv[1:] == ["install", devkit_distribution_name()], f"unexpected pip command {argv}"
+        elif program == "workerless":
+            return self.init_app(argv)
         elif program == "cd":
-            assert argv[1:] == ["workerless"], f"unexpected cd {argv[1:]}"
+            assert len(argv) == 2 and argv[1] in self.apps, f"cd into {argv[1:]}: not an application the page made"
+            self.cwd = self.apps[argv[1]]
         elif program == ".venv/bin/workerless":
             return self.workerless(argv)
         elif program in (".venv/bin/pytest", "curl"):
@@ -230,6 +263,38 @@ class Page:
         else:
             pytest.fail(f"{self.path.name}: no rule for the command {shlex.join(argv)!r}; add one to test_docs.py")
         self.checked.append(shlex.join(argv))
+        return None
+
+    def init_app(self, argv: list[str]) -> None:
+        """``workerless init DIR ...`` as the installed devkit runs it; the application gets this
+        checkout's virtual environments (what its ``make venv`` / ``sam-venv`` install) and the
+        engine's ``.env``."""
+        assert argv[1] == "init", f"only `workerless init` is run bare (the installed CLI): {argv}"
+        args = cli.build_parser().parse_args(argv[1:])
+        self.execute([str(self.project / ".venv" / "bin" / "workerless"), *argv[1:]])
+        app = self.cwd / args.directory
+        assert (app / "routes.yaml").is_file(), f"{shlex.join(argv)} wrote no application"
+        for name in (".venv", ".venv-sam"):
+            (app / name).symlink_to(ROOT / name)
+        (app / ".env").write_bytes((self.project / ".env").read_bytes())
+        self.apps[args.directory] = app
+        return None
+
+    def make_in_app(self, argv: list[str]) -> None:
+        """The ``.venv/bin/...`` commands of the recipes (rendering, the demo, pytest), as make runs
+        them; the install steps are skipped (the application's ``.venv`` is this checkout's)."""
+        targets = argv[1:]
+        if not set(targets) <= set(APP_RUN_TARGETS):
+            self.checked.append(shlex.join(argv))
+            return None
+        env = {k: v for k, v in self.env.items() if not k.startswith("MAKE")}
+        planned = subprocess.run(
+            ["make", "-n", *targets], cwd=self.cwd, env=env, capture_output=True, text=True, timeout=60, check=True
+        ).stdout.splitlines()
+        steps = [shlex.split(line) for line in planned if line.startswith(".venv/bin/") and "/pip " not in line]
+        assert steps, f"`{shlex.join(argv)}` runs nothing of .venv/bin: {planned}"
+        for step in steps:
+            self.execute(step)
         return None
 
     def workerless(self, argv: list[str]) -> None:
@@ -243,9 +308,9 @@ class Page:
         argv = self.substitute(argv)
         out = self.project / f"emulate-{len(self.background)}.out"
         with out.open("wb") as stdout:
-            process = subprocess.Popen(argv, cwd=self.project, env=self.env, stdout=stdout, stderr=subprocess.STDOUT)
+            process = subprocess.Popen(argv, cwd=self.cwd, env=self.env, stdout=stdout, stderr=subprocess.STDOUT)
         self.background.append(process)
-        ready = self.project / args.env_out if args.env_out else None
+        ready = self.cwd / args.env_out if args.env_out else None
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             assert process.poll() is None, f"{shlex.join(argv)} exited: {out.read_text()}"
@@ -261,7 +326,7 @@ class Page:
 
     def execute(self, argv: list[str]) -> None:
         result = subprocess.run(
-            argv, cwd=self.project, env=self.env, capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False
+            argv, cwd=self.cwd, env=self.env, capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False
         )
         assert result.returncode == 0, (
             f"{self.path.name}: `{shlex.join(argv)}` exited {result.returncode}\n"
@@ -320,7 +385,7 @@ def test_every_command_on_the_page_works(
     try:
         for block in read_blocks(path):
             if "file" in block.attrs:
-                target = project / block.attrs["file"]
+                target = page.cwd / block.attrs["file"]
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(block.text, encoding="utf-8")
             elif block.lang in ("bash", "sh", "shell", "console"):
@@ -334,7 +399,7 @@ def test_every_command_on_the_page_works(
 # ----------------------------------------------------------------------------- what the pages claim
 
 
-def test_getting_started_lists_exactly_what_sam_deploy_guided_asks() -> None:
+def test_getting_started_lists_exactly_what_sam_deploy_guided_asks(tmp_path: Path) -> None:
     """The prompt table is the template's parameters in template order with their defaults, between
     SAM CLI's own prompts (read from the installed SAM CLI's guided deploy)."""
     from workerless_devkit.local.template import parse_template_text
@@ -346,7 +411,13 @@ def test_getting_started_lists_exactly_what_sam_deploy_guided_asks() -> None:
     ]
     expected_parameters = [f"Parameter {name} [{props.get('Default', '')}]" for name, props in parameters.items()]
     assert prompts[2 : 2 + len(parameters)] == expected_parameters
-    samconfig = (ROOT / "samconfig.toml").read_text(encoding="utf-8")
+    # The page deploys the application `workerless init orders` writes: its samconfig.toml (the stack
+    # named after the directory) and the template rendered from the framework's (the same Parameters).
+    from workerless_devkit.devtools.init import init_application
+
+    assert "workerless init orders " in text
+    app = init_application(tmp_path / "orders", job_type="charge-payment").directory
+    samconfig = (app / "samconfig.toml").read_text(encoding="utf-8")
     stack = re.search(r'stack_name = "([^"]+)"', samconfig)
     assert stack is not None
     assert prompts[:2] == [f"Stack Name [{stack.group(1)}]", "AWS Region [us-east-1]"]
@@ -433,3 +504,23 @@ def test_the_command_reader_handles_comments_continuations_and_chains() -> None:
     ]
     assigned = commands(Block("bash", {}, 'G=$(aws sqs list-queues --output text)\naws logs tail "$G"\n', 1))
     assert assigned == [["G=$(aws", "sqs", "list-queues", "--output", "text)"], ["aws", "logs", "tail", "$G"]]
+
+
+def test_every_page_and_the_scaffold_key_a_once_only_effect_on_workflow_key() -> None:
+    # Issue 27, 5: job.key is new per engine attempt, job.workflow_key stable across retries. A
+    # charge keyed on job.key is charged again on every retry, so no example may key an effect on
+    # it, and no text may call job.key stable across retries.
+    from workerless_devkit.devtools import scaffold
+
+    sources = {page_id(path): path.read_text(encoding="utf-8") for path in PAGES}
+    sources["scaffold.py"] = Path(scaffold.__file__).read_text(encoding="utf-8")
+    keyed = 0
+    for name, text in sources.items():
+        for line in text.splitlines():
+            for found in re.finditer(r"idempotency_key=([\w.]+)", line):
+                keyed += 1
+                assert found.group(1) == "job.workflow_key", f"{name}: {line.strip()}"
+            if "job.key" in line or "`key`" in line:
+                assert not re.search(r"stable across (the engine's )?retries", line), f"{name}: {line.strip()}"
+    assert keyed >= 3, "the examples no longer show an idempotency key; this test checks nothing"
+    assert "job.workflow_key" in sources["scaffold.py"] and "job.key is new per attempt" in sources["scaffold.py"]

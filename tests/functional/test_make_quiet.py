@@ -40,4 +40,8 @@ def test_this_repositorys_first_make_demo_installs_quietly() -> None:
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is what runs these recipes")
 def test_an_initialised_applications_first_make_demo_installs_quietly(tmp_path: Path) -> None:
     app = init_application(tmp_path / "myapp").directory
-    _check_pip_lines(_dry_run(app, "venv", "sam-venv"), (app / "Makefile").read_text(encoding="utf-8"))
+    lines = _dry_run(app, "venv", "sam-venv")
+    _check_pip_lines(lines, (app / "Makefile").read_text(encoding="utf-8"))
+    # One line per install says what is happening and that it happens once (as this repository's do).
+    announced = [line for line in lines if line.startswith("echo ") and "first run only" in line]
+    assert len(announced) == 2, lines

@@ -5,7 +5,9 @@ SAM CLI (.venv-sam) expands the template with the Phase 1 it runs for `sam build
 (samcli.lib.cfn_language_extensions); local mode reads the result as an ordinary template. Both
 views must agree on every function, queue, event source, environment and role statement.
 tests/functional/data/template-before-routes.yaml is template.yaml as it was written out by hand
-before the route loop: each function's rendered role must grant exactly what it did.
+before the route loop: each function's rendered role must grant exactly what it did. It is a
+historical snapshot, kept as it was: its GenerateReport* parameters (gone from template.yaml since
+routes carry their own settings) are read by nothing but this comparison, which takes its roles.
 """
 
 from __future__ import annotations

@@ -83,3 +83,18 @@ def test_no_runtime_module_is_longer_than_the_bound() -> None:
     lengths = {str(p.relative_to(ROOT)): len(p.read_text(encoding="utf-8").splitlines()) for p in RUNTIME.rglob("*.py")}
     assert lengths, "no runtime modules found"
     assert {path: n for path, n in lengths.items() if n > MAX_RUNTIME_MODULE_LINES} == {}
+
+
+def test_each_distribution_has_the_repositorys_license_and_declares_it() -> None:
+    # Each distribution's project directory holds the LICENSE its wheel and sdist ship (setuptools
+    # takes license-files only from inside the project): a copy of the repository's, kept identical.
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "LICENSE").read_text(encoding="utf-8")
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    for project in ("layers/workerless", "devkit"):
+        assert (root / project / "LICENSE").read_text(encoding="utf-8") == text, f"{project}/LICENSE differs"
+        meta = tomllib.loads((root / project / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+        assert meta["license"] == "Apache-2.0", project
+        assert meta["license-files"] == ["LICENSE"], project

@@ -83,11 +83,13 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 .PHONY: venv sam-venv template demo test build rehearse
 
 $(STAMP): requirements.txt requirements-dev.txt
+\t@echo "make: installing requirements-dev.txt into $(VENV) (first run only, about a minute)"
 \t$(PYTHON) -m venv $(VENV)
 \t$(VENV)/bin/pip install -q --upgrade pip
 \t$(VENV)/bin/pip install -q -r requirements-dev.txt
 \ttouch $@
 $(SAM_STAMP):
+\t@echo "make: installing SAM CLI $(SAM_CLI_VERSION) into $(SAM_VENV) (first run only)"
 \t$(PYTHON) -m venv $(SAM_VENV)
 \t$(SAM_VENV)/bin/pip install -q 'aws-sam-cli==$(SAM_CLI_VERSION)'
 \ttouch $@

@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Literal
@@ -117,11 +118,30 @@ class ReadableFormatter(logging.Formatter):
         who = fields.get("function_id") or fields.get("function_name") or record.name
         job = " ".join(str(v) for v in (fields.get("job_type"), fields.get("job_id")) if v)
         level = "" if record.levelno == logging.INFO else f"{record.levelname} "
+        message = record.getMessage()
+        if fields.get("lifecycle") == "failed" and "terminal" in fields:
+            message += _failure_outlook(fields, record.created)
         details = "  ".join(f"{key}={fields[key]}" for key in _DETAILS if fields.get(key) not in (None, ""))
-        line = "  ".join(part for part in (f"{when} {who}", job, f"{level}{record.getMessage()}", details) if part)
+        line = "  ".join(part for part in (f"{when} {who}", job, f"{level}{message}", details) if part)
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         return line
+
+
+def _failure_outlook(fields: Mapping[str, Any], created: float) -> str:
+    """What comes after a reported failure: the engine runs the job again (how many tries are left,
+    and from when), or it is final (a TerminalError, or no retries left)."""
+    retries = fields.get("retries")
+    if fields.get("terminal"):
+        return ", final: terminal"
+    if not isinstance(retries, int) or retries <= 0:
+        return ", final: no retries left"
+    backoff = fields.get("retry_in_seconds")
+    outlook = f", will retry: {retries} {'retry' if retries == 1 else 'retries'} left"
+    if isinstance(backoff, int):
+        at = time.strftime("%H:%M:%S", time.localtime(created + backoff))
+        outlook += f", at {at} (in {backoff} s)"
+    return outlook
 
 
 @contextmanager

@@ -36,11 +36,14 @@ REASON_LOG_CHARS = 1000
 
 def outcome_fields(outcome: Outcome) -> dict[str, object]:
     """The log fields that say why a job failed or threw (none for a completed job): the line of
-    the outcome is where a reader of the function's log looks for the reason.
+    the outcome is where a reader of the function's log looks for the reason. A failure the engine
+    will retry also says after how long (``retry_in_seconds``, the backoff asked of the engine).
 
     Example:
         >>> outcome_fields(Outcome.fail("amount must be positive", retries=0, terminal=True))
         {'reason': 'amount must be positive', 'terminal': True, 'retries': 0}
+        >>> outcome_fields(Outcome.fail("card declined", retries=2, backoff_seconds=5))
+        {'reason': 'card declined', 'terminal': False, 'retries': 2, 'retry_in_seconds': 5}
     """
     if outcome.kind == "complete":
         return {}
@@ -50,6 +53,8 @@ def outcome_fields(outcome: Outcome) -> dict[str, object]:
     else:
         fields["terminal"] = outcome.terminal
         fields["retries"] = outcome.retries
+        if not outcome.terminal and (outcome.retries or 0) > 0:
+            fields["retry_in_seconds"] = outcome.backoff_seconds
     return fields
 
 
