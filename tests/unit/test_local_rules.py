@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 from workerless_devkit import cli
-from workerless_devkit.local.runtime import LocalTopology, schedule_interval
+from workerless_devkit.local.runtime import LocalTopology
+from workerless_devkit.local.scheduler import schedule_interval
 from workerless_devkit.local.template import ScheduleEventSpec, TemplateError, load_template
 
 from tests.functional.pipeline import TEMPLATE, job_timings, route_timings
