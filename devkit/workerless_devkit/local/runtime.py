@@ -3,11 +3,9 @@
 :class:`LocalTopology` does what AWS does around the functions, and nothing about what they do. It
 is a facade composing one collaborator per part of AWS it stands in for:
 
-- :mod:`~workerless_devkit.local.provision`: CloudFormation and IAM. Creates the template's queues
-  (attributes, redrive to the DLQs), tables, parameters and buckets with the same boto3 calls as in
-  AWS, inside ``moto.mock_aws``; holds every AWS call of a function to its role as SAM renders it
-  (:mod:`workerless_devkit.local.iam`), and every call to AWS's limits where moto is lenient
-  (:mod:`workerless_devkit.local.limits`); the template to AWS's rules (:mod:`~workerless_devkit.local.rules`);
+- :mod:`~workerless_devkit.local.provision`: CloudFormation and IAM, inside ``moto.mock_aws``: the
+  template's resources, created with the same boto3 calls as in AWS; every AWS call of a function held
+  to its role (:mod:`~workerless_devkit.local.iam`) and to AWS's limits (:mod:`~workerless_devkit.local.limits`);
 - :mod:`~workerless_devkit.local.environment`: one process environment, the union of the functions';
 - :mod:`~workerless_devkit.local.host`: imports each handler from its CodeUri directory, runs each
   invocation within Lambda's concurrency and its function's Timeout (an abandoned invocation's later
@@ -17,11 +15,7 @@ is a facade composing one collaborator per part of AWS it stands in for:
 - :mod:`~workerless_devkit.local.recursion`: Lambda's recursive loop detection;
 - :mod:`~workerless_devkit.local.idle`: when a run has nothing left to do.
 
-Or, from a rehearsal bundle (:meth:`LocalTopology.from_bundle`), it runs the stack a deploy creates:
-the bundle's transformed template created as a stack on moto's CloudFormation, and everything above
-read back from that stack (each function's handler, environment, timeout, memory, role and
-policies as created in IAM, event source mappings, queue attributes), the code from the uploaded
-artifacts (:mod:`workerless_devkit.local.stack`).
+Or it runs the stack a deploy creates, from a rehearsal bundle (:meth:`LocalTopology.from_bundle`).
 
 It runs the template as written. A test that needs shorter timings passes them as template
 parameters (``parameters={"JobQueueVisibilityTimeout": "10", "HandlerTimeout": "10"}``), and a
@@ -244,9 +238,6 @@ class LocalTopology:
         if self._template is None:
             raise RuntimeError("a bundle's stack is created at start(): the topology is not running yet")
         return self._template
-
-    # ------------------------------------------------------------------------------------------
-    # Public API
 
     @property
     def concurrency(self) -> Concurrency:
