@@ -16,7 +16,6 @@ MAX_DEVKIT_MODULE_LINES = 600
 #: shrinks: a module on it that is back under the bound fails the test until it is taken off.
 NOT_SPLIT_YET = {
     "devkit/workerless_devkit/emulators/nodeflow.py",
-    "devkit/workerless_devkit/emulators/sheptra.py",
     "devkit/workerless_devkit/emulators/stagenext.py",
 }
 
