@@ -3,7 +3,7 @@
 Nothing here ships in the Lambda layer (layers/workerless builds the runtime, ``workerless``, only):
 
 - :mod:`workerless_devkit.cli`: the ``workerless`` command (demo, local, emulate, invoke, new-handler,
-  init, status, dlq, secrets);
+  init, build, status, dlq, secrets), one module per command;
 - :mod:`workerless_devkit.emulators`: the Sheptra, node-flow and StageNext emulators, served on
   127.0.0.1;
 - :mod:`workerless_devkit.local`: local mode, the template's functions on moto's SQS, DynamoDB, S3

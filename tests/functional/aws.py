@@ -91,7 +91,7 @@ class Aws:
 
 @contextmanager
 def moto_aws(monkeypatch: Any, *, max_in_flight: int = 10, tick_seconds: int = 0) -> Iterator[Aws]:
-    from workerless_devkit.local.runtime import serialise_moto_dynamodb_writes
+    from workerless_devkit.local.provision import serialise_moto_dynamodb_writes
 
     serialise_moto_dynamodb_writes()  # DynamoDB's conditional writes are atomic; moto's, by this
     with mock_aws():

@@ -242,7 +242,7 @@ def test_workerless_local_reports_each_refused_call_once(capsys: pytest.CaptureF
     report THEN the refusal is listed once, naming the function, the action and the resource."""
     from types import SimpleNamespace
 
-    from workerless_devkit import cli
+    from workerless_devkit.cli.local import print_report
     from workerless_devkit.local.iam.enforce import Refusal
     from workerless_devkit.local.summary import Summary
 
@@ -250,7 +250,7 @@ def test_workerless_local_reports_each_refused_call_once(capsys: pytest.CaptureF
     fake = SimpleNamespace(
         summary=Summary(), invocations={}, errors={}, stopped_loops=[], iam=SimpleNamespace(refusals=[refusal, refusal])
     )
-    cli._print_report(fake)
+    print_report(fake)
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("IAM refused")]
     assert lines == [
         "IAM refused: PollerFunction sqs:SendMessage on arn:aws:sqs:us-east-1:1:q (its role does not allow it)"

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from workerless_devkit.local.runtime import IdleTimeout, LocalTopology
 from workerless_devkit.local.template import TemplateError
+from workerless_devkit.local.tracker import TopologyTracker
 
 TEMPLATE = """\
 AWSTemplateFormatVersion: "2010-09-09"
@@ -324,13 +325,13 @@ def test_a_loop_is_stopped_even_when_its_next_message_is_received_before_the_sen
     """GIVEN the event source receives each re-sent message before SendMessage has returned to the
     function (a busy machine: the receiver's long poll wins the race) WHEN the chain passes the loop
     limit THEN it is still stopped at depth 16: a message's depth does not wait for its MessageId."""
-    record_depth = LocalTopology.record_depth
+    record_depth = TopologyTracker.record_depth
 
-    def late_record_depth(self: LocalTopology, message_id: str, function_id: str, depth: int) -> None:
+    def late_record_depth(self: TopologyTracker, message_id: str, function_id: str, depth: int) -> None:
         time.sleep(0.3)  # SendMessage's response reaches the function only after the delivery
         record_depth(self, message_id, function_id, depth)
 
-    monkeypatch.setattr(LocalTopology, "record_depth", late_record_depth)
+    monkeypatch.setattr(TopologyTracker, "record_depth", late_record_depth)
     with topology(app) as top:
         send(top, "LoopQueue", {"hop": 1, "stop": 20})
         # Done when stopped, or when the chain has gone past the limit (then it was not stopped).

@@ -10,7 +10,7 @@ import boto3
 import pytest
 from moto import mock_aws
 from workerless.aws.dynamo import JobStore
-from workerless_devkit.local.runtime import serialise_moto_dynamodb_writes
+from workerless_devkit.local.provision import serialise_moto_dynamodb_writes
 
 
 @pytest.fixture

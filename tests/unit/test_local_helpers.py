@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from workerless_devkit.local import summary
 from workerless_devkit.local.context import LocalLambdaContext
-from workerless_devkit.local.runtime import _batch_item_failures, _record
+from workerless_devkit.local.event_source import batch_item_failures as _batch_item_failures
+from workerless_devkit.local.event_source import sqs_record as _record
 from workerless_devkit.local.template import FunctionSpec, QueueSpec
 
 

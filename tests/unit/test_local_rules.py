@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 from workerless_devkit import cli
-from workerless_devkit.local.runtime import LocalTopology, schedule_interval
+from workerless_devkit.cli.demo import demo_route_settings
+from workerless_devkit.local.runtime import LocalTopology
+from workerless_devkit.local.scheduler import schedule_interval
 from workerless_devkit.local.template import ScheduleEventSpec, TemplateError, load_template
 
 from tests.functional.pipeline import TEMPLATE, job_timings, route_timings
@@ -138,7 +140,7 @@ def test_the_real_templates_timings_hold_at_defaults_and_at_the_test_and_demo_va
     assert scaled.function("generatereportFunction").timeout == scaled.function("chargepaymentFunction").timeout == 10
     assert scaled.queue("generatereportQueue").visibility_timeout == 10
     demo = {name: value for pair in cli.DEMO_TIMINGS for name, value in pair}
-    with_demo = LocalTopology(TEMPLATE, parameters=demo, route_settings=cli._demo_route_settings(TEMPLATE)).template
+    with_demo = LocalTopology(TEMPLATE, parameters=demo, route_settings=demo_route_settings(TEMPLATE)).template
     assert with_demo.queue("HeartbeatQueue").visibility_timeout == 10
     assert with_demo.queue("generatereportQueue").visibility_timeout == cli.DEMO_ROUTE_SECONDS
     # A handler timeout longer than its queue's visibility is what Lambda refuses.

@@ -8,7 +8,8 @@ own API on it. The CLI, the pytest fixtures, chaos, bench and the tests all star
 Every emulator (``workerless_devkit.emulators.<engine>``, one per ``workerless.engines.ENGINE_NAMES``)
 is an :class:`~workerless_devkit.emulators.core.EngineEmulator`: the shared core (clock, job
 registry with history, admin routes, fault injection, the jobs-file format) with the engine's wire
-protocol on top. Its Python API, alike for every engine:
+protocol on top (an engine's module may keep part of it in a base class of its own:
+``sheptra_identity``, ``nodeflow_state``, ``stagenext_state``). Its Python API, alike for every engine:
 
 - ``name``: the engine name; ``router``: the :class:`~workerless_devkit.emulators.http.Router` to serve.
 - ``serve(port=0) -> EmulatorServer``: start serving on loopback in a background thread.

@@ -2,6 +2,16 @@
 
 ``workerless_devkit.local.summary`` is imported by the pipeline in Lambda too, so this package imports
 nothing at import time; :class:`LocalTopology` and friends load on first use.
+
+Its parts: ``runtime`` (:class:`LocalTopology`, a facade composing the others), ``provision``
+(CloudFormation and IAM on the embedded AWS), ``environment`` (the process environment), ``host``
+(loading handlers, invoking them within concurrency, Timeout and memory), ``event_source`` (Lambda's
+SQS event source mapping), ``scheduler`` (Schedule events), ``recursion`` and ``loop`` (recursive
+loop detection), ``tracker`` (what the botocore hooks report to), ``idle`` (when a run is done),
+``library`` (the runtime's listeners and guards); ``template`` reads a SAM template into
+``resources``' models through ``intrinsics`` (parameters, conditions, intrinsic functions) and
+``builder``; ``rules``, ``limits``, ``iam/`` hold it to AWS's rules; ``stack/`` runs a rehearsal
+bundle's stack.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ AWS (docs/assumptions.md cites the pages):
 - A function with ReservedConcurrentExecutions has that many for itself, and no more: it is never
   throttled by other functions, and is throttled past its reservation.
 - An SQS event source runs at most its ScalingConfig.MaximumConcurrency batches at once
-  (:class:`~workerless_devkit.local.runtime.LocalTopology`'s pump holds that bound); an invocation
+  (:class:`~workerless_devkit.local.event_source.SqsEventSourceMapping`'s pump holds that bound); an invocation
   the function's concurrency refuses is throttled, and its batch stays in flight until the queue's
   visibility timeout (the reason AWS asks for a visibility of six times the function's timeout).
 - An asynchronous invocation (an EventBridge schedule's) that is throttled goes back to Lambda's

@@ -186,7 +186,7 @@ def _detach_moto_event_sources(account_id: str, region: str) -> None:
     moto links each mapping to its queue, and on every SendMessage receives a batch (counting a
     receive) to invoke the function in Docker, then makes it visible again when that fails (no
     Docker here): the receive counts would redrive messages to the dead-letter queue unprocessed.
-    Local mode pumps the queues itself (:class:`~workerless_devkit.local.runtime.LocalTopology`);
+    Local mode pumps the queues itself (:mod:`~workerless_devkit.local.event_source`);
     the mappings stay in Lambda (ListEventSourceMappings answers as on AWS).
     """
     from moto.sqs.models import sqs_backends
