@@ -70,6 +70,25 @@ def test_an_engine_that_never_answered_does_not_hold_the_run() -> None:
     assert watch.settled_since(0.0)
 
 
+def test_a_poller_invocation_against_an_engine_that_never_answered_does_not_hold_the_run() -> None:
+    """GIVEN a poller invocation in progress whose polls fail, the engine never having answered one
+    (nothing listening at its URL) THEN once a poll begun since the quiet failed, the run may end
+    (engine_health fails it naming the URL); a failure from before the quiet says nothing."""
+    watch = PollWatch(taken=lambda: None)
+    engine = FakeEngine()
+
+    def down(*_: object) -> list[object]:
+        raise EngineUnavailableError("connection refused", engine="fake")
+
+    engine.activate = down  # type: ignore[method-assign]
+    with watch.invocation():
+        assert not watch.settled_since(0.0), "not polled yet: a poll in progress"
+        with pytest.raises(EngineUnavailableError):
+            watch.decorate(engine).activate([Demand("t", 1)], 60)
+        assert watch.settled_since(0.0), "its poll failed since the quiet, the engine never answered"
+        assert not watch.settled_since(float("inf")), "a failure from before the quiet says nothing"
+
+
 def test_a_poll_that_took_jobs_is_made_work_before_it_ends() -> None:
     order: list[str] = []
     watch = PollWatch(taken=lambda: order.append(f"taken while polling={watch.settled_since(1e18) is False}"))

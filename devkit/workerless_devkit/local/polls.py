@@ -22,7 +22,8 @@ Nor is a poller invocation that has not reached its poll yet idle: under CPU loa
 (imports, the routes' read, the lock, the queues' counts) took longer than ``--until-idle``'s quiet
 window, and the run ended before the first poll with every job still at the engine (issue 26: the
 bad-days stall). A poller invocation in progress counts as a poll in progress
-(:meth:`PollWatch.invocation`) until it ends, or a poll begun since the quiet came back empty.
+(:meth:`PollWatch.invocation`) until it ends, or a poll begun since the quiet came back empty (or
+failed, against an engine that has never answered one: engine_health's case).
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ class PollWatch:
         self._last_failed = False
         #: When the latest poll that came back empty began (time.monotonic()).
         self._empty_began: float | None = None
+        #: When the latest poll that failed before the engine ever answered one began.
+        self._unanswered_began: float | None = None
 
     @property
     def in_progress(self) -> bool:
@@ -78,7 +81,12 @@ class PollWatch:
         with self._lock:
             if self._answered and self._last_failed:
                 return False
-            return self._polls == 0 or (self._empty_began is not None and self._empty_began >= quiet_since)
+            if self._polls == 0 or (self._empty_began is not None and self._empty_began >= quiet_since):
+                return True
+            # An engine that has never answered (nothing listening, every token refused) keeps a
+            # poller invocation in progress forever: its polls failing since the quiet say as much as
+            # an empty one, and engine_health fails the run naming the engine.
+            return not self._answered and self._unanswered_began is not None and self._unanswered_began >= quiet_since
 
     def decorate(self, engine: Engine) -> Engine:
         """``engine`` with its polls counted (a wiring's ``engine_decorator``)."""
@@ -101,6 +109,8 @@ class PollWatch:
                 self._answered = self._answered or not failed
                 if empty:
                     self._empty_began = max(began, self._empty_began or began)
+                if failed and not self._answered:
+                    self._unanswered_began = max(began, self._unanswered_began or began)
 
 
 class _WatchedEngine(EngineDecorator):
