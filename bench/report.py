@@ -252,6 +252,13 @@ def write_results_md(r: dict[str, Any], path: Path) -> None:
     add("")
     _moves(r, add)
     add("")
+    add("## Issue 29's candidates, each priced from this run")
+    add("")
+    from bench.candidates import markdown
+
+    for line in markdown(r):
+        add(line)
+    add("")
     add("## How each figure is measured")
     add("")
     add(
