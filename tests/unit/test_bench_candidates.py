@@ -76,4 +76,4 @@ def test_the_section_prices_every_candidate_from_the_committed_results() -> None
     lines = candidates.markdown(results)
     rows = [line for line in lines if line.startswith("| ") and "**" in line]
     assert len(rows) == 9
-    assert all(any(v in row for v in ("**refused**", "**refuted**", "**open**")) for row in rows)
+    assert all(any(v in row for v in ("**made**", "**refused**", "**open**")) for row in rows)
