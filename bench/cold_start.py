@@ -26,6 +26,16 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 FUNCTIONS = ("poller", "heartbeat", "deadletter", "charge-payment", "send-receipt", "generate-report")
+#: Each function's code directory under functions/: a route's is its route name in template.yaml's
+#: Mappings.Routes (letters and digits, b019e92), not its job type.
+FUNCTION_DIRS = {"charge-payment": "chargepayment", "send-receipt": "sendreceipt", "generate-report": "generatereport"}
+
+
+def function_dir(function: str) -> Path:
+    """functions/<dir> of a function named as in the results (a route's job type, or the poller's name)."""
+    return ROOT / "functions" / FUNCTION_DIRS.get(function, function)
+
+
 _LINE = re.compile(r"import time:\s+(\d+)\s+\|\s+(\d+)\s+\|(\s*)(\S+)")
 
 
@@ -107,7 +117,7 @@ def cold_path_detail(function: str, startup: set[str]) -> tuple[float, list[tupl
     statement = "import app; " + "; ".join(f"import {m}" for m in COLD_PATH[function])
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", statement],
-        cwd=ROOT / "functions" / function,
+        cwd=function_dir(function),
         capture_output=True,
         text=True,
         timeout=60,
@@ -196,7 +206,7 @@ def layer_cold_path(runs: int = 5) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for function in FUNCTIONS:
             task = work / "task" / function
-            shutil.copytree(ROOT / "functions" / function, task)
+            shutil.copytree(function_dir(function), task)
             cold, base = [], []
             _probe_seconds(python312, task, layer, runtime, COLD_PATH[function])  # file-system caches warm
             for _ in range(runs):
@@ -220,7 +230,7 @@ def cold_start(runs: int = 7) -> dict[str, Any]:
     # one throwaway round: bytecode caches (.pyc) written, file system caches warm, as in a Lambda image
     import_ms("boto3", ROOT)
     for function in FUNCTIONS:
-        import_ms("app", ROOT / "functions" / function)
+        import_ms("app", function_dir(function))
     startup = _startup_modules()
     out: dict[str, Any] = {}
     all_boto3: list[float] = []
@@ -228,7 +238,7 @@ def cold_start(runs: int = 7) -> dict[str, Any]:
         entry, boto3_runs, cold, children = [], [], [], []
         for _ in range(runs):
             boto3_runs.append(import_ms("boto3", ROOT)[0])
-            ms, children_now = import_ms("app", ROOT / "functions" / function)
+            ms, children_now = import_ms("app", function_dir(function))
             entry.append(ms)
             children = children_now
             cold.append(cold_path_ms(function, startup))

@@ -43,6 +43,8 @@ class Meter:
     sqs_requests: Counter[str] = field(default_factory=Counter)
     ddb_write_units: Counter[str] = field(default_factory=Counter)
     ddb_read_units: Counter[str] = field(default_factory=Counter)
+    #: DynamoDB calls per (caller, operation): write units per call tell an item's size from a count
+    ddb_calls: Counter[str] = field(default_factory=Counter)
     #: who is calling: the driver sets it to the Lambda function (or "esm" for the event source)
     caller: str = "?"
     #: seconds of CPU spent inside the fakes themselves (subtracted from adapter CPU)
@@ -56,6 +58,7 @@ class Meter:
         self.sqs_requests.clear()
         self.ddb_write_units.clear()
         self.ddb_read_units.clear()
+        self.ddb_calls.clear()
         self.calls_by_caller.clear()
         self.ddb_windows.clear()
         self.fake_cpu = 0.0
@@ -73,6 +76,7 @@ class Meter:
     def ddb(self, op: str, *, write: int = 0, read: int = 0) -> None:
         self.calls[f"dynamodb.{op}"] += 1
         self.calls_by_caller[f"{self.caller}:dynamodb"] += 1
+        self.ddb_calls[f"{self.caller}:{op}"] += 1
         self.ddb_windows.add((self.caller, int(time.time() // KMS_WINDOW_SECONDS)))
         if write:
             self.ddb_write_units[f"{self.caller}:{op}"] += write

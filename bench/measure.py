@@ -309,6 +309,7 @@ def billable_run(jobs: int = 10_000, rate_per_second: float | None = 2.0, *, see
             "sqs_requests_by_call": dict(meter.sqs_requests),
             "ddb_write_units_by_call": dict(meter.ddb_write_units),
             "ddb_read_units_by_call": dict(meter.ddb_read_units),
+            "ddb_calls_by_call": dict(meter.ddb_calls),
             "invocations": dict(p.invocations.count),
             "cpu_s": dict(p.invocations.cpu),
             "paused_s": {k: round(v, 2) for k, v in p.invocations.paused.items()},

@@ -197,6 +197,10 @@ def _rate_row(cost: Any, run: dict[str, Any]) -> dict[str, Any]:
         "poller_paused_fraction": round(run["paused_s"].get("poller", 0.0) / run["virtual_seconds"], 3),
         "engine_requests_per_job": round(sum(run["engine_requests"].values()) / jobs, 3),
         "get_queue_attributes_per_job": round(gqa / jobs, 3),
+        # the relay chain's messages (a relay a second while work flows): bench.candidates prices them
+        # against a resident poller at each rate
+        "relays_per_job": round(run["sqs_requests_by_call"].get("poller:SendMessage(ticker)", 0) / jobs, 4),
+        "virtual_seconds": run["virtual_seconds"],
     }
 
 

@@ -137,7 +137,7 @@ def test_dispatches_count_sends_inside_the_window_and_forget_the_rest() -> None:
     assert sent.since("receipt", 0.0) == 0
 
     sent.prune(104.0)
-    assert sent.to_dict() == {"charge": [[104, 4]], "#since": 0.0, "#live": {}}
+    assert sent.to_dict() == {"charge": "104,0x4", "#since": 0.0, "#live": {}}
     again = Dispatches(2.0, json.loads(json.dumps(sent.to_dict())))
     assert again.since("charge", 103.0) == 4
     assert Dispatches(2.0, {"charge": [["x", 1], [5], "bad"], "other": "bad"}).to_dict() == {}

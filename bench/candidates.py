@@ -1,0 +1,353 @@
+"""Issue 29's candidates, each priced from the figures of the same `make bench` run.
+
+Every row is arithmetic on what the run measured (bench/results.json) and on AWS's published
+behaviour, with the source named: a move made shows its measured before and after elsewhere (the
+moves table); a move refused or left open shows here what it would save and why it is not made.
+Nothing here is measured on its own: the functions take the run's results and return rows.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from bench.cost import (
+    DDB_PER_RRU,
+    DDB_PER_WRU,
+    ESM_IDLE_POLLERS,
+    LAMBDA_PER_GB_S,
+    LAMBDA_PER_REQUEST,
+    LATENCY_MS,
+    MEMORY_MB,
+    SQS_PER_REQUEST,
+)
+
+#: The handlers' functions in the billable run (bench.measure.TEMPLATE_TYPES).
+HANDLERS = ("charge-payment", "send-receipt", "generate-report")
+#: The smallest batching window Lambda takes for an SQS event source above 0: it is set in whole
+#: seconds, 0 to 300 ("You can configure MaximumBatchingWindowInSeconds to any value from 0 seconds to
+#: 300 seconds in increments of seconds", Lambda API reference, EventSourceMappingConfiguration).
+BATCHING_WINDOW_S = 1
+#: The template's BatchSize for the routes (HandlerBatchSize's default).
+ROUTE_BATCH_SIZE = 5
+#: The template's lease (WORKERLESS_LEASE_SECONDS' default): a ticket is due at a third of it.
+LEASE_SECONDS = 60
+#: Bytes one open job takes in the poller lock's intent batch, and the item's own header: the
+#: figures bench/run.py's dispatch-on-paper model uses for a Sheptra job.
+INTENT_ENTRY_BYTES, INTENT_HEADER_BYTES = 75, 550
+#: AWS's low-traffic optimisation of an SQS event source: "can optimize to as few as 2 concurrent
+#: batches to reduce the SQS calls ... not available when you enable the maximum concurrency setting"
+#: (Lambda developer guide, "Configuring scaling behavior for SQS event source mappings").
+ESM_OPTIMISED_POLLERS = 2
+#: A relay's own overhead in the relayed invocation beyond the poll it makes either way: its send
+#: (SQS) and the lock takeover (DynamoDB), and Lambda's 1 ms rounding (half on average).
+RELAY_OVERHEAD_MS = LATENCY_MS["sqs"] + LATENCY_MS["dynamodb"] + 0.5
+#: How long a relayed poller waits between polls (workerless.poller.RELAY_DELAY_SECONDS): a resident
+#: poller would sleep this long instead, billed at its memory.
+RELAY_GAP_S = 1.0
+
+
+def _per_job(counter: dict[str, float], jobs: int, *, prefix: str = "", suffix: str = "") -> float:
+    return sum(v for k, v in counter.items() if k.startswith(prefix) and k.endswith(suffix)) / jobs
+
+
+def relay_vs_resident(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per arrival rate, the relay chain's cost per million jobs beside a resident poller that sleeps
+    the relay's second in its invocation instead (at the template's 256 MB and at 128 MB). A relay
+    costs a send, the event source's receive and delete, a Lambda request, the takeover's write and
+    its own overhead in duration; a resident poller costs the gap second at its memory. Everything
+    else (the polls themselves) is the same in both."""
+    relay = (
+        3 * SQS_PER_REQUEST
+        + LAMBDA_PER_REQUEST
+        + DDB_PER_WRU
+        + RELAY_OVERHEAD_MS / 1000 * MEMORY_MB / 1024 * LAMBDA_PER_GB_S
+    )
+    out = []
+    for row in rows:
+        relays = row.get("relays_per_job")
+        if relays is None:
+            continue
+        resident = {mb: RELAY_GAP_S * mb / 1024 * LAMBDA_PER_GB_S for mb in (MEMORY_MB, 128)}
+        out.append(
+            {
+                "rate_per_second": row["rate_per_second"],
+                "relays_per_job": relays,
+                "relay_chain_per_million": round(relays * relay * 1e6, 3),
+                "resident_256_per_million": round(relays * resident[MEMORY_MB] * 1e6, 3),
+                "resident_128_per_million": round(relays * resident[128] * 1e6, 3),
+            }
+        )
+    return out
+
+
+def batching_window(run: dict[str, Any], p50: float | None, routes: int = 3) -> dict[str, Any]:
+    """The routes' event sources with MaximumBatchingWindowInSeconds 1: each handler invocation
+    gathers what arrives on its route within the window (Poisson, rate/routes a second) on top of
+    the batch it gets today, capped at BatchSize; each job waits the rest of its batch's window.
+    Saved: the event source's receive and delete and a Lambda request per invocation spared."""
+    jobs = run["jobs"]
+    lam = (run["rate_per_second"] or 0.0) / routes
+    w = float(BATCHING_WINDOW_S)
+    invocations = sum(run["invocations"].get(h, 0) for h in HANDLERS) / jobs
+    before = 1 / invocations if invocations else 1.0
+    after = min(float(ROUTE_BATCH_SIZE), before + lam * w)
+    spared = 1 / before - 1 / after
+    saving = spared * (2 * SQS_PER_REQUEST + LAMBDA_PER_REQUEST) * 1e6
+    # the first job of a batch waits the whole window, a later one what is left of it
+    wait = (w + lam * w * w / 2) / (1 + lam * w)
+    return {
+        "jobs_per_invocation_before": round(before, 3),
+        "jobs_per_invocation_after": round(after, 3),
+        "saving_per_million": round(saving, 3),
+        "added_wait_s": round(wait, 3),
+        "p50_after": None if p50 is None else round(p50 + wait, 3),
+    }
+
+
+def tickets_in_relay_chain(run: dict[str, Any], cost: dict[str, Any]) -> dict[str, Any]:
+    """Tickets only for jobs that outlive a third of their lease, the relay chain extending the rest:
+    what the tickets cost now (their send, the heartbeat event source's receive and delete, the
+    heartbeat's request, duration and BatchGetItem reads) against what the chain would need — every
+    job dispatched within the last lease/3 kept open in the poller lock's item (the chain must know
+    which leases fall due), which every lock write then carries."""
+    jobs = run["jobs"]
+    tickets = _per_job(run["sqs_requests_by_call"], jobs, suffix="SendMessage(heartbeat)")
+    hb_invocations = run["invocations"].get("heartbeat", 0) / jobs
+    hb_reads = _per_job(run["ddb_read_units_by_call"], jobs, prefix="heartbeat:")
+    hb_ms = (cost.get("lambda_per_function") or {}).get("heartbeat", {}).get("billed_ms_per_job", 0.0)
+    saving = (
+        tickets * SQS_PER_REQUEST
+        + 2 * hb_invocations * SQS_PER_REQUEST
+        + hb_invocations * LAMBDA_PER_REQUEST
+        + hb_reads * DDB_PER_RRU
+        + hb_ms / 1000 * MEMORY_MB / 1024 * LAMBDA_PER_GB_S
+    ) * 1e6
+    open_jobs = (run["rate_per_second"] or 0.0) * LEASE_SECONDS / 3
+    units = math.ceil((INTENT_HEADER_BYTES + open_jobs * INTENT_ENTRY_BYTES) / 1024)
+    # the poller's lock writes (an older results.json without call counts: its units, about one a write)
+    calls = run.get("ddb_calls_by_call") or {}
+    lock_writes = calls.get("poller:PutItem", run["ddb_write_units_by_call"].get("poller:PutItem", 0)) / jobs
+    added = lock_writes * (units - 1) * DDB_PER_WRU * 1e6
+    return {
+        "tickets_per_job": round(tickets, 3),
+        "saving_per_million": round(saving, 3),
+        "open_jobs_in_lock": round(open_jobs, 1),
+        "lock_write_units_after": units,
+        "lock_writes_per_job": round(lock_writes, 3),
+        "added_per_million": round(added, 3),
+        "net_per_million": round(added - saving, 3),
+    }
+
+
+def lock_item_size(run: dict[str, Any]) -> dict[str, Any]:
+    """The poller lock's write units a job split into writes and size: units per write above 1 are
+    what a smaller item could save."""
+    jobs = run["jobs"]
+    units = run["ddb_write_units_by_call"].get("poller:PutItem", 0)
+    writes = run.get("ddb_calls_by_call", {}).get("poller:PutItem", 0)
+    return {
+        "units_per_job": round(units / jobs, 3),
+        "writes_per_job": round(writes / jobs, 3),
+        "units_per_write": round(units / writes, 4) if writes else None,
+        "saving_per_million": round((units - writes) / jobs * DDB_PER_WRU * 1e6, 3) if writes else None,
+    }
+
+
+def idle_event_sources(r: dict[str, Any]) -> dict[str, Any]:
+    """The idle figure under each event-source candidate: the routes' mappings disabled while idle,
+    one control queue (ticks, relays and tickets on one event source), and AWS's 2-poller
+    optimisation (mappings without MaximumConcurrency), alone and together."""
+    idle = r["idle_cost_detail"]
+    total = r["idle_cost_per_month_usd"]["value"]
+    esm = idle["parts"]["event_source_long_polls"]
+    sources = r["template_shape"]["sqs_event_sources"]
+    routes = r["template_shape"]["routes"]
+    per_queue = esm / sources if sources else 0.0
+    two = per_queue * ESM_OPTIMISED_POLLERS / ESM_IDLE_POLLERS
+    tick = idle["parts"]["tick_chain"]
+    return {
+        "per_queue_month": round(per_queue, 3),
+        "routes_disabled_idle": round(total - routes * per_queue, 3),
+        "one_control_queue": round(total - per_queue, 3),
+        "two_pollers": round(total - esm + sources * two, 3),
+        "control_queue_and_two_pollers": round(total - esm + (sources - 1) * two, 3),
+        "control_queue_two_pollers_tick_60": round(total - esm + (sources - 1) * two - tick + tick / 3, 3),
+    }
+
+
+def reported_write(run: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:
+    """Dropping the handler's REPORTED mark: one write unit a job less; the heartbeat then finds a
+    finished job STORED, which it cannot tell from one whose report is still to come, so it extends
+    (or re-reports) it: one engine request per ticketed job."""
+    jobs = run["jobs"]
+    handler_updates = sum(
+        _per_job(run["ddb_write_units_by_call"], jobs, prefix=f"{h}:", suffix="UpdateItem") for h in HANDLERS
+    )
+    tickets_jobs = 1.0  # a ticket names every job of its cycle: all of them are STORED by then at 2 jobs/s
+    sheptra = (r.get("engine_requests_per_job") or {}).get("sheptra") or {}
+    return {
+        "handler_update_units_per_job": round(handler_updates, 3),
+        "saving_per_million": round(DDB_PER_WRU * 1e6, 3),
+        "engine_requests_before": sheptra.get("value"),
+        "engine_requests_after": None if sheptra.get("value") is None else round(sheptra["value"] + tickets_jobs, 3),
+        "engine_target": None if sheptra.get("floor") is None else round(sheptra["floor"] * 1.05, 3),
+    }
+
+
+def candidates(r: dict[str, Any]) -> dict[str, Any]:
+    """Every figure above from one run's results (bench/results.json)."""
+    run = r["billable_run"]
+    cost = r["cost_per_million_jobs_usd"]
+    lat = r.get("pickup_latency_s") or {}
+    return {
+        "reported_write": reported_write(run, r),
+        "lock_item_size": lock_item_size(run),
+        "tickets_in_relay_chain": tickets_in_relay_chain(run, cost),
+        "batching_window": batching_window(run, lat.get("p50_load"), routes=r["template_shape"]["routes"]),
+        "idle_event_sources": idle_event_sources(r),
+        "relay_vs_resident": relay_vs_resident(r.get("cost_by_arrival_rate") or []),
+    }
+
+
+def _seconds(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f} s"
+
+
+def markdown(r: dict[str, Any]) -> list[str]:
+    """bench/RESULTS.md's section on issue 29's candidates: each priced from this run, with the
+    verdict and its reason (a guarantee or target it would break, an AWS limit with its source)."""
+    c = candidates(r)
+    cost = r["cost_per_million_jobs_usd"]["value"]
+    idle_now = r["idle_cost_per_month_usd"]["value"]
+    rw, lock, tk, bw, idle = (
+        c["reported_write"],
+        c["lock_item_size"],
+        c["tickets_in_relay_chain"],
+        c["batching_window"],
+        c["idle_event_sources"],
+    )
+    p50 = (r.get("pickup_latency_s") or {}).get("p50_load")
+    gqa = r["billable_run"]["sqs_requests_by_call"].get("poller:GetQueueAttributes", 0) / r["billable_run"]["jobs"]
+    rows = [
+        (
+            "the handler's REPORTED write dropped (a re-report of a stored result refused harmlessly)",
+            "$ per million jobs, 2 jobs/s; engine requests a job (Sheptra)",
+            f"${cost:.2f}; {rw['engine_requests_before']}",
+            f"${cost - rw['saving_per_million']:.2f}; {rw['engine_requests_after']} (target ≤ {rw['engine_target']})",
+            "**refused**: without the mark the heartbeat finds a finished job STORED, which it cannot tell from one "
+            "whose report is still to come (the handler died between store and report), so it must extend or "
+            "re-report it: about one engine request more a job, past the engine-request target. Nor is a re-report "
+            "harmless everywhere: StageNext accepts a duplicate result and discards it later, and a repeated ack "
+            "is not idempotent (its 404); seed 001, Worker API",
+        ),
+        (
+            "the claim carries what `begun` records",
+            "write units a job",
+            "1 on StageNext only (0 here: Sheptra)",
+            "0 on StageNext",
+            "**refused**: `begun_at` records that StageNext's lease acquire landed, an engine call made after the "
+            "claim; the claim must come first, since a delivery that finds a stored result re-reports it without "
+            "acquiring (guarantee 2), and an acquire before the claim would be refused (`lease_held`) while our own "
+            "stored result waits unreported",
+        ),
+        (
+            "the poller lock's item kept from growing with each batch (now, after the move)",
+            "poller write units a job; units a write",
+            f"{lock['units_per_job']}; {lock['units_per_write']}",
+            f"{lock['writes_per_job']}; 1.0 (saves ${lock['saving_per_million'] or 0:.3f} per million)",
+            "**made** in part (see the moves: the send log written short); what is left above one unit a write is "
+            "the intent batch and the tracked jobs' keys a dispatching cycle's writes carry. The writes themselves: "
+            "a takeover per relay and two per dispatching cycle (see the gaps for why each is kept)",
+        ),
+        (
+            "tickets only for jobs that outlive a third of their lease; the relay chain extends the rest",
+            "$ per million jobs, 2 jobs/s",
+            f"${cost:.2f} (tickets {tk['tickets_per_job']} a job: ${tk['saving_per_million']:.2f} with their "
+            "receive, delete, heartbeat invocation and reads)",
+            f"${cost + tk['net_per_million']:.2f}: -${tk['saving_per_million']:.2f} for the tickets, "
+            f"+${tk['added_per_million']:.2f} for {tk['open_jobs_in_lock']:.0f} open jobs in the lock's item "
+            f"({tk['lock_write_units_after']} units a write, {tk['lock_writes_per_job']} writes a job)",
+            "**refused** as modelled: the chain can extend only the leases it knows of, so every job of the last "
+            "lease/3 stays in the item each lock write carries; the writes grow more than the tickets save. "
+            "Open: a ticket sent by the handler itself once its job passes lease/3 (a job still queued that "
+            "long needs the poller's ticket all the same)",
+        ),
+        (
+            f"the routes' event sources with MaximumBatchingWindowInSeconds {BATCHING_WINDOW_S}",
+            "jobs a handler invocation; $ per million jobs; pickup p50 at 2 jobs/s",
+            f"{bw['jobs_per_invocation_before']}; ${cost:.2f}; {_seconds(p50)}",
+            f"{bw['jobs_per_invocation_after']}; ${cost - bw['saving_per_million']:.2f}; "
+            f"{_seconds(bw['p50_after'])} (+{bw['added_wait_s']} s a job on average)",
+            "**refused**: the p50 target (≤ 1 s) breaks; the window is set in whole seconds, 1 the least above 0 "
+            "(Lambda API reference, EventSourceMappingConfiguration, MaximumBatchingWindowInSeconds)",
+        ),
+        (
+            "a route's event source enabled when the poller dispatches to it, disabled after a quiet period",
+            "idle $ a month",
+            f"${idle_now:.2f}",
+            f"${idle['routes_disabled_idle']:.2f} (3 routes' long polls, ${idle['per_queue_month']:.2f} a queue)",
+            "**refused**: AWS publishes no bound on how long a mapping takes from Enabling to Enabled (the Lambda API "
+            "reference lists the states Creating, Enabling, Enabled, Disabling, Disabled, Updating, Deleting and "
+            "says of UpdateEventSourceMapping only that a disabled mapping stops polling and resumes where it "
+            "stopped); the worst case is unbounded, so the idle pickup target (tick + 1 s) could not be promised",
+        ),
+        (
+            "one control queue for ticks, relays and tickets",
+            "SQS event sources; idle $ a month",
+            f"{r['template_shape']['sqs_event_sources']}; ${idle_now:.2f}",
+            f"{r['template_shape']['sqs_event_sources'] - 1}; ${idle['one_control_queue']:.2f}",
+            "**open**, not made in this session: the poller and the heartbeat differ in timeout, concurrency and "
+            "role, so one queue means one function dispatching on the message kind (an entry-point change, in the "
+            "area issue 28 is restructuring)",
+        ),
+        (
+            "event sources without ScalingConfig MaximumConcurrency (AWS's low-traffic optimisation to 2 pollers)",
+            "idle $ a month",
+            f"${idle_now:.2f}",
+            f"${idle['two_pollers']:.2f}; with one control queue ${idle['control_queue_and_two_pollers']:.2f}; "
+            f"and TickSeconds 60 ${idle['control_queue_two_pollers_tick_60']:.2f}",
+            '**open**: AWS says an SQS event source "can optimize to as few as 2 concurrent batches ... not available '
+            'when you enable the maximum concurrency setting" (Lambda developer guide, "Configuring scaling behavior '
+            "for SQS event source mappings\"): a possibility, not a bound. The routes' MaxInFlight already caps their "
+            "handlers' concurrency; the ticker's and heartbeat's caps would go. To confirm on an account first",
+        ),
+        (
+            "a route's SQS depth read only when its estimated room binds (not every 2 s while work flows)",
+            "GetQueueAttributes a job; $ per million jobs",
+            f"{gqa:.2f}; ${cost:.2f}",
+            f"at most -{gqa:.2f}: ${cost - gqa * 0.4:.2f} at best",
+            "**open**, not made: the estimate (the count read plus the sends since) is an upper bound only while the "
+            "lock's send log covers the read's age plus SQS's lag window (60 s); a longer log makes the lock's "
+            "item larger, which the lock-size row shows is what keeps its writes at one unit",
+        ),
+    ]
+    lines = [
+        "| candidate | figure | now (this run) | with the move (modelled from this run) | verdict |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    lines += [f"| {a} | {b} | {n} | {m} | {v} |" for a, b, n, m, v in rows]
+    rvr = c["relay_vs_resident"]
+    if rvr:
+        lines += [
+            "",
+            "The relay chain against a resident poller that sleeps its second in the invocation (only what differs "
+            "between the two; the polls are the same), $ per million jobs, at the rates of the table above:",
+            "",
+            "| arrival rate | relays a job | relay chain | resident, 256 MB (the template's) | resident, 128 MB |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for row in rvr:
+            rate = "backlog" if row["rate_per_second"] is None else f"{row['rate_per_second']:g} jobs/s"
+            lines.append(
+                f"| {rate} | {row['relays_per_job']} | ${row['relay_chain_per_million']:.3f} "
+                f"| ${row['resident_256_per_million']:.3f} | ${row['resident_128_per_million']:.3f} |"
+            )
+        lines += [
+            "",
+            "The relay chain is kept at every rate: at the template's 256 MB a resident second costs more than a "
+            "relay (its send, receive, delete, request and takeover write). At 128 MB a resident poller would be "
+            "cheaper by the difference shown, but 128 MB caps a job's payload at 2 MiB "
+            "(WORKERLESS_MAX_PAYLOAD_BYTES follows the memory; see the poller's memory above).",
+        ]
+    return lines
