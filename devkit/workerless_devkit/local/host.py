@@ -170,8 +170,8 @@ class FunctionHost:
         )
         finished = False
         # A poller invocation is a poll in progress until it ends (its cold start too): see polls.py.
-        watching = self.polls is not None and spec.code_dir.name == "poller"
-        polling = self.polls.invocation() if self.polls is not None and watching else contextlib.nullcontext()
+        polls = self.polls if spec.code_dir.name == "poller" else None
+        polling = polls.invocation() if polls is not None else contextlib.nullcontext()
         try:
             with polling:
                 thread.start()
