@@ -72,7 +72,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workerless.errors import ConfigurationError
-from workerless.settings import check_engine_keys, clear_settings, infer_engine, parse_env_text
+from workerless.settings import check_engine_keys, infer_engine, parse_env_text
 
 from workerless_devkit.local import limits, loop, rules, sqs_lag
 from workerless_devkit.local.concurrency import ACCOUNT_CONCURRENCY, AsyncOutcome, Concurrency, Throttled, run_async
@@ -584,7 +584,6 @@ class LocalTopology:
         self._reset_library(stopping=True)
         self._restore_environment()
         self._logging.close()
-        clear_settings()
         with contextlib.suppress(Exception):
             self._mock.stop()
         if self._code_dir is not None:

@@ -51,6 +51,7 @@ from workerless.observability import logger
 from workerless.record import Decision, JobRecord, Status, decide
 from workerless.report import report_stored
 from workerless.retry import STORE_WRITES, retryable_store_error
+from workerless.settings import DEFAULT_FAIL_BACKOFF_SECONDS, DEFAULT_MAX_PAYLOAD_BYTES
 from workerless.settle import acknowledge, acquire_or_leave, begin, hand_back, leave_to_the_engine
 from workerless.typed import HandlerSpec
 from workerless.verdict import Ack, Claimed, ClaimHeldError, Redeliver, Refused, ReportOwedError, Verdict
@@ -107,7 +108,8 @@ class Delivery:
     """One SQS delivery of ``job`` to the handler function ``fn``.
 
     ``engine`` and ``store`` are the engine adapter and the job table; ``payloads`` the claim check's
-    bucket (read only for a job whose variables are there; None: the runtime's). ``clock`` is the
+    bucket (read only for a job whose variables are there); ``backoff_seconds`` and
+    ``max_payload_bytes`` the wiring's settings' (the handler's backoff first). ``clock`` is the
     wall clock the claim is judged by. ``queue_url`` is the queue the message came from, noted with
     the receipt handle when a report is left owed, so the heartbeat can delete it.
     """
@@ -124,7 +126,8 @@ class Delivery:
         context: Any = None,
         receipt: str | None = None,
         queue_url: str | None = None,
-        backoff_seconds: int | None = None,
+        backoff_seconds: int = DEFAULT_FAIL_BACKOFF_SECONDS,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         payloads: PayloadStore | None = None,
         clock: Callable[[], float] = time.time,
         spec: HandlerSpec | None = None,
@@ -140,6 +143,7 @@ class Delivery:
         self.receipt = receipt
         self.queue_url = queue_url
         self.backoff_seconds = backoff_seconds
+        self.max_payload_bytes = max_payload_bytes
         self.payloads = payloads
         self.clock = clock
         self.lease_model = engine.lease
@@ -192,18 +196,14 @@ class Delivery:
         redelivers it; a job whose object is gone ends in the dead-letter queue, which fails it at
         the engine)."""
         assert self.job.payload is not None
-        from workerless.settings import get_settings
-
-        limit = get_settings().max_payload_bytes
+        limit = self.max_payload_bytes
         if self.job.payload.size > limit:
             # Not read: this function's memory cannot hold it (its MemorySize is below the poller's).
             self.too_large = too_large_reason("the job's input", self.job.payload.size, limit)
             return
         payloads = self.payloads
-        if payloads is None:
-            from workerless.runtime import get_payloads
-
-            payloads = get_payloads()
+        if payloads is None:  # a delivery built without the claim check cannot read this job: redelivered
+            raise StoreError("the job's variables are in the claim check and this delivery was given no payload store")
         try:
             variables = json.loads(payloads.get(self.job.payload))
         except StoreError as exc:

@@ -49,7 +49,6 @@ def poller(event: dict[str, Any], context: Any, wiring: Wiring | None = None) ->
 
 def _poll(event: dict[str, Any], context: Any, wiring: Wiring) -> dict[str, Any]:
     from workerless.errors import WorkerlessError
-    from workerless.routes import get_routed_settings
     from workerless.shards import MAIN, for_shard, shard_of, shards_of
     from workerless.ticker import continue_ticker
 
@@ -76,7 +75,7 @@ def _poll(event: dict[str, Any], context: Any, wiring: Wiring) -> dict[str, Any]
     # the tick chains alive (below), then fails this invocation.
     failure: WorkerlessError | None = None
     try:
-        routed: Settings | None = get_routed_settings(deadline=_deadline(context), settings=settings)
+        routed: Settings | None = wiring.routed_settings(deadline=_deadline(context))
     except WorkerlessError as exc:  # ConfigurationError, or the read's once its retries are spent
         routed, failure = None, exc
     known = shards_of(routed) if routed is not None else None

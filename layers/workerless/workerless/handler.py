@@ -23,6 +23,7 @@ from workerless.errors import MessageFormatError
 from workerless.execution import HandlerFunction
 from workerless.model import ActivatedJob
 from workerless.observability import logger
+from workerless.settings import Settings
 from workerless.startgate import HAND_BACK_VISIBILITY_SECONDS, RunTimes, StartGate
 from workerless.typed import spec_of
 from workerless.verdict import Ack, Redeliver
@@ -183,6 +184,7 @@ class JobProcessor:
                 store=wired.store,
                 receipt=receipt_handle,
                 payloads=wired.payloads,
+                settings=wired.settings,
             ).deliver()
         finally:
             logger.thread_safe_remove_keys(list(keys))
@@ -205,8 +207,11 @@ class JobProcessor:
         store: JobStore,
         receipt: str | None = None,
         payloads: PayloadStore | None = None,
+        settings: Settings | None = None,
     ) -> Delivery:
-        """The :class:`~workerless.delivery.Delivery` of ``job`` to this processor's function."""
+        """The :class:`~workerless.delivery.Delivery` of ``job`` to this processor's function, on
+        ``settings`` (the wiring's: its backoff unless the handler names one, its payload limit)."""
+        settings = settings if settings is not None else Settings()
         return Delivery(
             job,
             self.fn,
@@ -217,7 +222,8 @@ class JobProcessor:
             context=context,
             receipt=receipt,
             queue_url=_record_queue_url.get() if receipt else None,
-            backoff_seconds=self.backoff_seconds,
+            backoff_seconds=self.backoff_seconds if self.backoff_seconds is not None else settings.fail_backoff_seconds,
+            max_payload_bytes=settings.max_payload_bytes,
             payloads=payloads,
             spec=self.spec,
         )

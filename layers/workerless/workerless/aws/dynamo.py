@@ -128,9 +128,10 @@ class JobStore:
     @property
     def client(self) -> Any:
         if self._client is None:
-            from workerless.aws.clients import client
+            from workerless.aws.clients import Clients
 
-            self._client = client("dynamodb")
+            # Not given one (a test's store on moto): a client of its own, on the default endpoint.
+            self._client = Clients().dynamodb
         return self._client
 
     def _ttl(self, now: float) -> dict[str, str]:

@@ -3,7 +3,7 @@
 The template gives each route an ``AWS::SSM::Parameter`` named ``<path>/<job type>`` whose value is
 the route's JSON (type, queue URL, max in flight, engine queue), and the functions only the path
 (WORKERLESS_ROUTES_PATH). The poller reads them with GetParametersByPath once per container, at its
-first poll (:func:`workerless.settings.get_routed_settings`): Parameter Store's standard throughput
+first poll (:class:`workerless.routes.RouteReader`): Parameter Store's standard throughput
 (40 transactions a second per account and region) is shared with everything else the account does,
 so nothing else calls it.
 
@@ -55,9 +55,9 @@ def read_path(
 
     ssm = client
     if ssm is None:
-        from workerless.aws.clients import client as cached_client
+        from workerless.aws.clients import Clients
 
-        ssm = cached_client("ssm")
+        ssm = Clients().ssm
     with call_deadline(deadline):  # botocore's own retries stop there too
         return _read_pages(ssm, path, deadline=deadline, sleep=sleep, clock=clock)
 

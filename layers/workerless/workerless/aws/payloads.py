@@ -43,9 +43,10 @@ class Payloads:
     @property
     def client(self) -> Any:
         if self._client is None:
-            from workerless.aws.clients import client
+            from workerless.aws.clients import Clients
 
-            self._client = client("s3")
+            # Not given one (a test's store on moto): a client of its own, on the default endpoint.
+            self._client = Clients().s3
         return self._client
 
     def _call(self, operation: str, **kwargs: Any) -> Any:

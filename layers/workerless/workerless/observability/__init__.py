@@ -65,7 +65,6 @@ from workerless.observability.metrics import (
     engine_error,
     flush,
     invocation_metrics,
-    observe_engine,
     poll_report,
 )
 from workerless.observability.switches import (
@@ -107,7 +106,6 @@ __all__ = [
     "job_span",
     "logger",
     "metrics_enabled",
-    "observe_engine",
     "poll_report",
     "remove_listener",
     "suppress_metrics_while",

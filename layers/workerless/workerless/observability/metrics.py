@@ -12,13 +12,10 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from workerless.observability.logs import logger
 from workerless.observability.switches import _Config, metrics_enabled
-
-if TYPE_CHECKING:
-    from workerless.engines.base import Engine
 
 #: CloudWatch namespace and the ``service`` dimension of every workerless metric.
 NAMESPACE = "workerless"
@@ -235,13 +232,6 @@ def engine_error(exc: BaseException, *, operation: str = "") -> None:
     status = getattr(exc, "status", None)
     add_metric(ENGINE_ERRORS, 1, "Count", Status=str(status) if status is not None else type(exc).__name__)
     logger.debug("engine call failed", extra={"operation": operation, "status": status})
-
-
-def observe_engine(engine: Engine) -> Engine:
-    """``engine`` wrapped in :class:`workerless.observer.ObservedEngine` (once)."""
-    from workerless.observer import ObservedEngine
-
-    return engine if isinstance(engine, ObservedEngine) else ObservedEngine(engine)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -234,6 +234,10 @@ def run_handler(
         log_sink=lambda batch: lines.extend(dict(line) for line in batch),
         logger=logger,
     )
+    if backoff_seconds is None:
+        from workerless.settings import get_settings
+
+        backoff_seconds = get_settings().fail_backoff_seconds
     return run_job(fn, run, backoff_seconds=backoff_seconds, spec=spec)
 
 
