@@ -190,3 +190,24 @@ def test_the_bare_any_counter_counts_parameters_and_returns() -> None:
     annotations = [func.args.args[0].annotation, func.args.vararg and func.args.vararg.annotation, func.returns]
     assert all(_is_bare_any(a) for a in annotations)
     assert not _is_bare_any(func.args.kwonlyargs[0].annotation)
+
+
+def test_every_lifecycle_step_emitted_is_a_member_of_the_enum() -> None:
+    """``emit`` takes a :class:`~workerless.observability.Lifecycle`: a step emitted as a bare string
+    (as ``"offloaded"`` was, missing from EVENTS) would log and count nothing a reader can look up."""
+    from workerless.observability import EVENTS, Lifecycle
+
+    emitted = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "emit"):
+                continue
+            assert len(node.args) >= 2, f"{name}:{node.lineno} emit without a step"
+            step = node.args[1]
+            emitted.append(f"{name}:{node.lineno}")
+            if isinstance(step, ast.Subscript):  # report.py's EVENTS[outcome.kind]: a dict of members
+                continue
+            assert isinstance(step, ast.Attribute) and isinstance(step.value, ast.Name), f"{name}:{node.lineno}"
+            assert step.value.id == "Lifecycle" and step.attr in Lifecycle.__members__, f"{name}:{node.lineno}"
+    assert len(emitted) > 15
+    assert "offloaded" in EVENTS

@@ -115,7 +115,7 @@ class ChaosTopology(LocalTopology):
         from workerless.wiring import Wiring
 
         state = self.chaos
-        return Wiring(engine_decorator=lambda engine: ChaosEngine(engine, state))
+        return Wiring(engine_decorator=lambda engine: ChaosEngine(engine, state), hooks=self.engine_hooks())
 
     def _wrap_function(self, function_id: str, original: Callable[..., Any], kind: str, is_handler: bool) -> Any:
         @functools.wraps(original)

@@ -98,6 +98,7 @@ from workerless_devkit.local.template import (
 )
 
 if TYPE_CHECKING:
+    from workerless.engines import EngineHooks
     from workerless.wiring import Wiring
 
     from workerless_devkit.local.stack import StackView
@@ -517,10 +518,6 @@ class LocalTopology:
         limits.activate(self._limits)
         if self.count_lag is not None:
             sqs_lag.activate(self.count_lag)
-        from workerless.engines import add_request_guard, add_response_watcher
-
-        add_request_guard(_refuse_abandoned_engine_call)
-        add_response_watcher(self.engine_health.answered_by)
         try:
             self._apply_environment()
             if self._bundle is not None:
@@ -577,10 +574,6 @@ class LocalTopology:
         limits.deactivate(self._limits)
         if self.count_lag is not None:
             sqs_lag.deactivate(self.count_lag)
-        from workerless.engines import remove_request_guard, remove_response_watcher
-
-        remove_request_guard(_refuse_abandoned_engine_call)
-        remove_response_watcher(self.engine_health.answered_by)
         self._reset_library(stopping=True)
         self._restore_environment()
         self._logging.close()
@@ -797,7 +790,16 @@ class LocalTopology:
         engine makes watched (:attr:`polls`)."""
         from workerless.wiring import Wiring
 
-        return Wiring(engine_decorator=self.polls.decorate)
+        return Wiring(engine_decorator=self.polls.decorate, hooks=self.engine_hooks())
+
+    def engine_hooks(self) -> EngineHooks:
+        """Around each request of the functions' engine client: refuse one from an invocation
+        abandoned at its Timeout; note each answer (the engine is up)."""
+        from workerless.engines import EngineHooks
+
+        return EngineHooks(
+            request_guards=(_refuse_abandoned_engine_call,), response_watchers=(self.engine_health.answered_by,)
+        )
 
     def _reset_library(self, *, stopping: bool = False) -> None:
         """Start the library's container over (engine, store, queues, boto3 clients, settings):

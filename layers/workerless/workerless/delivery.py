@@ -47,7 +47,7 @@ from workerless.execution import HandlerFunction, run_job
 from workerless.job import Job
 from workerless.lease import BeforeRun, RefusedClaim
 from workerless.model import ActivatedJob, Outcome
-from workerless.observability import logger
+from workerless.observability import Lifecycle, logger
 from workerless.record import Decision, JobRecord, Status, decide
 from workerless.report import report_stored
 from workerless.retry import STORE_WRITES, retryable_store_error
@@ -185,7 +185,7 @@ class Delivery:
             if verdict is not None:
                 return verdict
             observability.emit(
-                self.job.ref.job_type, "started", job_id=self.job.ref.job_id, receive_count=self.receive_count
+                self.job.ref.job_type, Lifecycle.STARTED, job_id=self.job.ref.job_id, receive_count=self.receive_count
             )
             outcome = self.run() if self.too_large is None else Outcome.fail(self.too_large, retries=0, terminal=True)
             return self.settle(self.store_outcome(outcome))
@@ -238,7 +238,7 @@ class Delivery:
                 logger.info("result already stored: re-reporting it, not running the handler again")
                 stored = self.store.load_outcome(found)
                 assert stored is not None  # has_outcome: the record holds the outcome or its reference
-                observability.emit(job.ref.job_type, "rereported", job_id=job.ref.job_id)
+                observability.emit(job.ref.job_type, Lifecycle.REREPORTED, job_id=job.ref.job_id)
                 return self.report(stored)
             case Decision.DONE:
                 logger.info("job already reported: acknowledging the redelivery")
@@ -249,7 +249,7 @@ class Delivery:
                 logger.info("job no longer ours (%s): not running it", found.status.value if found else "?")
                 verdict = self._settle_unrun(found)
                 if isinstance(verdict, Ack):
-                    observability.emit(job.ref.job_type, "skipped", job_id=job.ref.job_id)
+                    observability.emit(job.ref.job_type, Lifecycle.SKIPPED, job_id=job.ref.job_id)
                 return verdict
             case Decision.RETRY_LATER | Decision.RUN:
                 # RUN: the claim expired between our conditional write and decide(): another
@@ -314,7 +314,7 @@ class Delivery:
         # Begin leases: handed back, not acknowledged (no result goes with it): its next delivery is
         # refused at acquire and acknowledged then. Activation leases: the engine has the job.
         hand_back(job, engine=self.engine, deadline=self.deadline, reason="lease lost while the handler ran")
-        observability.emit(job.ref.job_type, "lease_lost", job_id=job.ref.job_id)
+        observability.emit(job.ref.job_type, Lifecycle.LEASE_LOST, job_id=job.ref.job_id)
         return Ack("lease lost while the handler ran")
 
     def report(self, outcome: Outcome) -> Verdict:
@@ -338,7 +338,7 @@ class Delivery:
             logger.warning(
                 "report owed and not noted for the heartbeat: SQS redelivers it after its visibility timeout"
             )
-        observability.emit(job.ref.job_type, "report_owed", job_id=job.ref.job_id)
+        observability.emit(job.ref.job_type, Lifecycle.REPORT_OWED, job_id=job.ref.job_id)
         return Redeliver(ReportOwedError(f"report of job {job.ref.job_id} still owed"))
 
     # -- the lease model's choices ------------------------------------------------------------------
@@ -360,7 +360,7 @@ class Delivery:
                     if not begun:
                         logger.info("another delivery of this execution holds the lease: acknowledging this one")
                         acknowledge(job, engine=engine, deadline=deadline)
-                        observability.emit(job.ref.job_type, "skipped", job_id=job.ref.job_id)
+                        observability.emit(job.ref.job_type, Lifecycle.SKIPPED, job_id=job.ref.job_id)
                         return Ack("another delivery holds the lease")
                     # The claim holder has not acquired yet (or died before it could): this delivery
                     # now holds the lease but not the claim, so it must not run. It is handed back
@@ -420,14 +420,14 @@ class Delivery:
             # Another delivery holds the engine's lease (a redelivery of a job already running).
             store.mark(job.record_key, Status.SKIPPED, reason="engine refused the lease", job_type=job.ref.job_type)
             acknowledge(job, engine=engine, deadline=self.deadline)
-            observability.emit(job.ref.job_type, "skipped", job_id=job.ref.job_id)
+            observability.emit(job.ref.job_type, Lifecycle.SKIPPED, job_id=job.ref.job_id)
             return Ack("the engine refused the lease")
         if not self._mark_begun():
             # Our claim expired and was taken while we acquired: our result could not be stored, so
             # running would be wasted. The delivery is handed back (no result goes with it); the lease
             # we hold lapses unrenewed and the engine runs the job again as a new execution.
             hand_back(job, engine=engine, deadline=self.deadline, reason="the claim changed hands during lease acquire")
-            observability.emit(job.ref.job_type, "skipped", job_id=job.ref.job_id)
+            observability.emit(job.ref.job_type, Lifecycle.SKIPPED, job_id=job.ref.job_id)
             return Ack("the claim changed hands during lease acquire")
         return None
 

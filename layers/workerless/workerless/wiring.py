@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     import httpx
 
     from workerless.aws.clients import Clients
+    from workerless.engines import EngineHooks
     from workerless.engines.base import Engine
     from workerless.observer import Observer
     from workerless.ports import Clock, JobStore, PayloadStore, Queues, SharedState, Sleep
@@ -50,7 +51,8 @@ class Wiring:
 
     ``environ`` is the function's environment the settings (when not given) and the engine's
     overriding keys are read from: the process's unless given (local mode gives each function its
-    own). ``clients`` are the boto3 clients (built on the settings' endpoint unless given).
+    own). ``clients`` are the boto3 clients (built on the settings' endpoint unless given). ``hooks``
+    run around each request of the engine's HTTP client this wiring builds (local mode's guards).
     """
 
     def __init__(
@@ -69,11 +71,13 @@ class Wiring:
         environ: Mapping[str, str] | None = None,
         clients: Clients | None = None,
         routes: RouteReader | None = None,
+        hooks: EngineHooks | None = None,
     ) -> None:
         self._settings = settings
         self._environ = environ
         self._clients = clients
         self._routes = routes
+        self.hooks = hooks
         self._engine = engine
         self._store = store
         self._queues = queues
@@ -222,7 +226,7 @@ class Wiring:
         settings = self.settings
         values = self.engine_values()
         self._values, self._values_read_at = values, time.monotonic()
-        client = new_http_client(settings.http_timeout_seconds)
+        client = new_http_client(settings.http_timeout_seconds, self.hooks)
         self._http = client  # owned here: closed by close(), whatever the adapter does
         engine = build_engine(
             settings.engine or infer_engine(values),

@@ -48,7 +48,16 @@ Listeners (local mode's summary, tests) subscribe to lifecycle steps with :func:
 
 from __future__ import annotations
 
-from workerless.observability.lifecycle import EVENTS, OUTCOMES, STEPS, Listener, add_listener, emit, remove_listener
+from workerless.observability.lifecycle import (
+    EVENTS,
+    OUTCOMES,
+    STEPS,
+    Lifecycle,
+    Listener,
+    add_listener,
+    emit,
+    remove_listener,
+)
 from workerless.observability.logs import JsonFormatter, apply_log_level, logger
 from workerless.observability.metrics import (
     ENGINE_ERRORS,
@@ -89,6 +98,7 @@ __all__ = [
     "STEPS",
     "JobSpan",
     "JsonFormatter",
+    "Lifecycle",
     "Listener",
     "MetricsBuffer",
     "add_listener",
