@@ -7,8 +7,8 @@ import contextlib
 import contextvars
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     import boto3.session
@@ -56,7 +56,34 @@ def current_deadline() -> float | None:
     return _deadline.get()
 
 
-def _refuse_past_deadline(**_: Any) -> None:
+def call_aws(
+    client: BaseClient | object,
+    operation: str,
+    kwargs: Mapping[str, object],
+    translate: Callable[[Exception], NoReturn],
+) -> dict[str, Any]:
+    """``client.<operation>(**kwargs)``'s answer. botocore's errors (a refusal, a transport failure)
+    and a request refused past its :func:`call_deadline` go to ``translate``, which raises the
+    caller's error from :mod:`workerless.errors` (errors are translated once, here at the adapter
+    boundary, by each adapter's own rule)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        answer: dict[str, Any] = getattr(client, operation)(**kwargs)
+    except (ClientError, BotoCoreError, DeadlineReachedError) as exc:
+        translate(exc)
+    return answer
+
+
+def error_code(exc: Exception) -> str:
+    """A botocore ClientError's error code ("error" when it has none; "" for any other error)."""
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return ""
+    return str(response.get("Error", {}).get("Code", "error"))
+
+
+def _refuse_past_deadline(**_: object) -> None:
     # "before-send" runs before every HTTP attempt of every call, botocore's retries included.
     deadline = _deadline.get()
     if deadline is not None and time.monotonic() >= deadline:

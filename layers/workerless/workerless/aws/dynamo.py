@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 import time
 import zlib
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from workerless.aws.items import STATE_ATTRIBUTES, decode_outcome, encode_inline, inline_bytes, to_record
 from workerless.claimcheck import (
@@ -32,6 +32,11 @@ from workerless.errors import OutcomeTooLargeError, StoreError
 from workerless.model import Outcome
 from workerless.record import JobRecord, Status
 from workerless.retry import UNPROCESSED, ambient_deadline
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+    from workerless.ports import PayloadStore
 
 #: DynamoDB error codes that the same call will meet again however often it is retried: retrying
 #: them only burns the invocation's time. Every other failure (throttles, 5xx, transport errors,
@@ -77,9 +82,9 @@ class JobStore:
         table: str,
         *,
         ttl_seconds: int,
-        client: Any = None,
-        clock: Any = time.time,
-        payloads: Any = None,
+        client: DynamoDBClient | None = None,
+        clock: Callable[[], float] = time.time,
+        payloads: PayloadStore | None = None,
         max_outcome_bytes: int = payload_limit(DEFAULT_MEMORY_MB),
     ) -> None:
         self.table = table
@@ -126,7 +131,7 @@ class JobStore:
             raise StoreError(f"stored outcome {record.outcome_ref.key} is unreadable: {exc}", retryable=False) from exc
 
     @property
-    def client(self) -> Any:
+    def client(self) -> DynamoDBClient:
         if self._client is None:
             from workerless.aws.clients import Clients
 
@@ -137,30 +142,20 @@ class JobStore:
     def _ttl(self, now: float) -> dict[str, str]:
         return {"N": str(int(now + self.ttl_seconds))}
 
-    def _call(self, operation: str, **kwargs: Any) -> Any:
-        from botocore.exceptions import BotoCoreError, ClientError
+    def _call(self, operation: str, **kwargs: object) -> dict[str, Any]:
+        from workerless.aws.clients import DeadlineReachedError, call_aws, error_code
 
-        from workerless.aws.clients import DeadlineReachedError
+        def translate(exc: Exception) -> NoReturn:
+            code, what = error_code(exc), f"DynamoDB {operation} on {self.table}"
+            if code == "ConditionalCheckFailedException":
+                raise _ConditionFailed(getattr(exc, "response", {}).get("Item")) from None
+            if isinstance(exc, DeadlineReachedError):
+                raise StoreError(f"{what} not sent: the invocation's deadline has passed", retryable=False) from exc
+            if code:
+                raise StoreError(f"{what} failed: {code}", code=code, retryable=code not in FINAL_ERROR_CODES) from exc
+            raise StoreError(f"{what} failed: {type(exc).__name__}") from exc
 
-        try:
-            return getattr(self.client, operation)(**kwargs)
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-                item: Any = exc.response.get("Item")
-                raise _ConditionFailed(item) from None
-            code = str(exc.response.get("Error", {}).get("Code", "error"))
-            raise StoreError(
-                f"DynamoDB {operation} on {self.table} failed: {code}",
-                code=code,
-                retryable=code not in FINAL_ERROR_CODES,
-            ) from exc
-        except BotoCoreError as exc:
-            raise StoreError(f"DynamoDB {operation} on {self.table} failed: {type(exc).__name__}") from exc
-        except DeadlineReachedError as exc:
-            raise StoreError(
-                f"DynamoDB {operation} on {self.table} not sent: the invocation's deadline has passed",
-                retryable=False,
-            ) from exc
+        return call_aws(self.client, operation, kwargs, translate)
 
     def _update_if(self, key: str, update: str, condition: str, names: dict[str, str], values: dict[str, Any]) -> bool:
         """One conditional UpdateItem on ``key``'s record; False (nothing written) when the
