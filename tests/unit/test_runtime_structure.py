@@ -192,6 +192,11 @@ def test_the_bare_any_counter_counts_parameters_and_returns() -> None:
     assert not _is_bare_any(func.args.kwonlyargs[0].annotation)
 
 
+def test_few_parameters_and_returns_are_typed_bare_any() -> None:
+    found = bare_any_annotations()
+    assert len(found) <= MAX_BARE_ANY, f"{len(found)} bare Any (at most {MAX_BARE_ANY}):\n" + "\n".join(found)
+
+
 def test_every_lifecycle_step_emitted_is_a_member_of_the_enum() -> None:
     """``emit`` takes a :class:`~workerless.observability.Lifecycle`: a step emitted as a bare string
     (as ``"offloaded"`` was, missing from EVENTS) would log and count nothing a reader can look up."""

@@ -38,7 +38,7 @@ import json
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar, assert_never
+from typing import TYPE_CHECKING, TypeVar, assert_never
 
 from workerless import observability
 from workerless.claimcheck import too_large_reason
@@ -58,7 +58,7 @@ from workerless.verdict import Ack, Claimed, ClaimHeldError, Redeliver, Refused,
 
 if TYPE_CHECKING:
     from workerless.engines.base import Engine
-    from workerless.ports import JobStore, PayloadStore
+    from workerless.ports import JobStore, LambdaContext, PayloadStore
 
 T = TypeVar("T")
 
@@ -75,7 +75,7 @@ AWS_MARGIN_SECONDS = 0.25
 CLAIM_MARGIN_SECONDS = 30.0
 
 
-def remaining_seconds(context: Any, default: float = 900.0) -> float:
+def remaining_seconds(context: LambdaContext | None, default: float = 900.0) -> float:
     """The Lambda's remaining time in seconds (``default`` without a Lambda context)."""
     getter = getattr(context, "get_remaining_time_in_millis", None)
     if getter is None:
@@ -123,7 +123,7 @@ class Delivery:
         store: JobStore,
         message_id: str,
         receive_count: int = 1,
-        context: Any = None,
+        context: LambdaContext | None = None,
         receipt: str | None = None,
         queue_url: str | None = None,
         backoff_seconds: int = DEFAULT_FAIL_BACKOFF_SECONDS,

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from workerless.engines.base import Engine
-    from workerless.ports import JobStore, PayloadStore
+    from workerless.ports import JobStore, LambdaContext, PayloadStore
     from workerless.wiring import Wiring
 
 __all__ = ["HandlerFunction", "JobProcessor", "LambdaHandler", "job_handler"]
@@ -76,7 +76,9 @@ class JobProcessor:
         self.run_times = RunTimes()
 
     # -- the Lambda entry point ---------------------------------------------------------------------
-    def handle_batch(self, event: dict[str, Any], context: Any, wiring: Wiring | None = None) -> dict[str, Any]:
+    def handle_batch(
+        self, event: dict[str, Any], context: LambdaContext, wiring: Wiring | None = None
+    ) -> dict[str, Any]:
         """Process one SQS batch of this job type; ``wiring``: the container's when None."""
         from workerless.aws.sqs import queue_url_of_arn
         from workerless.batch import SqsRecord, process_batch
@@ -139,7 +141,7 @@ class JobProcessor:
         *,
         message_id: str,
         receive_count: int,
-        context: Any,
+        context: LambdaContext,
         receipt_handle: str | None = None,
         wiring: Wiring | None = None,
     ) -> None:
@@ -202,7 +204,7 @@ class JobProcessor:
         *,
         message_id: str,
         receive_count: int,
-        context: Any,
+        context: LambdaContext,
         engine: Engine,
         store: JobStore,
         receipt: str | None = None,
@@ -259,7 +261,9 @@ def job_handler(
         processor = JobProcessor(job_type, fn, backoff_seconds=backoff_seconds, input=input, concurrency=concurrency)
 
         @functools.wraps(fn)
-        def lambda_handler(event: dict[str, Any], context: Any, wiring: Wiring | None = None) -> dict[str, Any]:
+        def lambda_handler(
+            event: dict[str, Any], context: LambdaContext, wiring: Wiring | None = None
+        ) -> dict[str, Any]:
             return processor.handle_batch(event, context, wiring)
 
         lambda_handler.processor = processor  # type: ignore[attr-defined]

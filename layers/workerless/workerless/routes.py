@@ -17,12 +17,15 @@ import json
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from workerless.errors import ConfigurationError, WorkerlessError
 from workerless.settings import Route, Settings
+
+if TYPE_CHECKING:
+    from botocore.client import BaseClient
 
 
 class RouteReader:
@@ -42,7 +45,12 @@ class RouteReader:
             self._routed.clear()
 
     def routed(
-        self, settings: Settings, *, deadline: float, clock: Callable[[], float] = time.monotonic, client: Any = None
+        self,
+        settings: Settings,
+        *,
+        deadline: float,
+        clock: Callable[[], float] = time.monotonic,
+        client: BaseClient | None = None,
     ) -> Settings:
         """``settings`` with their routes: WORKERLESS_ROUTES when it is set (an explicit override wins),
         else the parameters under WORKERLESS_ROUTES_PATH, read at the container's first poll and kept,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -53,7 +53,7 @@ class Route(BaseModel):
 
     @field_validator("engine_queue", mode="before")
     @classmethod
-    def _empty_is_none(cls, value: Any) -> Any:
+    def _empty_is_none(cls, value: object) -> object:
         return None if value == "" else value
 
     @field_validator("type")
@@ -155,7 +155,7 @@ class Settings(BaseModel):
 
     @field_validator("routes", mode="before")
     @classmethod
-    def _parse_routes(cls, value: Any) -> Any:
+    def _parse_routes(cls, value: object) -> object:
         if isinstance(value, str):
             if not value.strip():
                 return ()
@@ -178,7 +178,7 @@ class Settings(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _payload_limit_from_memory(cls, data: Any) -> Any:
+    def _payload_limit_from_memory(cls, data: object) -> object:
         limit = data.get("WORKERLESS_MAX_PAYLOAD_BYTES", data.get("max_payload_bytes")) if isinstance(data, dict) else 0
         if isinstance(data, dict) and limit is None:
             memory = data.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", data.get("function_memory_mb"))

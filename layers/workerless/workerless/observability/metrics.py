@@ -12,10 +12,13 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workerless.observability.logs import logger
 from workerless.observability.switches import _Config, metrics_enabled
+
+if TYPE_CHECKING:
+    from workerless.poller import PollReport
 
 #: CloudWatch namespace and the ``service`` dimension of every workerless metric.
 NAMESPACE = "workerless"
@@ -220,11 +223,11 @@ def _stdout(line: str) -> None:
     sys.stdout.flush()
 
 
-def poll_report(report: Any) -> None:
+def poll_report(report: PollReport) -> None:
     """Count one poller invocation's :class:`~workerless.poller.PollReport`: its failed polls only
     (a count of 0 is not published, so an idle tick publishes no metric). Its jobs are counted as
     they are activated (``JobsActivated``); its runs are the poller's AWS/Lambda Invocations."""
-    add_metric(POLL_ERRORS, getattr(report, "errors", 0))
+    add_metric(POLL_ERRORS, report.errors)
 
 
 def engine_error(exc: BaseException, *, operation: str = "") -> None:
