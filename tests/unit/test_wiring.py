@@ -41,7 +41,7 @@ def test_each_piece_is_built_once_even_from_several_threads(monkeypatch: pytest.
     built: list[object] = []
 
     class CountingQueues:
-        def __init__(self, client: object) -> None:
+        def __init__(self, clients: object) -> None:
             built.append(self)
 
     monkeypatch.setattr("workerless.aws.sqs.Queues", CountingQueues)

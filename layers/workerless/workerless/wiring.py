@@ -167,7 +167,7 @@ class Wiring:
             return JobStore(
                 settings.table_name,
                 ttl_seconds=settings.record_ttl_seconds,
-                client=self.clients.dynamodb,
+                clients=self.clients,  # its client built on its first call, as before
                 payloads=self.payloads,
                 max_outcome_bytes=settings.max_payload_bytes,
             )
@@ -181,9 +181,7 @@ class Wiring:
         def build() -> PayloadStore:
             from workerless.aws.payloads import Payloads
 
-            bucket = self.settings.payload_bucket
-            # No bucket, no S3 client: a cold start pays only for what its function touches.
-            return Payloads(bucket, client=self.clients.s3 if bucket else None)
+            return Payloads(self.settings.payload_bucket, clients=self.clients)
 
         return self._once("_payloads", build)
 
@@ -194,7 +192,7 @@ class Wiring:
         def build() -> Queues:
             from workerless.aws.sqs import Queues
 
-            return Queues(self.clients.sqs)
+            return Queues(clients=self.clients)
 
         return self._once("_queues", build)
 

@@ -36,6 +36,7 @@ from workerless.retry import UNPROCESSED, ambient_deadline
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
+    from workerless.aws.clients import Clients
     from workerless.ports import PayloadStore
 
 #: DynamoDB error codes that the same call will meet again however often it is retried: retrying
@@ -83,13 +84,14 @@ class JobStore:
         *,
         ttl_seconds: int,
         client: DynamoDBClient | None = None,
+        clients: Clients | None = None,
         clock: Callable[[], float] = time.time,
         payloads: PayloadStore | None = None,
         max_outcome_bytes: int = payload_limit(DEFAULT_MEMORY_MB),
     ) -> None:
         self.table = table
         self.ttl_seconds = ttl_seconds
-        self._client = client
+        self._client, self._clients = client, clients  # the client, else whose to build on first use
         self._clock = clock
         #: workerless.aws.payloads.Payloads: the claim check for outcomes too large for a record.
         self.payloads = payloads
@@ -136,7 +138,7 @@ class JobStore:
             from workerless.aws.clients import Clients
 
             # Not given one (a test's store on moto): a client of its own, on the default endpoint.
-            self._client = Clients().dynamodb
+            self._client = (self._clients or Clients()).dynamodb
         return self._client
 
     def _ttl(self, now: float) -> dict[str, str]:

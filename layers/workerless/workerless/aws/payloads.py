@@ -18,6 +18,8 @@ from workerless.errors import PayloadError as PayloadError
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
+    from workerless.aws.clients import Clients
+
 #: S3 error codes that the same call meets again however often it is retried.
 FINAL_ERROR_CODES = frozenset(
     {"AccessDenied", "NoSuchBucket", "NoSuchKey", "InvalidBucketName", "InvalidRequest", "AllAccessDisabled"}
@@ -35,9 +37,9 @@ class Payloads:
             assert payloads.get(ref) == b'{"orderId": "o1"}'
     """
 
-    def __init__(self, bucket: str | None, *, client: S3Client | None = None) -> None:
+    def __init__(self, bucket: str | None, *, client: S3Client | None = None, clients: Clients | None = None) -> None:
         self.bucket = bucket or None
-        self._client = client
+        self._client, self._clients = client, clients  # the client, else whose to build on first use
 
     @property
     def enabled(self) -> bool:
@@ -49,7 +51,7 @@ class Payloads:
             from workerless.aws.clients import Clients
 
             # Not given one (a test's store on moto): a client of its own, on the default endpoint.
-            self._client = Clients().s3
+            self._client = (self._clients or Clients()).s3
         return self._client
 
     def _call(self, operation: str, **kwargs: object) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from workerless.errors import QueueError as QueueError
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
+    from workerless.aws.clients import Clients
     from workerless.batch import SqsRecord
 
 #: A message's size limit is each queue's MaximumMessageSize (SQS's default and maximum: 1 MiB since
@@ -68,8 +69,8 @@ class SendFailure:
 class Queues:
     """Thin, typed wrapper over the SQS calls the pipeline makes."""
 
-    def __init__(self, client: SQSClient | None = None) -> None:
-        self._client = client
+    def __init__(self, client: SQSClient | None = None, *, clients: Clients | None = None) -> None:
+        self._client, self._clients = client, clients  # the client, else whose to build on first use
         #: Each queue's MaximumMessageSize as last read (it caps a message and a batch's total). Read
         #: with the depth the poller asks for anyway: no call of its own. A queue's limit changes only
         #: with SetQueueAttributes (a stack update), and a container lives for hours at most.
@@ -81,7 +82,7 @@ class Queues:
             from workerless.aws.clients import Clients
 
             # Not given one (a test's store on moto): a client of its own, on the default endpoint.
-            self._client = Clients().sqs
+            self._client = (self._clients or Clients()).sqs
         return self._client
 
     def _call(self, operation: str, **kwargs: object) -> dict[str, Any]:
