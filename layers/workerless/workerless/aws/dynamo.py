@@ -125,7 +125,7 @@ class JobStore:
         if payloads is None:
             from workerless.aws.payloads import Payloads
 
-            payloads = self.payloads = Payloads(record.outcome_ref.bucket)
+            payloads = self.payloads = Payloads(record.outcome_ref.bucket, clients=self._clients)
         data = payloads.get(record.outcome_ref)
         try:
             return decode_outcome({"B": data})
