@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +25,7 @@ from workerless.errors import EngineUnavailableError, StoreError
 from workerless.heartbeat import process_ticket
 from workerless.model import ActivatedJob, Demand, JobRef, Outcome
 from workerless.record import Status
-from workerless.settings import clear_settings, get_settings
+from workerless.settings import get_settings
 from workerless.testing import FakeEngine
 from workerless.ticket import Ticket, TicketEntry
 from workerless.wiring import Wiring
@@ -67,12 +66,11 @@ def flaky(aws: Aws) -> FlakyEngine:
 
 
 @pytest.fixture
-def long_lease(monkeypatch: pytest.MonkeyPatch, aws: Aws) -> Iterator[None]:
-    """The template's 60 s lease (the aws fixture's 5 s makes every backoff cap 1 s)."""
+def long_lease(monkeypatch: pytest.MonkeyPatch, flaky: FlakyEngine) -> None:
+    """The template's 60 s lease (the aws fixture's 5 s makes every backoff cap 1 s): the container's
+    wiring built anew on the environment saying so, around the same engine."""
     monkeypatch.setenv("WORKERLESS_LEASE_SECONDS", "60")
-    clear_settings()
-    yield
-    clear_settings()
+    runtime.reset(Wiring(engine=flaky))
 
 
 class SpyQueues:
@@ -322,19 +320,19 @@ def test_a_secret_read_that_fails_brings_every_ticket_back_in_a_third_of_a_lease
     THEN each ticket is a batch item failure made visible again in a third of the lease (not the
     queue's visibility timeout, by which every lease in it would have lapsed), and the secret is
     read once for the batch, not once per ticket."""
-    from workerless import settings as settings_module
+    from workerless.aws import secrets
     from workerless.errors import ConfigurationError
 
     reads = []
 
-    def throttled() -> dict[str, str]:
+    def throttled(*args: Any, **kwargs: Any) -> dict[str, str]:
         reads.append(1)
         raise ConfigurationError(
             "cannot read the engine secret named by WORKERLESS_SECRET_ARN: ThrottlingException",
             key="WORKERLESS_SECRET_ARN",
         )
 
-    monkeypatch.setattr(settings_module, "engine_values", throttled)
+    monkeypatch.setattr(secrets, "load_engine_values", throttled)
     for _ in range(2):
         flaky.add_job("charge-payment", {"orderId": "1", "amount": 1})
     jobs = flaky.activate([Demand("charge-payment", 2)], 60)

@@ -424,6 +424,7 @@ def test_an_invocation_outliving_the_drain_cannot_reach_aws(app: Path) -> None:
         wait_for(top, "the first hop running", lambda: bool(lines(app, "loop.jsonl")))
     late = app / "records" / "late.txt"
     deadline = time.monotonic() + WAIT_SECONDS
-    while not late.exists() and time.monotonic() < deadline:
+    # The function opens the file and then writes it: wait for the write, not for the file.
+    while not (late.exists() and late.read_text()) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert late.read_text() == "TopologyStoppedError"

@@ -49,11 +49,13 @@ Resources:
 """
 
 # First delivery of a message: record it, block until the test creates "release" (far past the
-# Timeout), then try an SQS call and an engine-client HTTP call and record what each raised. A
-# redelivery records itself and returns at once.
+# Timeout), then try an SQS call and an engine-client HTTP call (a client with the container wiring's
+# engine hooks, as the wiring builds its engine's) and record what each raised. A redelivery records
+# itself and returns at once.
 SLOW = """\
 import json, os, time
 import boto3
+from workerless import runtime
 from workerless.engines import new_http_client
 
 def _write(name, entry):
@@ -80,7 +82,7 @@ def handler(event, context):
             late["sqs"] = "sent"
         except Exception as exc:
             late["sqs"] = type(exc).__name__
-        client = new_http_client(1.0)
+        client = new_http_client(1.0, runtime.current().hooks)
         try:
             client.get("http://127.0.0.1:9/")
             late["http"] = "answered"

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import boto3
 import pytest
 from moto import mock_aws
 from workerless.errors import ConfigurationError
-from workerless.settings import clear_settings, engine_values
+from workerless.settings import Settings
+from workerless.wiring import Wiring
 
 BLOCK = """# authentication is off on this deployment — nothing to mint from; leave blank
 SHEPTRA_TOKEN_ENDPOINT=
@@ -28,16 +29,18 @@ def secrets() -> Iterator[Any]:
         yield boto3.client("secretsmanager", region_name="us-east-1")
 
 
-def use_secret(monkeypatch: pytest.MonkeyPatch, arn: str) -> None:
-    monkeypatch.setenv("WORKERLESS_SECRET_ARN", arn)
-    clear_settings()
+def engine_values(arn: str, **settings: Any) -> dict[str, str]:
+    """What a wiring whose settings name ``arn`` reads as the engine's connection values."""
+    wiring = Wiring(settings=Settings(secret_arn=arn, **settings))
+    try:
+        return wiring.engine_values()
+    finally:
+        wiring.close()
 
 
 def test_the_block_as_text_is_parsed_like_the_env_file(secrets: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     arn = secrets.create_secret(Name="workerless/engine", SecretString=BLOCK)["ARN"]
-    use_secret(monkeypatch, arn)
-
-    values = engine_values()
+    values = engine_values(arn)
 
     assert values["SHEPTRA_TOKEN_ENDPOINT"] == ""
     assert values["SHEPTRA_CLIENT_SECRET"] == "s3cret-value"
@@ -47,16 +50,12 @@ def test_the_block_as_text_is_parsed_like_the_env_file(secrets: Any, monkeypatch
 def test_a_json_object_secret(secrets: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     payload = {"NF_URL": "https://nf.example", "NF_API_KEY": "nf_key", "NF_NAMESPACE": None}
     arn = secrets.create_secret(Name="workerless/nf", SecretString=json.dumps(payload))["ARN"]
-    use_secret(monkeypatch, arn)
-
-    assert engine_values() == {"NF_URL": "https://nf.example", "NF_API_KEY": "nf_key", "NF_NAMESPACE": ""}
+    assert engine_values(arn) == {"NF_URL": "https://nf.example", "NF_API_KEY": "nf_key", "NF_NAMESPACE": ""}
 
 
 def test_a_missing_secret_names_the_setting_not_the_value(secrets: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    use_secret(monkeypatch, "arn:aws:secretsmanager:us-east-1:123456789012:secret:nope-AbCdEf")
-
     with pytest.raises(ConfigurationError) as caught:
-        engine_values()
+        engine_values("arn:aws:secretsmanager:us-east-1:123456789012:secret:nope-AbCdEf")
 
     assert caught.value.key == "WORKERLESS_SECRET_ARN"
     assert "ResourceNotFoundException" in str(caught.value)
@@ -64,10 +63,8 @@ def test_a_missing_secret_names_the_setting_not_the_value(secrets: Any, monkeypa
 
 def test_malformed_json_is_refused_without_quoting_it(secrets: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     arn = secrets.create_secret(Name="workerless/bad", SecretString='{"SHEPTRA_CLIENT_SECRET": "leak-me"')["ARN"]
-    use_secret(monkeypatch, arn)
-
     with pytest.raises(ConfigurationError) as caught:
-        engine_values()
+        engine_values(arn)
 
     assert "leak-me" not in str(caught.value)
     assert caught.value.key == "WORKERLESS_SECRET_ARN"
@@ -80,14 +77,9 @@ def test_a_warm_container_builds_its_engine_anew_from_a_rotated_secret(
     THEN once the values are older than WORKERLESS_SECRET_MAX_AGE_SECONDS the container reads the
     secret again and builds its engine from the new values (before, a warm container kept the old
     credential until it died); while the secret is unchanged it keeps the engine it has."""
-    from workerless.settings import get_settings
-    from workerless.wiring import Wiring
-
     payload = {"WORKERLESS_ENGINE": "nodeflow", "NF_URL": "https://nf.example", "NF_API_KEY": "nf_old"}
     arn = secrets.create_secret(Name="workerless/rotated", SecretString=json.dumps(payload))["ARN"]
-    monkeypatch.setenv("WORKERLESS_SECRET_MAX_AGE_SECONDS", "0")
-    use_secret(monkeypatch, arn)
-    wiring = Wiring(settings=get_settings(), state=object())  # type: ignore[arg-type]
+    wiring = Wiring(settings=Settings(secret_arn=arn, secret_max_age_seconds=0), state=object())  # type: ignore[arg-type]
     try:
         first = wiring.observed_engine
         assert wiring.observed_engine is first, "the secret unchanged: the same engine"
@@ -96,11 +88,10 @@ def test_a_warm_container_builds_its_engine_anew_from_a_rotated_secret(
         rotated = wiring.observed_engine
 
         assert rotated is not first
-        assert engine_values()["NF_API_KEY"] == "nf_new"
+        assert wiring.engine_values()["NF_API_KEY"] == "nf_new"
         assert wiring.observed_engine is rotated
     finally:
         wiring.close()
-        clear_settings()
 
 
 class _FailingSecrets:
@@ -127,12 +118,13 @@ def _client_error(code: str, status: int) -> Exception:
     )
 
 
-def _use_failing(monkeypatch: pytest.MonkeyPatch, fake: _FailingSecrets) -> None:
-    import workerless.aws.clients as clients
+def _read(monkeypatch: pytest.MonkeyPatch, fake: _FailingSecrets) -> dict[str, str]:
+    """The engine values a wiring reads through ``fake`` (no sleeping between the retries)."""
+    from workerless.aws.secrets import load_engine_values
 
-    monkeypatch.setattr(clients, "client", lambda service: fake)
     monkeypatch.setattr("time.sleep", lambda seconds: None)
-    use_secret(monkeypatch, "arn:aws:secretsmanager:us-east-1:123456789012:secret:engine-AbCdEf")
+    settings = Settings(secret_arn="arn:aws:secretsmanager:us-east-1:123456789012:secret:engine-AbCdEf")
+    return load_engine_values(settings, cast(Any, fake), env={})
 
 
 @pytest.mark.parametrize(
@@ -151,9 +143,8 @@ def test_a_throttle_or_5xx_is_read_again_not_a_configuration_error(
     retries spent) THEN the read is made again and the values come back (issue 26: not a final
     ConfigurationError)."""
     fake = _FailingSecrets([error])
-    _use_failing(monkeypatch, fake)
 
-    assert engine_values()["NF_URL"] == "https://nf.example"
+    assert _read(monkeypatch, fake)["NF_URL"] == "https://nf.example"
     assert fake.calls == 2
 
 
@@ -165,18 +156,16 @@ def test_secrets_manager_failing_throughout_is_a_retryable_error(monkeypatch: py
     from workerless.errors import SecretReadError
 
     fake = _FailingSecrets([_client_error("InternalServiceError", 500) for _ in range(10)])
-    _use_failing(monkeypatch, fake)
     with pytest.raises(SecretReadError) as caught:
-        engine_values()
+        _read(monkeypatch, fake)
     assert caught.value.retryable
     assert not isinstance(caught.value, ConfigurationError)
     assert "InternalServiceError" in str(caught.value)
     assert fake.calls == 3
 
     timeouts = _FailingSecrets([ReadTimeoutError(endpoint_url="https://secretsmanager") for _ in range(10)])
-    _use_failing(monkeypatch, timeouts)
     with pytest.raises(SecretReadError) as caught:
-        engine_values()
+        _read(monkeypatch, timeouts)
     assert caught.value.retryable
     assert "WORKERLESS_SECRET_ARN" in str(caught.value) and "ReadTimeoutError" in str(caught.value)
 
@@ -191,10 +180,8 @@ def test_a_refusal_for_good_is_final_at_once_and_names_the_reason(
     """GIVEN a read refused for good (no access, no such secret, a key it cannot decrypt with)
     THEN a ConfigurationError at once, naming WORKERLESS_SECRET_ARN and the reason; not read again."""
     fake = _FailingSecrets([_client_error(code, status) for _ in range(5)])
-    _use_failing(monkeypatch, fake)
-
     with pytest.raises(ConfigurationError) as caught:
-        engine_values()
+        _read(monkeypatch, fake)
     assert caught.value.key == "WORKERLESS_SECRET_ARN"
     assert code in str(caught.value)
     assert fake.calls == 1
@@ -206,8 +193,6 @@ def test_no_credentials_is_final_not_a_transport_failure(monkeypatch: pytest.Mon
     from botocore.exceptions import NoCredentialsError
 
     fake = _FailingSecrets([NoCredentialsError() for _ in range(5)])
-    _use_failing(monkeypatch, fake)
-
     with pytest.raises(ConfigurationError, match="NoCredentialsError"):
-        engine_values()
+        _read(monkeypatch, fake)
     assert fake.calls == 1

@@ -169,11 +169,14 @@ def test_a_chaos_topologys_engine_has_its_polls_watched() -> None:
     from workerless.engines.decorator import EngineDecorator
     from workerless.testing import FakeEngine
     from workerless_devkit.chaos.topology import ChaosTopology
+    from workerless_devkit.local.engine_health import EngineHealth
+    from workerless_devkit.local.library import LibraryAttachments
     from workerless_devkit.local.polls import PollWatch
 
     topo = ChaosTopology.__new__(ChaosTopology)  # only what new_wiring reads: no template loaded
     topo.chaos = ChaosState(plan=FaultPlan(), recorder=Recorder(), ledger=Ledger(), lease_seconds=5)
     topo.polls = PollWatch(lambda: None)
+    topo._library = LibraryAttachments(EngineHealth(), lambda: None)
     inside, release = threading.Event(), threading.Event()
     seen: list[bool] = []
 

@@ -13,6 +13,7 @@ from workerless import observability
 from workerless.errors import LeaseLostError, RateLimitedError
 from workerless.lease import ACTIVATION_LEASE
 from workerless.model import JobRef
+from workerless.observer import observe_engine
 from workerless.testing import make_activated_job
 from workerless_devkit.local import loop
 
@@ -159,8 +160,8 @@ def test_engine_errors_are_counted_by_status_and_re_raised(emitted: list[dict[st
             return None
 
     ref = JobRef(engine="fake", job_id="j1", job_type="t")
-    engine = observability.observe_engine(Adapter())
-    assert observability.observe_engine(engine) is engine
+    engine = observe_engine(Adapter())
+    assert observe_engine(engine) is engine
     assert engine.lease is ACTIVATION_LEASE  # not a call: passed through as it is
     with observability.invocation_metrics():
         with pytest.raises(LeaseLostError):

@@ -17,7 +17,8 @@ from workerless.aws.parameters import MAX_PAGES, ParameterStoreError, read_path
 from workerless.aws.sqs import queue_url_of_arn
 from workerless.errors import ConfigurationError
 from workerless.record import JobRecord, Status
-from workerless.settings import Settings, clear_settings
+from workerless.routes import RouteReader
+from workerless.settings import Settings, get_settings
 from workerless_devkit.local.iam.calls import needs
 from workerless_devkit.local.template import TemplateError, check_parameter_name, resolve_template
 
@@ -171,7 +172,7 @@ def _scripted_reads(monkeypatch: pytest.MonkeyPatch, answers: list[Any], **env: 
 
     reads: list[str] = []
 
-    def scripted(path: str, *, deadline: float) -> dict[str, str]:
+    def scripted(path: str, *, deadline: float, client: Any = None) -> dict[str, str]:
         reads.append(path)
         answer = answers.pop(0)
         if isinstance(answer, Exception):
@@ -183,15 +184,13 @@ def _scripted_reads(monkeypatch: pytest.MonkeyPatch, answers: list[Any], **env: 
     monkeypatch.delenv("WORKERLESS_ROUTES", raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    clear_settings()
     return reads
 
 
 @pytest.fixture
-def fresh_settings() -> Iterator[None]:
-    clear_settings()
-    yield
-    clear_settings()
+def reader() -> RouteReader:
+    """A wiring's route reader (nothing read yet): each test starts cold, as a new container."""
+    return RouteReader()
 
 
 def test_the_path_is_read_at_the_first_poll_and_kept(ssm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -201,75 +200,70 @@ def test_the_path_is_read_at_the_first_poll_and_kept(ssm: Any, monkeypatch: pyte
 
     reads: list[str] = []
 
-    def counted(path: str, *, deadline: float) -> dict[str, str]:
+    def counted(path: str, *, deadline: float, client: Any = None) -> dict[str, str]:
         reads.append(path)
         return read_path(path, deadline=deadline, client=ssm)
 
     monkeypatch.setattr(parameters, "read_path", counted)
     monkeypatch.setenv("WORKERLESS_ROUTES_PATH", PATH)
     monkeypatch.delenv("WORKERLESS_ROUTES", raising=False)
-    clear_settings()
-    try:
-        clock = FakeClock()
-        first = routes.get_routed_settings(deadline=1e12, clock=clock)
-        clock.now += 299
-        assert routes.get_routed_settings(deadline=1e12, clock=clock) is first
-        assert [r.type for r in first.routes] == ["a"] and reads == [PATH]
-    finally:
-        clear_settings()
+    reader = RouteReader()
+    clock = FakeClock()
+    first = reader.routed(get_settings(), deadline=1e12, clock=clock)
+    clock.now += 299
+    assert reader.routed(get_settings(), deadline=1e12, clock=clock) is first
+    assert [r.type for r in first.routes] == ["a"] and reads == [PATH]
 
 
-def test_an_explicit_list_wins_and_the_path_is_not_read(monkeypatch: pytest.MonkeyPatch, fresh_settings: None) -> None:
+def test_an_explicit_list_wins_and_the_path_is_not_read(monkeypatch: pytest.MonkeyPatch, reader: RouteReader) -> None:
     reads = _scripted_reads(monkeypatch, [], WORKERLESS_ROUTES=json.dumps([{"type": "z", "queue": "https://q/z"}]))
-    assert [r.type for r in routes.get_routed_settings(deadline=1e12).routes] == ["z"]
+    assert [r.type for r in reader.routed(get_settings(), deadline=1e12).routes] == ["z"]
     assert reads == []
 
 
-def test_routes_are_read_again_after_the_refresh_interval(
-    monkeypatch: pytest.MonkeyPatch, fresh_settings: None
-) -> None:
+def test_routes_are_read_again_after_the_refresh_interval(monkeypatch: pytest.MonkeyPatch, reader: RouteReader) -> None:
     """A stack update that adds a route (or changes its max) changes its parameter, not the poller's
     configuration: a warm container reads the path again once the interval has passed."""
     answers: list[Any] = [{f"{PATH}/a": _route("a")}, {f"{PATH}/a": _route("a", max=3), f"{PATH}/b": _route("b")}]
     reads = _scripted_reads(monkeypatch, answers)
     clock = FakeClock()
-    assert [r.type for r in routes.get_routed_settings(deadline=1e12, clock=clock).routes] == ["a"]
+    assert [r.type for r in reader.routed(get_settings(), deadline=1e12, clock=clock).routes] == ["a"]
     clock.now += 300
-    again = routes.get_routed_settings(deadline=1e12, clock=clock)
+    again = reader.routed(get_settings(), deadline=1e12, clock=clock)
     assert [(r.type, r.max_in_flight) for r in again.routes] == [("a", 3), ("b", 10)]
     assert reads == [PATH, PATH]
 
 
-def test_a_failed_refresh_keeps_the_routes_read_before(monkeypatch: pytest.MonkeyPatch, fresh_settings: None) -> None:
+def test_a_failed_refresh_keeps_the_routes_read_before(monkeypatch: pytest.MonkeyPatch, reader: RouteReader) -> None:
     answers: list[Any] = [{f"{PATH}/a": _route("a")}, ParameterStoreError("throttled"), {f"{PATH}/b": _route("b")}]
     reads = _scripted_reads(monkeypatch, answers)
     clock = FakeClock()
-    routes.get_routed_settings(deadline=1e12, clock=clock)
+    reader.routed(get_settings(), deadline=1e12, clock=clock)
     clock.now += 300
-    assert [r.type for r in routes.get_routed_settings(deadline=1e12, clock=clock).routes] == ["a"]
+    assert [r.type for r in reader.routed(get_settings(), deadline=1e12, clock=clock).routes] == ["a"]
     clock.now += 1  # tried again only after another interval
-    assert [r.type for r in routes.get_routed_settings(deadline=1e12, clock=clock).routes] == ["a"]
+    assert [r.type for r in reader.routed(get_settings(), deadline=1e12, clock=clock).routes] == ["a"]
     clock.now += 300
-    assert [r.type for r in routes.get_routed_settings(deadline=1e12, clock=clock).routes] == ["b"]
+    assert [r.type for r in reader.routed(get_settings(), deadline=1e12, clock=clock).routes] == ["b"]
     assert len(reads) == 3
 
 
 def test_with_a_refresh_of_0_the_routes_are_read_at_cold_start_only(
-    monkeypatch: pytest.MonkeyPatch, fresh_settings: None
+    monkeypatch: pytest.MonkeyPatch, reader: RouteReader
 ) -> None:
     reads = _scripted_reads(monkeypatch, [{f"{PATH}/a": _route("a")}], WORKERLESS_ROUTES_REFRESH_SECONDS="0")
     clock = FakeClock()
-    routes.get_routed_settings(deadline=1e12, clock=clock)
+    reader.routed(get_settings(), deadline=1e12, clock=clock)
     clock.now += 86_400
-    routes.get_routed_settings(deadline=1e12, clock=clock)
+    reader.routed(get_settings(), deadline=1e12, clock=clock)
     assert reads == [PATH]
 
 
-def test_a_failed_first_read_is_raised_and_not_kept(monkeypatch: pytest.MonkeyPatch, fresh_settings: None) -> None:
+def test_a_failed_first_read_is_raised_and_not_kept(monkeypatch: pytest.MonkeyPatch, reader: RouteReader) -> None:
     reads = _scripted_reads(monkeypatch, [ParameterStoreError("throttled"), {f"{PATH}/a": _route("a")}])
     with pytest.raises(ParameterStoreError):
-        routes.get_routed_settings(deadline=1e12)
-    assert [r.type for r in routes.get_routed_settings(deadline=1e12).routes] == ["a"]
+        reader.routed(get_settings(), deadline=1e12)
+    assert [r.type for r in reader.routed(get_settings(), deadline=1e12).routes] == ["a"]
     assert len(reads) == 2
 
 

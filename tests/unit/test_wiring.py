@@ -41,7 +41,7 @@ def test_each_piece_is_built_once_even_from_several_threads(monkeypatch: pytest.
     built: list[object] = []
 
     class CountingQueues:
-        def __init__(self) -> None:
+        def __init__(self, clients: object) -> None:
             built.append(self)
 
     monkeypatch.setattr("workerless.aws.sqs.Queues", CountingQueues)
@@ -112,7 +112,6 @@ def test_reset_installs_a_wiring_and_closes_the_one_it_replaces() -> None:
 def test_the_engine_decorator_wraps_the_built_engine_once(monkeypatch: pytest.MonkeyPatch) -> None:
     built = FakeEngine()
     monkeypatch.setattr("workerless.engines.build_engine", lambda *args, **kwargs: built)
-    monkeypatch.setattr("workerless.settings.engine_values", lambda: {})
     monkeypatch.setenv("WORKERLESS_ENGINE", "sheptra")
     decorated: list[Engine] = []
 
@@ -128,9 +127,6 @@ def test_the_engine_decorator_wraps_the_built_engine_once(monkeypatch: pytest.Mo
         assert decorated == [built]
     finally:
         wiring.close()
-        from workerless.settings import clear_settings
-
-        clear_settings()
 
 
 def test_the_observed_engine_counts_failures_and_forwards_everything() -> None:

@@ -45,7 +45,7 @@ class EngineHealth(logging.Filter):
         self.last_error: str | None = None
 
     def answered_by(self, response: httpx.Response) -> None:
-        """A response watcher (workerless.engines.add_response_watcher): the engine answered."""
+        """A response watcher (workerless.engines.EngineHooks.response_watchers): the engine answered."""
         refused = response.status_code in (401, 403)
         if refused:
             url = response.request.url

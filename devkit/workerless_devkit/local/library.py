@@ -9,31 +9,31 @@ and an abandoned invocation's engine requests are refused as its AWS calls are
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workerless_devkit.local.engine_health import EngineHealth
 from workerless_devkit.local.host import refuse_abandoned_engine_call
 from workerless_devkit.local.summary import get_summary
 
+if TYPE_CHECKING:
+    from workerless.engines import EngineHooks
+
 
 class LibraryAttachments:
-    """The engine guard and watcher (from start) and the lifecycle listener (once running)."""
+    """The engine client's hooks (each wiring's) and the lifecycle listener (once running)."""
 
     def __init__(self, engine_health: EngineHealth, on_activated: Callable[[], None]) -> None:
         self._engine_health = engine_health
         self._on_activated = on_activated
 
-    def guard_engine(self) -> None:
-        from workerless.engines import add_request_guard, add_response_watcher
+    def engine_hooks(self) -> EngineHooks:
+        """The hooks every wiring local mode builds passes to its engine client: an abandoned
+        invocation's requests are refused, each answer tells the engine health it is up."""
+        from workerless.engines import EngineHooks
 
-        add_request_guard(refuse_abandoned_engine_call)
-        add_response_watcher(self._engine_health.answered_by)
-
-    def unguard_engine(self) -> None:
-        from workerless.engines import remove_request_guard, remove_response_watcher
-
-        remove_request_guard(refuse_abandoned_engine_call)
-        remove_response_watcher(self._engine_health.answered_by)
+        return EngineHooks(
+            request_guards=(refuse_abandoned_engine_call,), response_watchers=(self._engine_health.answered_by,)
+        )
 
     def listen(self, on: bool) -> None:
         """Feed the pipeline's lifecycle events (workerless.observability) into the summary."""

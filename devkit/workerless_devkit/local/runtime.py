@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workerless.errors import ConfigurationError
-from workerless.settings import clear_settings
 
 from workerless_devkit.local import limits, loop, provision, rules, sqs_lag
 from workerless_devkit.local.concurrency import ACCOUNT_CONCURRENCY, AsyncOutcome, Concurrency
@@ -65,6 +64,7 @@ from workerless_devkit.local.template import STACK_NAME, FunctionSpec, LocalTemp
 from workerless_devkit.local.tracker import TopologyTracker
 
 if TYPE_CHECKING:
+    from workerless.engines import EngineHooks
     from workerless.wiring import Wiring
 
     from workerless_devkit.local.stack import StackView
@@ -352,7 +352,6 @@ class LocalTopology:
         limits.activate(self._limits)
         if self.count_lag is not None:
             sqs_lag.activate(self.count_lag)
-        self._library.guard_engine()
         try:
             self._apply_environment()
             if self._bundle is not None:
@@ -413,11 +412,9 @@ class LocalTopology:
         limits.deactivate(self._limits)
         if self.count_lag is not None:
             sqs_lag.deactivate(self.count_lag)
-        self._library.unguard_engine()
         self._reset_library(stopping=True)
         self._process_env.restore()
         self._logging.close()
-        clear_settings()
         with contextlib.suppress(Exception):
             self._mock.stop()
         if self._code_dir is not None:
@@ -490,7 +487,12 @@ class LocalTopology:
         engine makes watched (:attr:`polls`)."""
         from workerless.wiring import Wiring
 
-        return Wiring(engine_decorator=self.polls.decorate)
+        return Wiring(engine_decorator=self.polls.decorate, hooks=self.engine_hooks())
+
+    def engine_hooks(self) -> EngineHooks:
+        """Around each request of the functions' engine client: refuse one from an invocation
+        abandoned at its Timeout; note each answer (the engine is up)."""
+        return self._library.engine_hooks()
 
     def _reset_library(self, *, stopping: bool = False) -> None:
         """Start the library's container over (engine, store, queues, boto3 clients, settings):

@@ -123,7 +123,7 @@ class PayloadRef:
         return {"bucket": self.bucket, "key": self.key, "bytes": self.size, "sha256": self.sha256}
 
     @classmethod
-    def from_dict(cls, data: Any, *, field: str = "payload") -> PayloadRef:
+    def from_dict(cls, data: object, *, field: str = "payload") -> PayloadRef:
         if not isinstance(data, Mapping):
             raise MessageFormatError(f"field {field!r} must be an object", field=field)
         bucket, key, size, sha = data.get("bucket"), data.get("key"), data.get("bytes"), data.get("sha256")

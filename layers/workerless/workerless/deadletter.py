@@ -53,7 +53,7 @@ from workerless.errors import (
     StoreError,
 )
 from workerless.model import ActivatedJob, Outcome
-from workerless.observability import logger
+from workerless.observability import Lifecycle, logger
 from workerless.record import DONE, JobRecord, Status
 from workerless.retry import CALLS
 
@@ -193,7 +193,7 @@ def process_dead_letter(
         _rejected(job, exc, store=store)
         return
     store.mark_reported(job.record_key, note=note)
-    observability.emit(ref.job_type, "dead_lettered", job_id=ref.job_id)
+    observability.emit(ref.job_type, Lifecycle.DEAD_LETTERED, job_id=ref.job_id)
     logger.warning("dead-lettered job settled at the engine", extra={"job_id": ref.job_id, "note": note})
 
 
@@ -267,7 +267,7 @@ def _rejected(job: ActivatedJob, exc: Exception, *, store: JobStore) -> None:
             "status": status,
         },
     )
-    observability.emit(ref.job_type, "dead_letter_rejected", job_id=ref.job_id, status=status)
+    observability.emit(ref.job_type, Lifecycle.DEAD_LETTER_REJECTED, job_id=ref.job_id, status=status)
     try:
         store.mark_reported(
             job.record_key, note=f"engine refused the dead-letter settlement: {type(exc).__name__} {status}"

@@ -38,7 +38,7 @@ import json
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar, assert_never
+from typing import TYPE_CHECKING, TypeVar, assert_never
 
 from workerless import observability
 from workerless.claimcheck import too_large_reason
@@ -47,17 +47,18 @@ from workerless.execution import HandlerFunction, run_job
 from workerless.job import Job
 from workerless.lease import BeforeRun, RefusedClaim
 from workerless.model import ActivatedJob, Outcome
-from workerless.observability import logger
+from workerless.observability import Lifecycle, logger
 from workerless.record import Decision, JobRecord, Status, decide
 from workerless.report import report_stored
 from workerless.retry import STORE_WRITES, retryable_store_error
+from workerless.settings import DEFAULT_FAIL_BACKOFF_SECONDS, DEFAULT_MAX_PAYLOAD_BYTES
 from workerless.settle import acknowledge, acquire_or_leave, begin, hand_back, leave_to_the_engine
 from workerless.typed import HandlerSpec
 from workerless.verdict import Ack, Claimed, ClaimHeldError, Redeliver, Refused, ReportOwedError, Verdict
 
 if TYPE_CHECKING:
     from workerless.engines.base import Engine
-    from workerless.ports import JobStore, PayloadStore
+    from workerless.ports import JobStore, LambdaContext, PayloadStore
 
 T = TypeVar("T")
 
@@ -74,7 +75,7 @@ AWS_MARGIN_SECONDS = 0.25
 CLAIM_MARGIN_SECONDS = 30.0
 
 
-def remaining_seconds(context: Any, default: float = 900.0) -> float:
+def remaining_seconds(context: LambdaContext | None, default: float = 900.0) -> float:
     """The Lambda's remaining time in seconds (``default`` without a Lambda context)."""
     getter = getattr(context, "get_remaining_time_in_millis", None)
     if getter is None:
@@ -107,7 +108,8 @@ class Delivery:
     """One SQS delivery of ``job`` to the handler function ``fn``.
 
     ``engine`` and ``store`` are the engine adapter and the job table; ``payloads`` the claim check's
-    bucket (read only for a job whose variables are there; None: the runtime's). ``clock`` is the
+    bucket (read only for a job whose variables are there); ``backoff_seconds`` and
+    ``max_payload_bytes`` the wiring's settings' (the handler's backoff first). ``clock`` is the
     wall clock the claim is judged by. ``queue_url`` is the queue the message came from, noted with
     the receipt handle when a report is left owed, so the heartbeat can delete it.
     """
@@ -121,10 +123,11 @@ class Delivery:
         store: JobStore,
         message_id: str,
         receive_count: int = 1,
-        context: Any = None,
+        context: LambdaContext | None = None,
         receipt: str | None = None,
         queue_url: str | None = None,
-        backoff_seconds: int | None = None,
+        backoff_seconds: int = DEFAULT_FAIL_BACKOFF_SECONDS,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         payloads: PayloadStore | None = None,
         clock: Callable[[], float] = time.time,
         spec: HandlerSpec | None = None,
@@ -140,6 +143,7 @@ class Delivery:
         self.receipt = receipt
         self.queue_url = queue_url
         self.backoff_seconds = backoff_seconds
+        self.max_payload_bytes = max_payload_bytes
         self.payloads = payloads
         self.clock = clock
         self.lease_model = engine.lease
@@ -181,7 +185,7 @@ class Delivery:
             if verdict is not None:
                 return verdict
             observability.emit(
-                self.job.ref.job_type, "started", job_id=self.job.ref.job_id, receive_count=self.receive_count
+                self.job.ref.job_type, Lifecycle.STARTED, job_id=self.job.ref.job_id, receive_count=self.receive_count
             )
             outcome = self.run() if self.too_large is None else Outcome.fail(self.too_large, retries=0, terminal=True)
             return self.settle(self.store_outcome(outcome))
@@ -192,18 +196,14 @@ class Delivery:
         redelivers it; a job whose object is gone ends in the dead-letter queue, which fails it at
         the engine)."""
         assert self.job.payload is not None
-        from workerless.settings import get_settings
-
-        limit = get_settings().max_payload_bytes
+        limit = self.max_payload_bytes
         if self.job.payload.size > limit:
             # Not read: this function's memory cannot hold it (its MemorySize is below the poller's).
             self.too_large = too_large_reason("the job's input", self.job.payload.size, limit)
             return
         payloads = self.payloads
-        if payloads is None:
-            from workerless.runtime import get_payloads
-
-            payloads = get_payloads()
+        if payloads is None:  # a delivery built without the claim check cannot read this job: redelivered
+            raise StoreError("the job's variables are in the claim check and this delivery was given no payload store")
         try:
             variables = json.loads(payloads.get(self.job.payload))
         except StoreError as exc:
@@ -238,7 +238,7 @@ class Delivery:
                 logger.info("result already stored: re-reporting it, not running the handler again")
                 stored = self.store.load_outcome(found)
                 assert stored is not None  # has_outcome: the record holds the outcome or its reference
-                observability.emit(job.ref.job_type, "rereported", job_id=job.ref.job_id)
+                observability.emit(job.ref.job_type, Lifecycle.REREPORTED, job_id=job.ref.job_id)
                 return self.report(stored)
             case Decision.DONE:
                 logger.info("job already reported: acknowledging the redelivery")
@@ -249,7 +249,7 @@ class Delivery:
                 logger.info("job no longer ours (%s): not running it", found.status.value if found else "?")
                 verdict = self._settle_unrun(found)
                 if isinstance(verdict, Ack):
-                    observability.emit(job.ref.job_type, "skipped", job_id=job.ref.job_id)
+                    observability.emit(job.ref.job_type, Lifecycle.SKIPPED, job_id=job.ref.job_id)
                 return verdict
             case Decision.RETRY_LATER | Decision.RUN:
                 # RUN: the claim expired between our conditional write and decide(): another
@@ -314,7 +314,7 @@ class Delivery:
         # Begin leases: handed back, not acknowledged (no result goes with it): its next delivery is
         # refused at acquire and acknowledged then. Activation leases: the engine has the job.
         hand_back(job, engine=self.engine, deadline=self.deadline, reason="lease lost while the handler ran")
-        observability.emit(job.ref.job_type, "lease_lost", job_id=job.ref.job_id)
+        observability.emit(job.ref.job_type, Lifecycle.LEASE_LOST, job_id=job.ref.job_id)
         return Ack("lease lost while the handler ran")
 
     def report(self, outcome: Outcome) -> Verdict:
@@ -338,7 +338,7 @@ class Delivery:
             logger.warning(
                 "report owed and not noted for the heartbeat: SQS redelivers it after its visibility timeout"
             )
-        observability.emit(job.ref.job_type, "report_owed", job_id=job.ref.job_id)
+        observability.emit(job.ref.job_type, Lifecycle.REPORT_OWED, job_id=job.ref.job_id)
         return Redeliver(ReportOwedError(f"report of job {job.ref.job_id} still owed"))
 
     # -- the lease model's choices ------------------------------------------------------------------
@@ -360,7 +360,7 @@ class Delivery:
                     if not begun:
                         logger.info("another delivery of this execution holds the lease: acknowledging this one")
                         acknowledge(job, engine=engine, deadline=deadline)
-                        observability.emit(job.ref.job_type, "skipped", job_id=job.ref.job_id)
+                        observability.emit(job.ref.job_type, Lifecycle.SKIPPED, job_id=job.ref.job_id)
                         return Ack("another delivery holds the lease")
                     # The claim holder has not acquired yet (or died before it could): this delivery
                     # now holds the lease but not the claim, so it must not run. It is handed back
@@ -420,14 +420,14 @@ class Delivery:
             # Another delivery holds the engine's lease (a redelivery of a job already running).
             store.mark(job.record_key, Status.SKIPPED, reason="engine refused the lease", job_type=job.ref.job_type)
             acknowledge(job, engine=engine, deadline=self.deadline)
-            observability.emit(job.ref.job_type, "skipped", job_id=job.ref.job_id)
+            observability.emit(job.ref.job_type, Lifecycle.SKIPPED, job_id=job.ref.job_id)
             return Ack("the engine refused the lease")
         if not self._mark_begun():
             # Our claim expired and was taken while we acquired: our result could not be stored, so
             # running would be wasted. The delivery is handed back (no result goes with it); the lease
             # we hold lapses unrenewed and the engine runs the job again as a new execution.
             hand_back(job, engine=engine, deadline=self.deadline, reason="the claim changed hands during lease acquire")
-            observability.emit(job.ref.job_type, "skipped", job_id=job.ref.job_id)
+            observability.emit(job.ref.job_type, Lifecycle.SKIPPED, job_id=job.ref.job_id)
             return Ack("the claim changed hands during lease acquire")
         return None
 

@@ -17,6 +17,7 @@ from workerless.observability import logger
 if TYPE_CHECKING:
     from workerless.batch import SqsRecord
     from workerless.engines.base import Engine
+    from workerless.ports import LambdaContext
     from workerless.settings import Settings
     from workerless.wiring import Wiring
 
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 MARGIN_SECONDS = 3.0
 
 
-def _deadline(context: Any, clock: Callable[[], float] = time.monotonic) -> float:
+def _deadline(context: LambdaContext, clock: Callable[[], float] = time.monotonic) -> float:
     """When the invocation must be done by, on ``clock`` (the Lambda's remaining time less the margin)."""
     getter = getattr(context, "get_remaining_time_in_millis", None)
     remaining = float(getter()) / 1000.0 if getter else 60.0
@@ -40,16 +41,15 @@ def _wiring(wiring: Wiring | None) -> Wiring:
 
 
 @logger.inject_lambda_context(clear_state=True)
-def poller(event: dict[str, Any], context: Any, wiring: Wiring | None = None) -> dict[str, Any]:
+def poller(event: dict[str, Any], context: LambdaContext, wiring: Wiring | None = None) -> dict[str, Any]:
     """Scheduled (EventBridge) or ticked (ticker queue): poll, dispatch, keep the tick alive."""
     wired = _wiring(wiring)
     with wired.observer.invocation():
         return _poll(event, context, wired)
 
 
-def _poll(event: dict[str, Any], context: Any, wiring: Wiring) -> dict[str, Any]:
+def _poll(event: dict[str, Any], context: LambdaContext, wiring: Wiring) -> dict[str, Any]:
     from workerless.errors import WorkerlessError
-    from workerless.routes import get_routed_settings
     from workerless.shards import MAIN, for_shard, shard_of, shards_of
     from workerless.ticker import continue_ticker
 
@@ -76,7 +76,7 @@ def _poll(event: dict[str, Any], context: Any, wiring: Wiring) -> dict[str, Any]
     # the tick chains alive (below), then fails this invocation.
     failure: WorkerlessError | None = None
     try:
-        routed: Settings | None = get_routed_settings(deadline=_deadline(context), settings=settings)
+        routed: Settings | None = wiring.routed_settings(deadline=_deadline(context))
     except WorkerlessError as exc:  # ConfigurationError, or the read's once its retries are spent
         routed, failure = None, exc
     known = shards_of(routed) if routed is not None else None
@@ -119,7 +119,7 @@ def _poll(event: dict[str, Any], context: Any, wiring: Wiring) -> dict[str, Any]
 
 
 def _poll_shard(
-    shard: str, settings: Settings, relay: dict[str, Any], relayed: float | None, context: Any, wiring: Wiring
+    shard: str, settings: Settings, relay: dict[str, Any], relayed: float | None, context: LambdaContext, wiring: Wiring
 ) -> dict[str, Any]:
     """Poll one shard's routes under its own poller lock, and relay or release the lock after."""
     from workerless.aws.clients import call_deadline
@@ -228,7 +228,7 @@ def _batch(event: dict[str, Any], handle: Callable[[SqsRecord], object], wiring:
 
 
 @logger.inject_lambda_context(clear_state=True)
-def heartbeat(event: dict[str, Any], context: Any, wiring: Wiring | None = None) -> dict[str, Any]:
+def heartbeat(event: dict[str, Any], context: LambdaContext, wiring: Wiring | None = None) -> dict[str, Any]:
     """Extend the leases of the jobs in each ticket and send the ticket on while any is live."""
     from workerless.aws.clients import call_deadline
     from workerless.errors import MessageFormatError, TicketNotSentError
@@ -280,7 +280,7 @@ def heartbeat(event: dict[str, Any], context: Any, wiring: Wiring | None = None)
 
 
 @logger.inject_lambda_context(clear_state=True)
-def deadletter(event: dict[str, Any], context: Any, wiring: Wiring | None = None) -> dict[str, Any]:
+def deadletter(event: dict[str, Any], context: LambdaContext, wiring: Wiring | None = None) -> dict[str, Any]:
     """Settle every dead-lettered job at the engine (fail it with the reason, or report its stored result).
 
     On its schedule (an EventBridge event): drain the job dead-letter queue

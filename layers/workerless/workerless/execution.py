@@ -16,7 +16,7 @@ tests see the outcomes its deployment reports.
 Example:
     >>> from workerless.testing import make_activated_job
     >>> job = Job(make_activated_job("charge", {"amount": 5}))
-    >>> run_job(lambda job: {"paid": job.variables["amount"]}, job).variables
+    >>> run_job(lambda job: {"paid": job.variables["amount"]}, job, backoff_seconds=30).variables
     {'paid': 5}
     >>> run_job(lambda job: 1 / 0, job, backoff_seconds=3).message
     'ZeroDivisionError: division by zero'
@@ -42,14 +42,12 @@ from workerless.typed import HandlerSpec, InputValidationError, spec_of
 HandlerFunction = Callable[[Job], Any]
 
 
-def run_job(
-    fn: HandlerFunction, job: Job[Any], *, backoff_seconds: int | None = None, spec: HandlerSpec | None = None
-) -> Outcome:
+def run_job(fn: HandlerFunction, job: Job[Any], *, backoff_seconds: int, spec: HandlerSpec | None = None) -> Outcome:
     """Run ``fn`` once on ``job`` inside the job's span and return its :class:`Outcome`; the job's
     log lines are flushed to its sink before this returns, raised or not.
 
-    ``backoff_seconds``: the backoff of a failure (None: WORKERLESS_FAIL_BACKOFF_SECONDS, read only
-    when the run fails). ``spec``: the function's input model and kind (default: read from its
+    ``backoff_seconds``: the backoff of a failure (the handler's, else its wiring's
+    WORKERLESS_FAIL_BACKOFF_SECONDS). ``spec``: the function's input model and kind (default: read from its
     annotations, cached). Exceptions are the function's business: every ``Exception`` becomes an
     outcome (a ``BaseException`` propagates: the process is going down).
     """
@@ -82,7 +80,7 @@ def run_job(
         outcome = Outcome.fail(
             f"{type(exc).__name__}: {exc}",
             retries=retries_after_failure,
-            backoff_seconds=_backoff(backoff_seconds),
+            backoff_seconds=backoff_seconds,
             stack=stack,
         )
     else:
@@ -109,7 +107,7 @@ def as_variables(result: object) -> object:
     return result
 
 
-def _completion(result: Any, retries_after_failure: int | None, backoff_seconds: int | None) -> Outcome:
+def _completion(result: object, retries_after_failure: int | None, backoff_seconds: int) -> Outcome:
     if result is None:
         return Outcome.complete({})
     result = as_variables(result)
@@ -117,7 +115,7 @@ def _completion(result: Any, retries_after_failure: int | None, backoff_seconds:
         return Outcome.fail(
             f"handler returned {type(result).__name__}, not a JSON object (dict) of variables",
             retries=retries_after_failure,
-            backoff_seconds=_backoff(backoff_seconds),
+            backoff_seconds=backoff_seconds,
         )
     try:
         json.dumps(result, allow_nan=False)
@@ -125,14 +123,6 @@ def _completion(result: Any, retries_after_failure: int | None, backoff_seconds:
         return Outcome.fail(
             f"handler returned variables that are not JSON-serialisable: {exc}",
             retries=retries_after_failure,
-            backoff_seconds=_backoff(backoff_seconds),
+            backoff_seconds=backoff_seconds,
         )
     return Outcome.complete(result)
-
-
-def _backoff(backoff_seconds: int | None) -> int:
-    if backoff_seconds is not None:
-        return backoff_seconds
-    from workerless.settings import get_settings
-
-    return get_settings().fail_backoff_seconds

@@ -12,7 +12,7 @@ from workerless.claimcheck import too_large_reason
 from workerless.errors import EngineError, FinalEngineError, RetryableEngineError
 from workerless.lease import HandBack
 from workerless.model import ActivatedJob, Outcome
-from workerless.observability import logger
+from workerless.observability import Lifecycle, logger
 from workerless.retry import CALLS
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ def fail_for_good(engine: Engine, job: ActivatedJob, reason: str, *, deadline: f
             case never:
                 assert_never(never)
         return
-    observability.emit(job.ref.job_type, "failed", **observability.correlation_keys(job), reason=reason)
+    observability.emit(job.ref.job_type, Lifecycle.FAILED, **observability.correlation_keys(job), reason=reason)
 
 
 def fence(

@@ -23,6 +23,7 @@ from workerless.errors import MessageFormatError
 from workerless.execution import HandlerFunction
 from workerless.model import ActivatedJob
 from workerless.observability import logger
+from workerless.settings import Settings
 from workerless.startgate import HAND_BACK_VISIBILITY_SECONDS, RunTimes, StartGate
 from workerless.typed import spec_of
 from workerless.verdict import Ack, Redeliver
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from workerless.engines.base import Engine
-    from workerless.ports import JobStore, PayloadStore
+    from workerless.ports import JobStore, LambdaContext, PayloadStore
     from workerless.wiring import Wiring
 
 __all__ = ["HandlerFunction", "JobProcessor", "LambdaHandler", "job_handler"]
@@ -75,7 +76,9 @@ class JobProcessor:
         self.run_times = RunTimes()
 
     # -- the Lambda entry point ---------------------------------------------------------------------
-    def handle_batch(self, event: dict[str, Any], context: Any, wiring: Wiring | None = None) -> dict[str, Any]:
+    def handle_batch(
+        self, event: dict[str, Any], context: LambdaContext, wiring: Wiring | None = None
+    ) -> dict[str, Any]:
         """Process one SQS batch of this job type; ``wiring``: the container's when None."""
         from workerless.aws.sqs import queue_url_of_arn
         from workerless.batch import SqsRecord, process_batch
@@ -138,7 +141,7 @@ class JobProcessor:
         *,
         message_id: str,
         receive_count: int,
-        context: Any,
+        context: LambdaContext,
         receipt_handle: str | None = None,
         wiring: Wiring | None = None,
     ) -> None:
@@ -183,6 +186,7 @@ class JobProcessor:
                 store=wired.store,
                 receipt=receipt_handle,
                 payloads=wired.payloads,
+                settings=wired.settings,
             ).deliver()
         finally:
             logger.thread_safe_remove_keys(list(keys))
@@ -200,13 +204,16 @@ class JobProcessor:
         *,
         message_id: str,
         receive_count: int,
-        context: Any,
+        context: LambdaContext,
         engine: Engine,
         store: JobStore,
         receipt: str | None = None,
         payloads: PayloadStore | None = None,
+        settings: Settings | None = None,
     ) -> Delivery:
-        """The :class:`~workerless.delivery.Delivery` of ``job`` to this processor's function."""
+        """The :class:`~workerless.delivery.Delivery` of ``job`` to this processor's function, on
+        ``settings`` (the wiring's: its backoff unless the handler names one, its payload limit)."""
+        settings = settings if settings is not None else Settings()
         return Delivery(
             job,
             self.fn,
@@ -217,7 +224,8 @@ class JobProcessor:
             context=context,
             receipt=receipt,
             queue_url=_record_queue_url.get() if receipt else None,
-            backoff_seconds=self.backoff_seconds,
+            backoff_seconds=self.backoff_seconds if self.backoff_seconds is not None else settings.fail_backoff_seconds,
+            max_payload_bytes=settings.max_payload_bytes,
             payloads=payloads,
             spec=self.spec,
         )
@@ -253,7 +261,9 @@ def job_handler(
         processor = JobProcessor(job_type, fn, backoff_seconds=backoff_seconds, input=input, concurrency=concurrency)
 
         @functools.wraps(fn)
-        def lambda_handler(event: dict[str, Any], context: Any, wiring: Wiring | None = None) -> dict[str, Any]:
+        def lambda_handler(
+            event: dict[str, Any], context: LambdaContext, wiring: Wiring | None = None
+        ) -> dict[str, Any]:
             return processor.handle_batch(event, context, wiring)
 
         lambda_handler.processor = processor  # type: ignore[attr-defined]

@@ -62,7 +62,7 @@ from workerless.errors import (
     StoreError,
     TicketNotSentError,
 )
-from workerless.observability import logger
+from workerless.observability import Lifecycle, logger
 from workerless.record import JobRecord, Status
 from workerless.report import report_stored
 from workerless.retry import CALLS
@@ -252,7 +252,7 @@ def _give_up(entry: TicketEntry, *, store: JobStore, lease: str) -> bool:
         logger.warning("could not mark the lease lost; trying again", extra={"job_id": ref.job_id, "error": str(exc)})
         return False
     if marked:  # not a stored or reported result's record: those lost nothing
-        observability.emit(ref.job_type, "lease_lost", job_id=ref.job_id)
+        observability.emit(ref.job_type, Lifecycle.LEASE_LOST, job_id=ref.job_id)
     return True
 
 
@@ -297,7 +297,7 @@ def _rereport(
         return "final"
     if not settled:
         return "owed"
-    observability.emit(ref.job_type, "rereported", job_id=ref.job_id)
+    observability.emit(ref.job_type, Lifecycle.REREPORTED, job_id=ref.job_id)
     _delete_message(ref.job_type, record, settings=settings, queues=queues, job_id=ref.job_id)
     return "settled"
 
@@ -364,7 +364,7 @@ def _extend(
             # or another lease's claim. No run of ours to stop, so no lost lease to count.
             logger.debug("extension refused after the job's result was stored", extra={"job_id": ref.job_id})
             return
-        observability.emit(ref.job_type, "lease_lost", job_id=ref.job_id)
+        observability.emit(ref.job_type, Lifecycle.LEASE_LOST, job_id=ref.job_id)
         logger.info("lease lost: marked so the handler stops", extra={"job_id": ref.job_id})
         return
     except RetryableEngineError as exc:
@@ -375,7 +375,7 @@ def _extend(
     except FinalEngineError as exc:
         logger.error("lease extension rejected; no longer extending", extra={"job_id": ref.job_id, "error": str(exc)})
         return
-    observability.emit(ref.job_type, "extended", job_id=ref.job_id)
+    observability.emit(ref.job_type, Lifecycle.EXTENDED, job_id=ref.job_id)
     (visit.failing if owed else visit.keep).append(TicketEntry(ref, expiry))
 
 

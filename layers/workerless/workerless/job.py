@@ -6,11 +6,14 @@ import threading
 import time
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, Generic
+from typing import TYPE_CHECKING, Any, Generic
 
 from typing_extensions import TypeVar
 
 from workerless.model import ActivatedJob
+
+if TYPE_CHECKING:
+    from workerless.ports import LambdaContext
 
 #: How long a lease-lost answer is reused before asking the job table again: cheap enough to call
 #: in a tight loop, fresh enough that a handler stops within seconds of the heartbeat's verdict.
@@ -57,7 +60,7 @@ class Job(Generic[InputT]):
         self,
         activated: ActivatedJob,
         *,
-        lambda_context: Any = None,
+        lambda_context: LambdaContext | None = None,
         lease_check: Callable[[], bool] | None = None,
         log_sink: Callable[[list[dict[str, Any]]], None] | None = None,
         logger: Any = None,

@@ -39,6 +39,11 @@ class ObservedEngine(EngineDecorator):
             raise
 
 
+def observe_engine(engine: Engine) -> Engine:
+    """``engine`` wrapped in :class:`ObservedEngine` (once)."""
+    return engine if isinstance(engine, ObservedEngine) else ObservedEngine(engine)
+
+
 class Observer:
     """What the wiring's entry points observe through: the engine they call, one invocation's
     metrics, a poller invocation's counts. The lifecycle steps themselves go through
@@ -46,7 +51,7 @@ class Observer:
 
     def engine(self, engine: Engine) -> Engine:
         """``engine`` as the pipeline calls it (:class:`ObservedEngine`, once)."""
-        return observability.observe_engine(engine)
+        return observe_engine(engine)
 
     def invocation(self) -> AbstractContextManager[observability.MetricsBuffer | None]:
         """Collect one invocation's metrics; written as EMF lines when it ends."""

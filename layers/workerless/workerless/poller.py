@@ -48,7 +48,7 @@ from workerless.aws.sqs import FALLBACK_MESSAGE_BYTES
 from workerless.claimcheck import JOBS_PREFIX, message_threshold, object_key, too_large_reason
 from workerless.errors import ConfigurationError, EngineError, RetryableEngineError
 from workerless.model import ActivatedJob, Demand
-from workerless.observability import logger
+from workerless.observability import Lifecycle, logger
 from workerless.poller_lock import Dispatches
 from workerless.retry import POLL_BACKOFF_FINAL, POLL_BACKOFF_RETRYABLE, poll_backoff
 from workerless.settings import Settings
@@ -370,7 +370,7 @@ class Poller:
         by_type: dict[str, list[ActivatedJob]] = {}
         for job in jobs:
             by_type.setdefault(job.ref.job_type, []).append(job)
-            observability.emit(job.ref.job_type, "activated", **observability.correlation_keys(job))
+            observability.emit(job.ref.job_type, Lifecycle.ACTIVATED, **observability.correlation_keys(job))
         sent: list[ActivatedJob] = []
         for job_type, batch in by_type.items():
             route = self.settings.route(job_type)
@@ -392,7 +392,7 @@ class Poller:
                 if failure is None:
                     sent.append(job)
                     sent_here += 1
-                    observability.emit(job_type, "dispatched", **observability.correlation_keys(job))
+                    observability.emit(job_type, Lifecycle.DISPATCHED, **observability.correlation_keys(job))
                 elif failure.oversized:
                     # It can never fit an SQS message: fail it for good, with the cap in the reason.
                     self._fail_for_good(job, failure.reason, report, deadline=deadline)
@@ -452,11 +452,11 @@ class Poller:
         try:
             ref = payloads.put(object_key(JOBS_PREFIX, job.ref.job_type), data)
         except PayloadError as exc:
-            self._hand_back(
-                job, f"could not write the job's variables to the claim check: {exc}", report, deadline=deadline
-            )
+            reason = f"could not write the job's variables to the claim check: {exc}"
+            self._hand_back(job, reason, report, deadline=deadline)
             return None
-        observability.emit(job.ref.job_type, "offloaded", **observability.correlation_keys(job), bytes=len(data))
+        keys = observability.correlation_keys(job)
+        observability.emit(job.ref.job_type, Lifecycle.OFFLOADED, **keys, bytes=len(data))
         return job.to_message(payload=ref)
 
     def _send_ticket(self, jobs: list[ActivatedJob]) -> list[ActivatedJob]:
@@ -487,7 +487,7 @@ class Poller:
     def _hand_back(self, job: ActivatedJob, reason: str, report: PollReport, *, deadline: float) -> None:
         report.released += 1
         self.dispatches.drop(job.ref.job_type, [job.record_key])  # not ours any more (never queued, or fenced)
-        observability.emit(job.ref.job_type, "released", **observability.correlation_keys(job))
+        observability.emit(job.ref.job_type, Lifecycle.RELEASED, **observability.correlation_keys(job))
         logger.warning(
             "handing the job back to the engine",
             extra={"job_type": job.ref.job_type, **observability.correlation_keys(job), "reason": reason},

@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from workerless import sendlog
@@ -157,7 +157,7 @@ class Dispatches:
         the start of its second: a little longer, never shorter)."""
         return sum(1 for at in self._live.get(job_type, {}).values() if at + 1 > after)
 
-    def drop(self, job_type: str, keys: Any) -> None:
+    def drop(self, job_type: str, keys: Iterable[str]) -> None:
         """These jobs are final (or were never queued): no longer counted."""
         tracked = self._live.get(job_type)
         if tracked is None:

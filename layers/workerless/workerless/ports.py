@@ -32,6 +32,19 @@ Clock = Callable[[], float]
 Sleep = Callable[[float], None]
 
 
+class LambdaContext(Protocol):
+    """What workerless reads of Lambda's context object: Lambda's own (Powertools' ``LambdaContext``
+    describes it), local mode's, a test's stub."""
+
+    @property
+    def aws_request_id(self) -> str: ...
+
+    @property
+    def function_name(self) -> str: ...
+
+    def get_remaining_time_in_millis(self) -> int: ...
+
+
 class JobStore(Protocol):
     """Conditional reads and writes of job records (:class:`workerless.aws.dynamo.JobStore`)."""
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from workerless import observability
 from workerless.errors import LeaseLostError, PayloadTooLargeError, RetryableEngineError
 from workerless.model import JobRef, Outcome
-from workerless.observability import logger
+from workerless.observability import Lifecycle, logger
 from workerless.retry import CALLS
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from workerless.ports import JobStore
 
 #: The lifecycle event of an accepted outcome, by kind.
-EVENTS = {"complete": "completed", "fail": "failed", "throw": "thrown"}
+EVENTS: dict[str, Lifecycle] = {"complete": Lifecycle.COMPLETED, "fail": Lifecycle.FAILED, "throw": Lifecycle.THROWN}
 
 
 #: A reason longer than this is cut in the log line (the engine gets it whole).
@@ -75,7 +75,7 @@ def report_stored(
         # 409: the lease lapsed and someone else has (or finished) the job. Not a failure.
         logger.info("engine says someone else finished this job: result not applied", extra={"job_id": ref.job_id})
         store.mark_reported(ref.record_key, note="lease lost at report", lease=lease)
-        observability.emit(ref.job_type, "lease_lost", job_id=ref.job_id)
+        observability.emit(ref.job_type, Lifecycle.LEASE_LOST, job_id=ref.job_id)
         return True
     except PayloadTooLargeError as exc:
         replacement = Outcome.fail(

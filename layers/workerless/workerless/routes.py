@@ -17,68 +17,83 @@ import json
 import threading
 import time
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from workerless.errors import ConfigurationError, WorkerlessError
-from workerless.settings import Route, Settings, get_settings
+from workerless.settings import Route, Settings
 
-#: Per path: the settings with its routes, and when (``clock()``) they were read.
-_routed: dict[str, tuple[Settings, float]] = {}
-_routed_lock = threading.Lock()
-
-
-def clear_routes() -> None:
-    """Forget the routes read (tests, local mode reconfiguring; :func:`workerless.settings.clear_settings`)."""
-    with _routed_lock:
-        _routed.clear()
+if TYPE_CHECKING:
+    from botocore.client import BaseClient
 
 
-def get_routed_settings(
-    *, deadline: float, clock: Callable[[], float] = time.monotonic, settings: Settings | None = None
-) -> Settings:
-    """The settings with their routes: WORKERLESS_ROUTES when it is set (an explicit override wins),
-    else the parameters under WORKERLESS_ROUTES_PATH, read at the container's first poll and kept,
-    then read again once WORKERLESS_ROUTES_REFRESH_SECONDS have passed (0: never again). ``deadline``
-    (a ``time.monotonic()`` value) bounds the read and its retries.
+class RouteReader:
+    """The routes one wiring polls for, and when it read them (a wiring owns one: nothing is kept
+    between wirings). ``read`` reads a path's parameters (:func:`workerless.aws.parameters.read_path`
+    unless given: a test's fake)."""
 
-    Why again at all: a stack update that adds a route or changes one (its MaxInFlight in
-    Mappings.Routes) changes its parameter, not the poller's configuration, so Lambda keeps the warm
-    containers that read the old routes (for hours). A refresh that fails keeps the routes it has
-    (logged) and is tried again after the same interval; a first read that fails raises, and is not
-    kept (the next poll tries again): ConfigurationError when the path holds no route or a value is
-    not a route (naming the parameter), or the read's ParameterStoreError once its retries are spent.
-    ``settings``: the ones to route (a wiring's own), else the environment's.
-    """
-    if settings is None:
-        settings = get_settings()
-    if settings.routes or not settings.routes_path:
-        return settings
-    path = settings.routes_path
-    with _routed_lock:
-        cached = _routed.get(path)
-        now = clock()
-        if cached is not None and (
-            not settings.routes_refresh_seconds or now - cached[1] < settings.routes_refresh_seconds
-        ):
-            return cached[0]
-        from workerless.aws.parameters import read_path
+    def __init__(self, read: Callable[..., Mapping[str, str]] | None = None) -> None:
+        self._read = read
+        #: Per path: the settings with its routes, and when (``clock()``) they were read.
+        self._routed: dict[str, tuple[Settings, float]] = {}
+        self._lock = threading.Lock()
 
-        try:
-            routed = with_route_parameters(settings, read_path(path, deadline=deadline))
-        except WorkerlessError as exc:
-            if cached is None:
-                raise
-            from workerless.observability import logger
+    def forget(self) -> None:
+        """Forget the routes read: the next poll reads them again."""
+        with self._lock:
+            self._routed.clear()
 
-            logger.warning(
-                "could not read the routes again; polling the ones read before",
-                extra={"routes_path": path, "error": str(exc), "routes": [r.type for r in cached[0].routes]},
-            )
-            _routed[path] = (cached[0], now)
-            return cached[0]
-        _routed[path] = (routed, now)
-        return routed
+    def routed(
+        self,
+        settings: Settings,
+        *,
+        deadline: float,
+        clock: Callable[[], float] = time.monotonic,
+        client: BaseClient | None = None,
+    ) -> Settings:
+        """``settings`` with their routes: WORKERLESS_ROUTES when it is set (an explicit override wins),
+        else the parameters under WORKERLESS_ROUTES_PATH, read at the container's first poll and kept,
+        then read again once WORKERLESS_ROUTES_REFRESH_SECONDS have passed (0: never again). ``deadline``
+        (a ``time.monotonic()`` value) bounds the read and its retries; ``client``: the SSM client.
+
+        Why again at all: a stack update that adds a route or changes one (its MaxInFlight in
+        Mappings.Routes) changes its parameter, not the poller's configuration, so Lambda keeps the warm
+        containers that read the old routes (for hours). A refresh that fails keeps the routes it has
+        (logged) and is tried again after the same interval; a first read that fails raises, and is not
+        kept (the next poll tries again): ConfigurationError when the path holds no route or a value is
+        not a route (naming the parameter), or the read's ParameterStoreError once its retries are spent.
+        """
+        if settings.routes or not settings.routes_path:
+            return settings
+        path = settings.routes_path
+        with self._lock:
+            cached = self._routed.get(path)
+            now = clock()
+            if cached is not None and (
+                not settings.routes_refresh_seconds or now - cached[1] < settings.routes_refresh_seconds
+            ):
+                return cached[0]
+            from workerless.aws.parameters import read_path
+
+            # Looked up at each read: a test replaces workerless.aws.parameters.read_path.
+            read = self._read if self._read is not None else read_path
+
+            try:
+                routed = with_route_parameters(settings, read(path, deadline=deadline, client=client))
+            except WorkerlessError as exc:
+                if cached is None:
+                    raise
+                from workerless.observability import logger
+
+                logger.warning(
+                    "could not read the routes again; polling the ones read before",
+                    extra={"routes_path": path, "error": str(exc), "routes": [r.type for r in cached[0].routes]},
+                )
+                self._routed[path] = (cached[0], now)
+                return cached[0]
+            self._routed[path] = (routed, now)
+            return routed
 
 
 def with_route_parameters(settings: Settings, parameters: Mapping[str, str]) -> Settings:

@@ -17,43 +17,46 @@ if TYPE_CHECKING:
     from workerless.engines.base import Engine
     from workerless.ports import JobStore, PayloadStore, Queues
 
-_lock = threading.Lock()
-_current: Wiring | None = None
+
+class _Container:
+    """The one slot this Lambda container's wiring lives in (the composition root's; no other module
+    keeps a dependency)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.wiring: Wiring | None = None
+
+
+_container = _Container()
 
 
 def current() -> Wiring:
     """This container's wiring (a default :class:`Wiring` on the environment's settings, built on
     first use, unless :func:`reset` installed another)."""
-    global _current
-    wiring = _current
+    wiring = _container.wiring
     if wiring is None:
-        with _lock:
-            if _current is None:
-                _current = Wiring()
-            wiring = _current
+        with _container.lock:
+            if _container.wiring is None:
+                _container.wiring = Wiring()
+            wiring = _container.wiring
     return wiring
 
 
 def reset(wiring: Wiring | None = None) -> None:
-    """Close the container's wiring (its engine, if built) and forget it, every cached setting
-    and boto3 client; ``wiring`` (when given) is the container's from now on."""
-    global _current
-    from workerless.aws.clients import clear_clients
-    from workerless.settings import clear_settings
-
-    with _lock:
-        old, _current = _current, wiring
+    """Close the container's wiring (its engine, if built) and forget it, with the settings, boto3
+    clients and routes it held; ``wiring`` (when given) is the container's from now on."""
+    with _container.lock:
+        old, _container.wiring = _container.wiring, wiring
     if old is not None:
         old.close()
-    clear_settings()
-    clear_clients()
 
 
 def engine_name() -> str:
     """The engine the container's settings name (or its connection values reveal)."""
-    from workerless.settings import engine_values, infer_engine
+    from workerless.settings import infer_engine
 
-    return current().settings.engine or infer_engine(engine_values())
+    wiring = current()
+    return wiring.settings.engine or infer_engine(wiring.engine_values())
 
 
 def get_engine() -> Engine:

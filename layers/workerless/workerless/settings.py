@@ -1,9 +1,10 @@
 """Settings, validated once at cold start from the function's environment.
 
 Nothing else in workerless reads ``os.environ``: everything comes from :func:`get_settings` (the
-deployment's shape: table, queues, routes, timings) and :func:`engine_values` (the engine's
-connection values: from Secrets Manager in Lambda, from an env file locally). Tests call
-:func:`clear_settings` after changing the environment.
+deployment's shape: table, queues, routes, timings) and :func:`engine_overrides` (engine keys set in
+the environment). A leaf: no I/O beyond the environment given, nothing cached; the wiring
+(:class:`workerless.wiring.Wiring`) keeps the settings it read and loads the engine's connection
+values (:func:`workerless.aws.secrets.load_engine_values`).
 
 Example (what :func:`get_settings` does with ``os.environ``, on a mapping of its own):
 
@@ -13,11 +14,10 @@ Example (what :func:`get_settings` does with ``os.environ``, on a mapping of its
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -53,7 +53,7 @@ class Route(BaseModel):
 
     @field_validator("engine_queue", mode="before")
     @classmethod
-    def _empty_is_none(cls, value: Any) -> Any:
+    def _empty_is_none(cls, value: object) -> object:
         return None if value == "" else value
 
     @field_validator("type")
@@ -68,6 +68,10 @@ class Route(BaseModel):
             )
         return value
 
+
+#: A failing handler's backoff and the largest payload, when nothing (handler, settings) says otherwise.
+DEFAULT_FAIL_BACKOFF_SECONDS = 30
+DEFAULT_MAX_PAYLOAD_BYTES = payload_limit(DEFAULT_MEMORY_MB)
 
 #: The variables outside WORKERLESS_* that Settings reads: Powertools' and Lambda's log levels.
 _LOG_LEVEL_VARIABLES = frozenset({"POWERTOOLS_LOG_LEVEL", "AWS_LAMBDA_LOG_LEVEL"})
@@ -88,7 +92,7 @@ class Settings(BaseModel):
     routes: tuple[Route, ...] = Field(default=(), alias="WORKERLESS_ROUTES")
     #: The Parameter Store path holding one parameter per route (the template's route loop makes
     #: them): the poller reads it at its cold start, then every WORKERLESS_ROUTES_REFRESH_SECONDS
-    #: (:func:`workerless.routes.get_routed_settings`).
+    #: (:meth:`workerless.wiring.Wiring.routed_settings`).
     routes_path: str | None = Field(default=None, alias="WORKERLESS_ROUTES_PATH", pattern=r"^/[A-Za-z0-9_.\-/]+$")
     #: How long a poller container polls the routes it read before it reads them again (a stack
     #: update changes a route's parameter, not the poller's configuration); 0: only at cold start.
@@ -130,7 +134,9 @@ class Settings(BaseModel):
     #: the function refuses to start (raise its MemorySize with it: one decision).
     max_payload_bytes: int = Field(default=0, alias="WORKERLESS_MAX_PAYLOAD_BYTES", ge=1024 * 1024, le=1024**3)
     #: Backoff given to the engine when a handler raises an ordinary exception.
-    fail_backoff_seconds: int = Field(default=30, alias="WORKERLESS_FAIL_BACKOFF_SECONDS", ge=0, le=86_400)
+    fail_backoff_seconds: int = Field(
+        default=DEFAULT_FAIL_BACKOFF_SECONDS, alias="WORKERLESS_FAIL_BACKOFF_SECONDS", ge=0, le=86_400
+    )
     secret_arn: str | None = Field(default=None, alias="WORKERLESS_SECRET_ARN")
     #: A warm container reads the engine secret again this long after it last did, and builds its
     #: engine adapter anew when the values changed (a rotated secret). 0: every invocation.
@@ -149,7 +155,7 @@ class Settings(BaseModel):
 
     @field_validator("routes", mode="before")
     @classmethod
-    def _parse_routes(cls, value: Any) -> Any:
+    def _parse_routes(cls, value: object) -> object:
         if isinstance(value, str):
             if not value.strip():
                 return ()
@@ -172,7 +178,7 @@ class Settings(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _payload_limit_from_memory(cls, data: Any) -> Any:
+    def _payload_limit_from_memory(cls, data: object) -> object:
         limit = data.get("WORKERLESS_MAX_PAYLOAD_BYTES", data.get("max_payload_bytes")) if isinstance(data, dict) else 0
         if isinstance(data, dict) and limit is None:
             memory = data.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", data.get("function_memory_mb"))
@@ -228,19 +234,17 @@ class Settings(BaseModel):
             ) from None
 
 
-@functools.cache
-def get_settings() -> Settings:
-    """The process's settings, validated once (cold start) and cached."""
-    return Settings.from_env(os.environ)
+def get_settings(env: Mapping[str, str] | None = None) -> Settings:
+    """The settings of ``env`` (the process environment unless given), validated. Not cached: a
+    :class:`~workerless.wiring.Wiring` reads them once and keeps them."""
+    return Settings.from_env(os.environ if env is None else env)
 
 
-def clear_settings() -> None:
-    """Forget cached settings, routes and engine values (tests, local mode reconfiguring)."""
-    get_settings.cache_clear()
-    _engine_values_cached.cache_clear()
-    from workerless.routes import clear_routes
-
-    clear_routes()
+def engine_overrides(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The engine keys ``env`` (the process environment unless given) sets: they win over the
+    secret's and the env file's (a developer overriding one key of the block)."""
+    prefixes = tuple(p for group in ENGINE_KEY_PREFIXES.values() for p in group)
+    return {k: v for k, v in (os.environ if env is None else env).items() if k.startswith(prefixes)}
 
 
 def infer_engine(values: Mapping[str, str]) -> str:
@@ -290,41 +294,3 @@ def parse_env_text(text: str, *, source: str = "env file") -> dict[str, str]:
 
     parsed = dotenv_values(stream=io.StringIO(text))
     return {k: (v if v is not None else "") for k, v in parsed.items()}
-
-
-def engine_values() -> dict[str, str]:
-    """The engine's connection values (a copy), loaded once per container (again after
-    :func:`forget_engine_values`)."""
-    return dict(_engine_values_cached())
-
-
-def forget_engine_values() -> None:
-    """Read the engine's connection values (the secret) again at the next :func:`engine_values`."""
-    _engine_values_cached.cache_clear()
-
-
-@functools.cache
-def _engine_values_cached() -> dict[str, str]:
-    settings = get_settings()
-    values: dict[str, str] = {}
-    if settings.secret_arn:
-        from workerless.aws.secrets import read_secret_values
-
-        values.update(read_secret_values(settings.secret_arn, endpoint_url=settings.aws_endpoint_url))
-    if settings.env_file:
-        try:
-            with open(settings.env_file, encoding="utf-8") as fh:
-                text = fh.read()
-        except OSError as exc:
-            raise ConfigurationError(
-                f"WORKERLESS_ENV_FILE {settings.env_file!r} cannot be read: {exc.strerror}",
-                key="WORKERLESS_ENV_FILE",
-            ) from None
-        values.update(parse_env_text(text, source=settings.env_file))
-    # Explicit environment variables win (a developer overriding one key of the block).
-    prefixes = tuple(p for group in ENGINE_KEY_PREFIXES.values() for p in group)
-    values.update({k: v for k, v in os.environ.items() if k.startswith(prefixes)})
-    check_engine_keys(values)
-    if settings.engine:
-        values.setdefault("WORKERLESS_ENGINE", settings.engine)
-    return values

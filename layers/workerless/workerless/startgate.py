@@ -21,9 +21,12 @@ from __future__ import annotations
 import contextvars
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from workerless.observability import logger
+
+if TYPE_CHECKING:
+    from workerless.ports import LambdaContext
 
 #: Time kept for storing and reporting a job's result once its run ends.
 FINISH_MARGIN_SECONDS = 5.0
@@ -80,7 +83,7 @@ class StartGate:
 
     @classmethod
     def of_context(
-        cls, context: Any, *, runs: RunTimes, hand_back: Callable[[str], None], message_ids: list[str]
+        cls, context: LambdaContext | None, *, runs: RunTimes, hand_back: Callable[[str], None], message_ids: list[str]
     ) -> StartGate:
         getter = getattr(context, "get_remaining_time_in_millis", None)
         remaining = (lambda: float(getter()) / 1000.0) if callable(getter) else None

@@ -23,15 +23,18 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     import httpx
 
+    from workerless.aws.clients import Clients
+    from workerless.engines import EngineHooks
     from workerless.engines.base import Engine
     from workerless.observer import Observer
     from workerless.ports import Clock, JobStore, PayloadStore, Queues, SharedState, Sleep
+    from workerless.routes import RouteReader
     from workerless.settings import Settings
 
 T = TypeVar("T")
@@ -45,6 +48,11 @@ class Wiring:
     fault-injecting engine there); the observer wraps the result for the pipeline
     (:attr:`observed_engine`). ``clock`` and ``sleep`` are the poller's: its poll budget, pauses and
     deadline are on them (the benchmark's virtual poller passes a virtual clock).
+
+    ``environ`` is the function's environment the settings (when not given) and the engine's
+    overriding keys are read from: the process's unless given (local mode gives each function its
+    own). ``clients`` are the boto3 clients (built on the settings' endpoint unless given). ``hooks``
+    run around each request of the engine's HTTP client this wiring builds (local mode's guards).
     """
 
     def __init__(
@@ -60,8 +68,16 @@ class Wiring:
         engine_decorator: Callable[[Engine], Engine] | None = None,
         clock: Clock = time.monotonic,
         sleep: Sleep = time.sleep,
+        environ: Mapping[str, str] | None = None,
+        clients: Clients | None = None,
+        routes: RouteReader | None = None,
+        hooks: EngineHooks | None = None,
     ) -> None:
         self._settings = settings
+        self._environ = environ
+        self._clients = clients
+        self._routes = routes
+        self.hooks = hooks
         self._engine = engine
         self._store = store
         self._queues = queues
@@ -94,13 +110,51 @@ class Wiring:
 
     @property
     def settings(self) -> Settings:
-        """The settings given, else the environment's (cached by :mod:`workerless.settings`, read
-        again after :func:`~workerless.settings.clear_settings`)."""
-        if self._settings is not None:
-            return self._settings
-        from workerless.settings import get_settings
+        """The settings given, else the environment's (read once, on first use)."""
 
-        return get_settings()
+        def build() -> Settings:
+            from workerless.settings import get_settings
+
+            return get_settings(self._environ)
+
+        return self._once("_settings", build)
+
+    @property
+    def clients(self) -> Clients:
+        """The boto3 clients (:class:`workerless.aws.clients.Clients` on the settings' endpoint)."""
+
+        def build() -> Clients:
+            from workerless.aws.clients import Clients
+
+            return Clients(endpoint_url=self.settings.aws_endpoint_url)
+
+        return self._once("_clients", build)
+
+    @property
+    def routes(self) -> RouteReader:
+        """The routes this wiring's poller read (:class:`workerless.routes.RouteReader`)."""
+
+        def build() -> RouteReader:
+            from workerless.routes import RouteReader
+
+            return RouteReader()
+
+        return self._once("_routes", build)
+
+    def routed_settings(self, *, deadline: float) -> Settings:
+        """The settings with their routes (read from Parameter Store when only their path is set)."""
+        settings = self.settings
+        if settings.routes or not settings.routes_path:
+            return settings
+        return self.routes.routed(settings, deadline=deadline, client=self.clients.ssm)
+
+    def engine_values(self) -> dict[str, str]:
+        """The engine's connection values, read now (the secret, the env file, the environment's keys)."""
+        from workerless.aws.secrets import load_engine_values
+
+        settings = self.settings
+        client = self.clients.secretsmanager if settings.secret_arn else None
+        return load_engine_values(settings, client, env=self._environ)
 
     @property
     def store(self) -> JobStore:
@@ -113,6 +167,7 @@ class Wiring:
             return JobStore(
                 settings.table_name,
                 ttl_seconds=settings.record_ttl_seconds,
+                clients=self.clients,  # its client built on its first call, as before
                 payloads=self.payloads,
                 max_outcome_bytes=settings.max_payload_bytes,
             )
@@ -126,7 +181,7 @@ class Wiring:
         def build() -> PayloadStore:
             from workerless.aws.payloads import Payloads
 
-            return Payloads(self.settings.payload_bucket)
+            return Payloads(self.settings.payload_bucket, clients=self.clients)
 
         return self._once("_payloads", build)
 
@@ -137,7 +192,7 @@ class Wiring:
         def build() -> Queues:
             from workerless.aws.sqs import Queues
 
-            return Queues()
+            return Queues(clients=self.clients)
 
         return self._once("_queues", build)
 
@@ -164,12 +219,12 @@ class Wiring:
 
     def _build_engine(self) -> Engine:
         from workerless.engines import build_engine, new_http_client
-        from workerless.settings import engine_values, infer_engine
+        from workerless.settings import infer_engine
 
         settings = self.settings
-        values = engine_values()
+        values = self.engine_values()
         self._values, self._values_read_at = values, time.monotonic()
-        client = new_http_client(settings.http_timeout_seconds)
+        client = new_http_client(settings.http_timeout_seconds, self.hooks)
         self._http = client  # owned here: closed by close(), whatever the adapter does
         engine = build_engine(
             settings.engine or infer_engine(values),
@@ -215,15 +270,13 @@ class Wiring:
             return
         from workerless.errors import WorkerlessError
         from workerless.observability import logger
-        from workerless.settings import engine_values, forget_engine_values
 
         with self._lock:
             if time.monotonic() - self._values_read_at < settings.secret_max_age_seconds:
                 return  # another thread read it just now
             self._values_read_at = time.monotonic()
-            forget_engine_values()
             try:
-                values = engine_values()
+                values = self.engine_values()
             except WorkerlessError as exc:  # the old values still work until the engine refuses them
                 logger.warning("could not read the engine secret again; keeping the engine", extra={"error": str(exc)})
                 return

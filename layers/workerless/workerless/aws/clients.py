@@ -1,17 +1,23 @@
-"""Lazily built, cached boto3 clients (one per service per container), and the deadline that
-bounds their calls."""
+"""The boto3 clients a wiring owns (:class:`Clients`: one per service), and the deadline that bounds
+their calls."""
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, NoReturn
 
-_lock = threading.Lock()
+if TYPE_CHECKING:
+    import boto3.session
+    from botocore.client import BaseClient
+    from botocore.config import Config
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_secretsmanager import SecretsManagerClient
+    from mypy_boto3_sqs import SQSClient
 
 
 class DeadlineReachedError(Exception):
@@ -50,7 +56,34 @@ def current_deadline() -> float | None:
     return _deadline.get()
 
 
-def _refuse_past_deadline(**_: Any) -> None:
+def call_aws(
+    client: BaseClient | object,
+    operation: str,
+    kwargs: Mapping[str, object],
+    translate: Callable[[Exception], NoReturn],
+) -> dict[str, Any]:
+    """``client.<operation>(**kwargs)``'s answer. botocore's errors (a refusal, a transport failure)
+    and a request refused past its :func:`call_deadline` go to ``translate``, which raises the
+    caller's error from :mod:`workerless.errors` (errors are translated once, here at the adapter
+    boundary, by each adapter's own rule)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        answer: dict[str, Any] = getattr(client, operation)(**kwargs)
+    except (ClientError, BotoCoreError, DeadlineReachedError) as exc:
+        translate(exc)
+    return answer
+
+
+def error_code(exc: Exception) -> str:
+    """A botocore ClientError's error code ("error" when it has none; "" for any other error)."""
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return ""
+    return str(response.get("Error", {}).get("Code", "error"))
+
+
+def _refuse_past_deadline(**_: object) -> None:
     # "before-send" runs before every HTTP attempt of every call, botocore's retries included.
     deadline = _deadline.get()
     if deadline is not None and time.monotonic() >= deadline:
@@ -77,36 +110,86 @@ def quiet_sdk_debug_logs() -> None:
             sdk_logger.setLevel(logging.INFO)
 
 
-@functools.cache
-def _client(service: str, endpoint_url: str | None) -> Any:
-    import boto3
+def default_config() -> Config:
+    """What every runtime client gets unless its owner passes another: short connect and read
+    timeouts (a Lambda's minutes are the budget) and botocore's standard retries."""
     from botocore.config import Config
 
-    quiet_sdk_debug_logs()
-
-    config = Config(
+    return Config(
         connect_timeout=3,
         read_timeout=10,
         retries={"mode": "standard", "max_attempts": 4},
         tcp_keepalive=True,
     )
-    # Sessions are not thread-safe; clients are. Build under a lock, share the client.
-    with _lock:
-        session: Any = boto3.session.Session()
-        built = session.client(service, endpoint_url=endpoint_url, config=config)
-    # First among the "before-send" handlers: ahead of any that answers in place of sending (moto's
-    # in-process AWS, botocore's Stubber), so a refused request is not carried out by them either.
-    built.meta.events.register_first("before-send", _refuse_past_deadline, unique_id="workerless-deadline")
-    return built
 
 
-def client(service: str) -> Any:
-    """The cached client for ``service`` (endpoint from settings: None in Lambda)."""
-    from workerless.settings import get_settings
+class Clients:
+    """The boto3 clients of one wiring: one per service, built on first use from the ``session``,
+    ``endpoint_url`` and ``config`` given (a default session, none and :func:`default_config`), each
+    with the deadline handler registered on it (not on botocore's process-wide handlers).
 
-    return _client(service, get_settings().aws_endpoint_url)
+    ``on_client`` runs on each client as it is built (local mode and chaos register their own
+    per-client handlers there).
+    """
 
+    def __init__(
+        self,
+        *,
+        endpoint_url: str | None = None,
+        config: Config | None = None,
+        session: boto3.session.Session | None = None,
+        on_client: Callable[[BaseClient], None] | None = None,
+    ) -> None:
+        self.endpoint_url = endpoint_url
+        self._config = config
+        self._session = session
+        self._on_client = on_client
+        self._built: dict[str, BaseClient] = {}
+        self._lock = threading.Lock()
 
-def clear_clients() -> None:
-    """Forget cached clients (tests, local mode switching mocks)."""
-    _client.cache_clear()
+    def get(self, service: str) -> BaseClient:
+        """The client for ``service`` (built once)."""
+        built = self._built.get(service)
+        if built is not None:
+            return built
+        with self._lock:  # sessions are not thread-safe; clients are
+            built = self._built.get(service)
+            if built is None:
+                built = self._build(service)
+                self._built[service] = built
+        return built
+
+    def _build(self, service: str) -> BaseClient:
+        import boto3
+
+        quiet_sdk_debug_logs()
+        if self._session is None:
+            self._session = boto3.session.Session()
+        config = self._config if self._config is not None else default_config()
+        built: BaseClient = self._session.client(service, endpoint_url=self.endpoint_url, config=config)  # type: ignore[call-overload]
+        # First among the "before-send" handlers: ahead of any that answers in place of sending (moto's
+        # in-process AWS, botocore's Stubber), so a refused request is not carried out by them either.
+        built.meta.events.register_first("before-send", _refuse_past_deadline, unique_id="workerless-deadline")
+        if self._on_client is not None:
+            self._on_client(built)
+        return built
+
+    @property
+    def dynamodb(self) -> DynamoDBClient:
+        return self.get("dynamodb")  # type: ignore[return-value]
+
+    @property
+    def sqs(self) -> SQSClient:
+        return self.get("sqs")  # type: ignore[return-value]
+
+    @property
+    def s3(self) -> S3Client:
+        return self.get("s3")  # type: ignore[return-value]
+
+    @property
+    def ssm(self) -> BaseClient:  # mypy_boto3_ssm is not installed
+        return self.get("ssm")
+
+    @property
+    def secretsmanager(self) -> SecretsManagerClient:
+        return self.get("secretsmanager")  # type: ignore[return-value]

@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 import time
 import zlib
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from workerless.aws.items import STATE_ATTRIBUTES, decode_outcome, encode_inline, inline_bytes, to_record
 from workerless.claimcheck import (
@@ -32,6 +32,12 @@ from workerless.errors import OutcomeTooLargeError, StoreError
 from workerless.model import Outcome
 from workerless.record import JobRecord, Status
 from workerless.retry import UNPROCESSED, ambient_deadline
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+    from workerless.aws.clients import Clients
+    from workerless.ports import PayloadStore
 
 #: DynamoDB error codes that the same call will meet again however often it is retried: retrying
 #: them only burns the invocation's time. Every other failure (throttles, 5xx, transport errors,
@@ -77,14 +83,15 @@ class JobStore:
         table: str,
         *,
         ttl_seconds: int,
-        client: Any = None,
-        clock: Any = time.time,
-        payloads: Any = None,
+        client: DynamoDBClient | None = None,
+        clients: Clients | None = None,
+        clock: Callable[[], float] = time.time,
+        payloads: PayloadStore | None = None,
         max_outcome_bytes: int = payload_limit(DEFAULT_MEMORY_MB),
     ) -> None:
         self.table = table
         self.ttl_seconds = ttl_seconds
-        self._client = client
+        self._client, self._clients = client, clients  # the client, else whose to build on first use
         self._clock = clock
         #: workerless.aws.payloads.Payloads: the claim check for outcomes too large for a record.
         self.payloads = payloads
@@ -118,7 +125,7 @@ class JobStore:
         if payloads is None:
             from workerless.aws.payloads import Payloads
 
-            payloads = self.payloads = Payloads(record.outcome_ref.bucket)
+            payloads = self.payloads = Payloads(record.outcome_ref.bucket, clients=self._clients)
         data = payloads.get(record.outcome_ref)
         try:
             return decode_outcome({"B": data})
@@ -126,40 +133,31 @@ class JobStore:
             raise StoreError(f"stored outcome {record.outcome_ref.key} is unreadable: {exc}", retryable=False) from exc
 
     @property
-    def client(self) -> Any:
+    def client(self) -> DynamoDBClient:
         if self._client is None:
-            from workerless.aws.clients import client
+            from workerless.aws.clients import Clients
 
-            self._client = client("dynamodb")
+            # Not given one (a test's store on moto): a client of its own, on the default endpoint.
+            self._client = (self._clients or Clients()).dynamodb
         return self._client
 
     def _ttl(self, now: float) -> dict[str, str]:
         return {"N": str(int(now + self.ttl_seconds))}
 
-    def _call(self, operation: str, **kwargs: Any) -> Any:
-        from botocore.exceptions import BotoCoreError, ClientError
+    def _call(self, operation: str, **kwargs: object) -> dict[str, Any]:
+        from workerless.aws.clients import DeadlineReachedError, call_aws, error_code
 
-        from workerless.aws.clients import DeadlineReachedError
+        def translate(exc: Exception) -> NoReturn:
+            code, what = error_code(exc), f"DynamoDB {operation} on {self.table}"
+            if code == "ConditionalCheckFailedException":
+                raise _ConditionFailed(getattr(exc, "response", {}).get("Item")) from None
+            if isinstance(exc, DeadlineReachedError):
+                raise StoreError(f"{what} not sent: the invocation's deadline has passed", retryable=False) from exc
+            if code:
+                raise StoreError(f"{what} failed: {code}", code=code, retryable=code not in FINAL_ERROR_CODES) from exc
+            raise StoreError(f"{what} failed: {type(exc).__name__}") from exc
 
-        try:
-            return getattr(self.client, operation)(**kwargs)
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-                item: Any = exc.response.get("Item")
-                raise _ConditionFailed(item) from None
-            code = str(exc.response.get("Error", {}).get("Code", "error"))
-            raise StoreError(
-                f"DynamoDB {operation} on {self.table} failed: {code}",
-                code=code,
-                retryable=code not in FINAL_ERROR_CODES,
-            ) from exc
-        except BotoCoreError as exc:
-            raise StoreError(f"DynamoDB {operation} on {self.table} failed: {type(exc).__name__}") from exc
-        except DeadlineReachedError as exc:
-            raise StoreError(
-                f"DynamoDB {operation} on {self.table} not sent: the invocation's deadline has passed",
-                retryable=False,
-            ) from exc
+        return call_aws(self.client, operation, kwargs, translate)
 
     def _update_if(self, key: str, update: str, condition: str, names: dict[str, str], values: dict[str, Any]) -> bool:
         """One conditional UpdateItem on ``key``'s record; False (nothing written) when the

@@ -3,7 +3,7 @@
 The template gives each route an ``AWS::SSM::Parameter`` named ``<path>/<job type>`` whose value is
 the route's JSON (type, queue URL, max in flight, engine queue), and the functions only the path
 (WORKERLESS_ROUTES_PATH). The poller reads them with GetParametersByPath once per container, at its
-first poll (:func:`workerless.settings.get_routed_settings`): Parameter Store's standard throughput
+first poll (:class:`workerless.routes.RouteReader`): Parameter Store's standard throughput
 (40 transactions a second per account and region) is shared with everything else the account does,
 so nothing else calls it.
 
@@ -18,9 +18,12 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from workerless.errors import ConfigurationError, ParameterStoreError
+
+if TYPE_CHECKING:
+    from botocore.client import BaseClient
 
 #: GetParametersByPath answers at most 10 parameters a page.
 PAGE_SIZE = 10
@@ -42,7 +45,7 @@ def read_path(
     path: str,
     *,
     deadline: float,
-    client: Any = None,
+    client: BaseClient | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> dict[str, str]:
@@ -55,22 +58,22 @@ def read_path(
 
     ssm = client
     if ssm is None:
-        from workerless.aws.clients import client as cached_client
+        from workerless.aws.clients import Clients
 
-        ssm = cached_client("ssm")
+        ssm = Clients().ssm
     with call_deadline(deadline):  # botocore's own retries stop there too
         return _read_pages(ssm, path, deadline=deadline, sleep=sleep, clock=clock)
 
 
 def _read_pages(
-    ssm: Any, path: str, *, deadline: float, sleep: Callable[[float], None], clock: Callable[[], float]
+    ssm: BaseClient, path: str, *, deadline: float, sleep: Callable[[float], None], clock: Callable[[], float]
 ) -> dict[str, str]:
     from workerless.retry import PARAMETERS
 
     found: dict[str, str] = {}
     token: str | None = None
     for _ in range(MAX_PAGES):
-        kwargs: dict[str, Any] = {"Path": path, "Recursive": False, "MaxResults": PAGE_SIZE}
+        kwargs: dict[str, object] = {"Path": path, "Recursive": False, "MaxResults": PAGE_SIZE}
         if token:
             kwargs["NextToken"] = token
         answer = PARAMETERS.call(
@@ -94,25 +97,23 @@ def _read_pages(
     )
 
 
-def _call(ssm: Any, path: str, kwargs: dict[str, Any]) -> Any:
-    from botocore.exceptions import BotoCoreError, ClientError
+def _call(ssm: BaseClient, path: str, kwargs: dict[str, object]) -> dict[str, Any]:
+    from workerless.aws.clients import DeadlineReachedError, call_aws, error_code
 
-    from workerless.aws.clients import DeadlineReachedError
-
-    try:
-        return ssm.get_parameters_by_path(**kwargs)
-    except ClientError as exc:
-        code = str(exc.response.get("Error", {}).get("Code", "error"))
-        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+    def translate(exc: Exception) -> NoReturn:
+        if isinstance(exc, DeadlineReachedError):
+            raise ParameterStoreError(
+                f"SSM GetParametersByPath {path!r} not sent: the invocation's deadline has passed", retryable=False
+            ) from None
+        code = error_code(exc)
+        if not code:
+            raise ParameterStoreError(f"SSM GetParametersByPath {path!r} failed: {type(exc).__name__}") from None
+        status = int(getattr(exc, "response", {}).get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
         if code in _RETRYABLE_CODES or status >= 500:
             raise ParameterStoreError(f"SSM GetParametersByPath {path!r} failed: {code}", code=code) from None
         # Access denied, a path that is not a valid hierarchy, ...: the same request will not pass.
         raise ConfigurationError(
             f"cannot read the routes under {KEY} {path!r} (SSM GetParametersByPath: {code})", key=KEY
         ) from None
-    except BotoCoreError as exc:
-        raise ParameterStoreError(f"SSM GetParametersByPath {path!r} failed: {type(exc).__name__}") from None
-    except DeadlineReachedError:
-        raise ParameterStoreError(
-            f"SSM GetParametersByPath {path!r} not sent: the invocation's deadline has passed", retryable=False
-        ) from None
+
+    return call_aws(ssm, "get_parameters_by_path", kwargs, translate)

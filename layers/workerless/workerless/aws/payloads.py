@@ -8,12 +8,17 @@ lifecycle rule expires them: nothing here deletes.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from workerless.claimcheck import PayloadRef, digest
 
 # Declared in the one error tree (workerless.errors); re-exported where callers have always found it.
 from workerless.errors import PayloadError as PayloadError
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+    from workerless.aws.clients import Clients
 
 #: S3 error codes that the same call meets again however often it is retried.
 FINAL_ERROR_CODES = frozenset(
@@ -32,42 +37,39 @@ class Payloads:
             assert payloads.get(ref) == b'{"orderId": "o1"}'
     """
 
-    def __init__(self, bucket: str | None, *, client: Any = None) -> None:
+    def __init__(self, bucket: str | None, *, client: S3Client | None = None, clients: Clients | None = None) -> None:
         self.bucket = bucket or None
-        self._client = client
+        self._client, self._clients = client, clients  # the client, else whose to build on first use
 
     @property
     def enabled(self) -> bool:
         return self.bucket is not None
 
     @property
-    def client(self) -> Any:
+    def client(self) -> S3Client:
         if self._client is None:
-            from workerless.aws.clients import client
+            from workerless.aws.clients import Clients
 
-            self._client = client("s3")
+            # Not given one (a test's store on moto): a client of its own, on the default endpoint.
+            self._client = (self._clients or Clients()).s3
         return self._client
 
-    def _call(self, operation: str, **kwargs: Any) -> Any:
-        from botocore.exceptions import BotoCoreError, ClientError
+    def _call(self, operation: str, **kwargs: object) -> dict[str, Any]:
+        from workerless.aws.clients import DeadlineReachedError, call_aws, error_code
 
-        from workerless.aws.clients import DeadlineReachedError
+        def translate(exc: Exception) -> NoReturn:
+            code, what = error_code(exc), f"S3 {operation} of {kwargs.get('Key')}"
+            if isinstance(exc, DeadlineReachedError):
+                raise PayloadError(
+                    f"S3 {operation} not sent: the invocation's deadline has passed", retryable=False
+                ) from exc
+            if code:
+                raise PayloadError(
+                    f"{what} failed: {code}", code=code, retryable=code not in FINAL_ERROR_CODES
+                ) from exc
+            raise PayloadError(f"{what} failed: {type(exc).__name__}") from exc
 
-        try:
-            return getattr(self.client, operation)(**kwargs)
-        except ClientError as exc:
-            code = str(exc.response.get("Error", {}).get("Code", "error"))
-            raise PayloadError(
-                f"S3 {operation} of {kwargs.get('Key')} failed: {code}",
-                code=code,
-                retryable=code not in FINAL_ERROR_CODES,
-            ) from exc
-        except BotoCoreError as exc:
-            raise PayloadError(f"S3 {operation} of {kwargs.get('Key')} failed: {type(exc).__name__}") from exc
-        except DeadlineReachedError as exc:
-            raise PayloadError(
-                f"S3 {operation} not sent: the invocation's deadline has passed", retryable=False
-            ) from exc
+        return call_aws(self.client, operation, kwargs, translate)
 
     def put(self, key: str, data: bytes) -> PayloadRef:
         """Write ``data`` at ``key``; the pointer to it."""

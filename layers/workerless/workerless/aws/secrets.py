@@ -7,9 +7,15 @@ exactly as Drive prints it. Values are never logged.
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from workerless.errors import ConfigurationError, SecretReadError
+from workerless.settings import Settings, check_engine_keys, engine_overrides, parse_env_text
+
+if TYPE_CHECKING:
+    from mypy_boto3_secretsmanager import SecretsManagerClient
+    from mypy_boto3_secretsmanager.type_defs import GetSecretValueResponseTypeDef
 
 #: Secrets Manager's answers that say "not now" rather than "never": a throttle, its own failure.
 #: Anything else it refuses (AccessDeniedException, ResourceNotFoundException, DecryptionFailure,
@@ -20,7 +26,35 @@ _RETRYABLE_CODES = frozenset(
 KEY = "WORKERLESS_SECRET_ARN"
 
 
-def read_secret_values(secret_id: str, *, endpoint_url: str | None = None) -> dict[str, str]:
+def load_engine_values(
+    settings: Settings, client: SecretsManagerClient | None, *, env: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The engine's connection values for ``settings``: the secret's (WORKERLESS_SECRET_ARN, read
+    with ``client``), then the env file's (WORKERLESS_ENV_FILE), then the engine keys ``env`` sets
+    (the process environment unless given), each over the one before. Refuses a misspelt engine key."""
+    values: dict[str, str] = {}
+    if settings.secret_arn:
+        if client is None:
+            raise ConfigurationError("WORKERLESS_SECRET_ARN is set and no Secrets Manager client was given")
+        values.update(read_secret_values(settings.secret_arn, client=client))
+    if settings.env_file:
+        try:
+            with open(settings.env_file, encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError as exc:
+            raise ConfigurationError(
+                f"WORKERLESS_ENV_FILE {settings.env_file!r} cannot be read: {exc.strerror}",
+                key="WORKERLESS_ENV_FILE",
+            ) from None
+        values.update(parse_env_text(text, source=settings.env_file))
+    values.update(engine_overrides(env))
+    check_engine_keys(values)
+    if settings.engine:
+        values.setdefault("WORKERLESS_ENGINE", settings.engine)
+    return values
+
+
+def read_secret_values(secret_id: str, *, client: SecretsManagerClient) -> dict[str, str]:
     """Read and parse the secret.
 
     A read Secrets Manager refuses for good (access denied, no such secret, one it cannot decrypt)
@@ -32,7 +66,7 @@ def read_secret_values(secret_id: str, *, endpoint_url: str | None = None) -> di
     from workerless.retry import SECRETS, ambient_deadline
 
     answer = SECRETS.call(
-        lambda: _get(secret_id),
+        lambda: _get(secret_id, client),
         deadline=ambient_deadline(),
         retryable=lambda e: isinstance(e, SecretReadError) and e.retryable,
     )
@@ -42,14 +76,14 @@ def read_secret_values(secret_id: str, *, endpoint_url: str | None = None) -> di
     return parse_secret_text(text)
 
 
-def _get(secret_id: str) -> Any:
+def _get(secret_id: str, client: SecretsManagerClient) -> GetSecretValueResponseTypeDef:
     from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
     from botocore.exceptions import ConnectionError as TransportError
 
-    from workerless.aws.clients import DeadlineReachedError, client
+    from workerless.aws.clients import DeadlineReachedError
 
     try:
-        return client("secretsmanager").get_secret_value(SecretId=secret_id)
+        return client.get_secret_value(SecretId=secret_id)
     except ClientError as exc:
         code = str(exc.response.get("Error", {}).get("Code", "error"))
         status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
@@ -81,6 +115,4 @@ def parse_secret_text(text: str) -> dict[str, str]:
         if not isinstance(data, dict):
             raise ConfigurationError("the engine secret must be a JSON object", key="WORKERLESS_SECRET_ARN")
         return {str(k): "" if v is None else str(v) for k, v in data.items()}
-    from workerless.settings import parse_env_text
-
     return parse_env_text(text, source="secret")

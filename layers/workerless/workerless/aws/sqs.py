@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 # Declared in the one error tree (workerless.errors); re-exported where callers have always found it.
 from workerless.errors import QueueError as QueueError
 
 if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+    from workerless.aws.clients import Clients
     from workerless.batch import SqsRecord
 
 #: A message's size limit is each queue's MaximumMessageSize (SQS's default and maximum: 1 MiB since
@@ -66,35 +69,31 @@ class SendFailure:
 class Queues:
     """Thin, typed wrapper over the SQS calls the pipeline makes."""
 
-    def __init__(self, client: Any = None) -> None:
-        self._client = client
+    def __init__(self, client: SQSClient | None = None, *, clients: Clients | None = None) -> None:
+        self._client, self._clients = client, clients  # the client, else whose to build on first use
         #: Each queue's MaximumMessageSize as last read (it caps a message and a batch's total). Read
         #: with the depth the poller asks for anyway: no call of its own. A queue's limit changes only
         #: with SetQueueAttributes (a stack update), and a container lives for hours at most.
         self._limits: dict[str, int] = {}
 
     @property
-    def client(self) -> Any:
+    def client(self) -> SQSClient:
         if self._client is None:
-            from workerless.aws.clients import client
+            from workerless.aws.clients import Clients
 
-            self._client = client("sqs")
+            # Not given one (a test's store on moto): a client of its own, on the default endpoint.
+            self._client = (self._clients or Clients()).sqs
         return self._client
 
-    def _call(self, operation: str, **kwargs: Any) -> Any:
-        from botocore.exceptions import BotoCoreError, ClientError
+    def _call(self, operation: str, **kwargs: object) -> dict[str, Any]:
+        from workerless.aws.clients import DeadlineReachedError, call_aws, error_code
 
-        from workerless.aws.clients import DeadlineReachedError
+        def translate(exc: Exception) -> NoReturn:
+            if isinstance(exc, DeadlineReachedError):
+                raise QueueError(f"SQS {operation} not sent: the invocation's deadline has passed") from exc
+            raise QueueError(f"SQS {operation} failed: {error_code(exc) or type(exc).__name__}") from exc
 
-        try:
-            return getattr(self.client, operation)(**kwargs)
-        except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "error")
-            raise QueueError(f"SQS {operation} failed: {code}") from exc
-        except BotoCoreError as exc:
-            raise QueueError(f"SQS {operation} failed: {type(exc).__name__}") from exc
-        except DeadlineReachedError as exc:
-            raise QueueError(f"SQS {operation} not sent: the invocation's deadline has passed") from exc
+        return call_aws(self.client, operation, kwargs, translate)
 
     def in_flight(self, queue_url: str) -> int:
         """Messages waiting, being processed, or delayed: what a route already holds. The same call

@@ -112,52 +112,33 @@ def build_engine(
     return engine
 
 
-#: Checks run before every request of a client from :func:`new_http_client`; one raising stops the
-#: request. Empty in Lambda; local mode adds one that refuses requests from an invocation it
-#: abandoned at its Timeout (Lambda would have stopped that code).
-_request_guards: list[Callable[[], None]] = []
+@dataclass(frozen=True, slots=True)
+class EngineHooks:
+    """What a wiring's engine HTTP client calls around each request (given to :func:`new_http_client`
+    by the wiring that owns the client; nothing in Lambda).
+
+    ``request_guards`` run before every request; one raising stops it (local mode refuses the
+    requests of an invocation it abandoned at its Timeout, as Lambda would have stopped that code).
+    ``response_watchers`` get every response, whatever its status, and must not raise (local mode
+    tells "the engine answered" from "nothing is listening at that URL").
+    """
+
+    request_guards: tuple[Callable[[], None], ...] = ()
+    response_watchers: tuple[Callable[[httpx.Response], None], ...] = ()
+
+    def before_request(self, request: httpx.Request) -> None:
+        for guard in self.request_guards:
+            guard()
+
+    def after_response(self, response: httpx.Response) -> None:
+        for watcher in self.response_watchers:
+            watcher(response)
 
 
-def add_request_guard(guard: Callable[[], None]) -> None:
-    """Run ``guard()`` before every engine request (idempotent); it raises to refuse the request."""
-    if guard not in _request_guards:
-        _request_guards.append(guard)
-
-
-def remove_request_guard(guard: Callable[[], None]) -> None:
-    if guard in _request_guards:
-        _request_guards.remove(guard)
-
-
-def _run_request_guards(request: httpx.Request) -> None:
-    for guard in tuple(_request_guards):
-        guard()
-
-
-#: Called with every response an engine client receives (any status). Empty in Lambda; local mode
-#: adds one to tell "the engine answered" from "nothing is listening at that URL".
-_response_watchers: list[Callable[[httpx.Response], None]] = []
-
-
-def add_response_watcher(watcher: Callable[[httpx.Response], None]) -> None:
-    """Call ``watcher(response)`` on every engine response (idempotent); it must not raise."""
-    if watcher not in _response_watchers:
-        _response_watchers.append(watcher)
-
-
-def remove_response_watcher(watcher: Callable[[httpx.Response], None]) -> None:
-    if watcher in _response_watchers:
-        _response_watchers.remove(watcher)
-
-
-def _run_response_watchers(response: httpx.Response) -> None:
-    for watcher in tuple(_response_watchers):
-        watcher(response)
-
-
-def new_http_client(timeout_seconds: float) -> httpx.Client:
+def new_http_client(timeout_seconds: float, hooks: EngineHooks | None = None) -> httpx.Client:
     """The HTTP client every adapter gets: explicit timeouts shorter than any Lambda's, and a
-    small keep-alive pool (a warm container reuses its connection to the engine)."""
+    small keep-alive pool (a warm container reuses its connection to the engine); ``hooks``
+    around each request (none unless given)."""
     import httpx
 
     connect = min(3.0, timeout_seconds)
@@ -166,5 +147,7 @@ def new_http_client(timeout_seconds: float) -> httpx.Client:
         limits=httpx.Limits(max_connections=20, max_keepalive_connections=10),
         follow_redirects=False,
         headers={"User-Agent": "workerless/0.1"},
-        event_hooks={"request": [_run_request_guards], "response": [_run_response_watchers]},
+        event_hooks={"request": [hooks.before_request], "response": [hooks.after_response]}
+        if hooks is not None
+        else {},
     )

@@ -48,7 +48,16 @@ Listeners (local mode's summary, tests) subscribe to lifecycle steps with :func:
 
 from __future__ import annotations
 
-from workerless.observability.lifecycle import EVENTS, OUTCOMES, STEPS, Listener, add_listener, emit, remove_listener
+from workerless.observability.lifecycle import (
+    EVENTS,
+    OUTCOMES,
+    STEPS,
+    Lifecycle,
+    Listener,
+    add_listener,
+    emit,
+    remove_listener,
+)
 from workerless.observability.logs import JsonFormatter, apply_log_level, logger
 from workerless.observability.metrics import (
     ENGINE_ERRORS,
@@ -65,7 +74,6 @@ from workerless.observability.metrics import (
     engine_error,
     flush,
     invocation_metrics,
-    observe_engine,
     poll_report,
 )
 from workerless.observability.switches import (
@@ -90,6 +98,7 @@ __all__ = [
     "STEPS",
     "JobSpan",
     "JsonFormatter",
+    "Lifecycle",
     "Listener",
     "MetricsBuffer",
     "add_listener",
@@ -107,7 +116,6 @@ __all__ = [
     "job_span",
     "logger",
     "metrics_enabled",
-    "observe_engine",
     "poll_report",
     "remove_listener",
     "suppress_metrics_while",

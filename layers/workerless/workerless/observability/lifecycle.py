@@ -4,33 +4,44 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from enum import StrEnum
 from typing import Any
 
 from workerless.observability.logs import logger
 from workerless.observability.metrics import EVENT_METRICS, PER_TYPE, add_metric
 
-#: The lifecycle steps one job can go through.
-EVENTS = (
-    "activated",
-    "dispatched",
-    "released",
-    "started",
-    "completed",
-    "failed",
-    "thrown",
-    "rereported",
-    "report_owed",
-    "lease_lost",
-    "skipped",
-    "extended",
-    "dead_lettered",
-    "dead_letter_rejected",
-)
+
+class Lifecycle(StrEnum):
+    """The lifecycle steps one job can go through (each a string: a listener or a log reader
+    compares them with plain names)."""
+
+    ACTIVATED = "activated"
+    DISPATCHED = "dispatched"
+    #: Its variables went to the claim check's bucket (the message would have been over its queue's limit).
+    OFFLOADED = "offloaded"
+    RELEASED = "released"
+    STARTED = "started"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    THROWN = "thrown"
+    REREPORTED = "rereported"
+    REPORT_OWED = "report_owed"
+    LEASE_LOST = "lease_lost"
+    SKIPPED = "skipped"
+    EXTENDED = "extended"
+    DEAD_LETTERED = "dead_lettered"
+    DEAD_LETTER_REJECTED = "dead_letter_rejected"
+
+
+#: Every step, in the order above.
+EVENTS: tuple[Lifecycle, ...] = tuple(Lifecycle)
 
 #: The steps on the way to a job's outcome: DEBUG lines. Every other step ends the job's handling
-#: (its outcome: one INFO line each).
-STEPS = frozenset({"activated", "dispatched", "started", "extended"})
-OUTCOMES = frozenset(EVENTS) - STEPS
+#: (its outcome: one INFO line each). Offloading is on the way, but it is logged at INFO as it was
+#: before it was a member here (a job large enough to go through S3 is worth a line).
+STEPS = frozenset({Lifecycle.ACTIVATED, Lifecycle.DISPATCHED, Lifecycle.STARTED, Lifecycle.EXTENDED})
+OUTCOMES = frozenset(EVENTS) - STEPS - {Lifecycle.OFFLOADED}
+_INFO = OUTCOMES | {Lifecycle.OFFLOADED}
 
 Listener = Callable[[str, str, dict[str, Any]], None]
 _listeners: list[Listener] = []
@@ -49,14 +60,14 @@ def remove_listener(listener: Listener) -> None:
             _listeners.remove(listener)
 
 
-def emit(job_type: str, event: str, **fields: Any) -> None:
+def emit(job_type: str, event: Lifecycle, **fields: Any) -> None:
     """Note one lifecycle step of one job: one log line (INFO for an outcome, DEBUG for a step on the
     way), one count where the step has a metric, every listener.
 
     Never raises: observers must not fail a job.
     """
     try:
-        log = logger.info if event in OUTCOMES else logger.debug
+        log = logger.info if event in _INFO else logger.debug
         log(f"job {event.replace('_', ' ')}", extra={"lifecycle": event, "job_type": job_type, **fields})
         metric = EVENT_METRICS.get(event)
         if metric is not None:

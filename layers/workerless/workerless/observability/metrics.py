@@ -18,7 +18,7 @@ from workerless.observability.logs import logger
 from workerless.observability.switches import _Config, metrics_enabled
 
 if TYPE_CHECKING:
-    from workerless.engines.base import Engine
+    from workerless.poller import PollReport
 
 #: CloudWatch namespace and the ``service`` dimension of every workerless metric.
 NAMESPACE = "workerless"
@@ -223,11 +223,11 @@ def _stdout(line: str) -> None:
     sys.stdout.flush()
 
 
-def poll_report(report: Any) -> None:
+def poll_report(report: PollReport) -> None:
     """Count one poller invocation's :class:`~workerless.poller.PollReport`: its failed polls only
     (a count of 0 is not published, so an idle tick publishes no metric). Its jobs are counted as
     they are activated (``JobsActivated``); its runs are the poller's AWS/Lambda Invocations."""
-    add_metric(POLL_ERRORS, getattr(report, "errors", 0))
+    add_metric(POLL_ERRORS, report.errors)
 
 
 def engine_error(exc: BaseException, *, operation: str = "") -> None:
@@ -235,13 +235,6 @@ def engine_error(exc: BaseException, *, operation: str = "") -> None:
     status = getattr(exc, "status", None)
     add_metric(ENGINE_ERRORS, 1, "Count", Status=str(status) if status is not None else type(exc).__name__)
     logger.debug("engine call failed", extra={"operation": operation, "status": status})
-
-
-def observe_engine(engine: Engine) -> Engine:
-    """``engine`` wrapped in :class:`workerless.observer.ObservedEngine` (once)."""
-    from workerless.observer import ObservedEngine
-
-    return engine if isinstance(engine, ObservedEngine) else ObservedEngine(engine)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -7,14 +7,23 @@ import functools
 import re
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from workerless.observability.logs import logger
 from workerless.observability.metrics import PICKUP_LATENCY, SERVICE, add_metric
 from workerless.observability.switches import _Config
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
+    from aws_lambda_powertools import Tracer
+    from opentelemetry.trace import Span
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
     from workerless.model import ActivatedJob
+
+    #: opentelemetry.trace, its W3C propagator, opentelemetry.context.
+    Otel = tuple[ModuleType, TraceContextTextMapPropagator, ModuleType]
 
 _TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 
@@ -53,7 +62,7 @@ def correlation_keys(job: ActivatedJob) -> dict[str, str | None]:
 
 
 @functools.cache
-def _otel() -> Any:
+def _otel() -> Otel | None:
     """The OpenTelemetry API's trace and context modules and W3C propagator, or None without
     opentelemetry-api.
 
@@ -67,7 +76,7 @@ def _otel() -> Any:
 
 
 @functools.cache
-def _xray_tracer() -> Any:
+def _xray_tracer() -> Tracer | None:
     try:
         from aws_lambda_powertools import Tracer
 
@@ -80,7 +89,7 @@ def _xray_tracer() -> Any:
 class JobSpan:
     """What :func:`job_span` yields: the handler span's ids, for log lines and outbound calls."""
 
-    def __init__(self, trace_id: str | None, traceparent: str | None, span: Any = None) -> None:
+    def __init__(self, trace_id: str | None, traceparent: str | None, span: Span | None = None) -> None:
         self.trace_id = trace_id
         #: The traceparent to forward on the handler's outbound calls: the handler span's own when
         #: an OpenTelemetry SDK records spans, the engine's otherwise.
@@ -89,7 +98,7 @@ class JobSpan:
 
 
 @contextlib.contextmanager
-def job_span(activated: Any) -> Iterator[JobSpan]:
+def job_span(activated: ActivatedJob) -> Iterator[JobSpan]:
     """Run one handler call as a span whose parent is the engine's traceparent.
 
     Records ``PickupLatency`` (engine activation → now) on entry. The run time is the function's
@@ -126,7 +135,9 @@ def job_span(activated: Any) -> Iterator[JobSpan]:
         yield span_info
 
 
-def _start_otel_span(stack: contextlib.ExitStack, otel: Any, activated: Any, traceparent: str | None) -> JobSpan:
+def _start_otel_span(
+    stack: contextlib.ExitStack[bool | None], otel: Otel, activated: ActivatedJob, traceparent: str | None
+) -> JobSpan:
     trace, propagator, context_api = otel
     parent = propagator.extract({"traceparent": traceparent}) if traceparent else None
     if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):

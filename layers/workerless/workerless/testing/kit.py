@@ -26,10 +26,13 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workerless.job import Job
 from workerless.model import ActivatedJob, JobRef, Outcome
+
+if TYPE_CHECKING:
+    from workerless.ports import LambdaContext
 
 LeaseLost = bool | Callable[[], bool]
 
@@ -127,7 +130,7 @@ def make_job(
     variables: Mapping[str, Any] | None = None,
     *,
     lease_lost: LeaseLost = False,
-    lambda_context: Any = None,
+    lambda_context: LambdaContext | None = None,
     **fields: Any,
 ) -> Job:
     """A :class:`~workerless.job.Job` as a handler receives it.
@@ -169,7 +172,7 @@ def run_handler(
     job_type: str | None = None,
     backoff_seconds: int | None = None,
     lease_lost: LeaseLost | None = None,
-    context: Any = None,
+    context: LambdaContext | None = None,
     logs: list[dict[str, Any]] | None = None,
     **fields: Any,
 ) -> Outcome:
@@ -234,6 +237,10 @@ def run_handler(
         log_sink=lambda batch: lines.extend(dict(line) for line in batch),
         logger=logger,
     )
+    if backoff_seconds is None:
+        from workerless.settings import get_settings
+
+        backoff_seconds = get_settings().fail_backoff_seconds
     return run_job(fn, run, backoff_seconds=backoff_seconds, spec=spec)
 
 

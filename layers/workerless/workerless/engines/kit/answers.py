@@ -60,7 +60,7 @@ def json_object(
     return body
 
 
-def json_size(value: Any) -> int:
+def json_size(value: object) -> int:
     """Size in bytes of ``value`` as compact UTF-8 JSON (what a cap is measured against).
 
     Example:

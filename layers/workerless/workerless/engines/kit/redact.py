@@ -4,14 +4,13 @@ log line or an exception message, even when an engine echoes it back in an error
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from workerless.errors import EngineError
 
 __all__ = ["redact", "scrub"]
 
 
-def scrub(value: Any, secrets: Sequence[str]) -> Any:
+def scrub(value: object, secrets: Sequence[str]) -> object:
     """``value`` (a parsed JSON value) with every occurrence of each secret replaced by ``***``.
 
     Example:

@@ -196,7 +196,7 @@ class Skimmer:
             raise ResponseShapeError("the answer ended inside a value (truncated)", engine=self.engine, field="body")
         return bytes(self._out)
 
-    def resolve(self, value: Any) -> Skimmed | None:
+    def resolve(self, value: object) -> Skimmed | None:
         """The cut value a placeholder stands for (None: ``value`` is not a placeholder)."""
         if isinstance(value, dict) and len(value) == 1 and MARKER in value:
             index = value[MARKER]
@@ -261,7 +261,7 @@ def answer_skimmer(demands: Sequence[Any], key: str, depth: int, *, engine: str)
 
 
 def post_skimmed(
-    client: httpx.Client, url: str, *, json_body: Any, headers: Mapping[str, str], skim: Skimmer
+    client: httpx.Client, url: str, *, json_body: object, headers: Mapping[str, str], skim: Skimmer
 ) -> httpx.Response:
     """POST and read a 2xx answer through ``skim`` as it streams in (its skeleton is then
     ``skim.skeleton()``; the response's own body is not kept). Any other answer is read whole
@@ -278,7 +278,7 @@ def post_skimmed(
     return response
 
 
-def job_variables(skim: Skimmer | None, value: Any) -> tuple[dict[str, Any] | None, bytes | None, int | None]:
+def job_variables(skim: Skimmer | None, value: object) -> tuple[dict[str, Any] | None, bytes | None, int | None]:
     """A job's variables member as (variables, raw_variables, unread_bytes) for
     :class:`~workerless.model.ActivatedJob`; variables None when it is not a JSON object."""
     cut = skim.resolve(value) if skim is not None else None

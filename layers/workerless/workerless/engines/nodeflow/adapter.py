@@ -270,7 +270,7 @@ class NodeFlowEngine:
                 self._refuse(raw, queue, str(exc))
         return jobs
 
-    def _job(self, raw: Any, demand: Demand, queue: str, now: float, skim: Skimmer | None = None) -> ActivatedJob:
+    def _job(self, raw: object, demand: Demand, queue: str, now: float, skim: Skimmer | None = None) -> ActivatedJob:
         if not isinstance(raw, dict):
             raise _MalformedTask("task is not an object")
         for name in ("taskId", "leaseToken", "workflowId"):
@@ -308,7 +308,7 @@ class NodeFlowEngine:
             unread_bytes=unread,
         )
 
-    def _refuse(self, raw: Any, queue: str, reason: str) -> None:
+    def _refuse(self, raw: object, queue: str, reason: str) -> None:
         """A leased task workerless cannot dispatch: never dropped silently. With a usable id, token
         and workflow it is reported FAILED naming the problem; otherwise it is left to lease expiry."""
         task_id = raw.get("taskId") if isinstance(raw, dict) else None

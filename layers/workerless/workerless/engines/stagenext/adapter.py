@@ -135,7 +135,7 @@ class StageNextEngine:
         *,
         what: str,
         job_id: str | None = None,
-        json_body: Any = None,
+        json_body: object = None,
         content: bytes | None = None,
         headers: Mapping[str, str] | None = None,
         cycle: PullCycle | None = None,
@@ -174,7 +174,7 @@ class StageNextEngine:
     def _session_call(self, send: Callable[[WorkerSession], httpx.Response]) -> tuple[httpx.Response, WorkerSession]:
         return self._sessions.call(send)
 
-    def _record_event(self, kind: str, ref: JobRef, **data: Any) -> None:
+    def _record_event(self, kind: str, ref: JobRef, **data: object) -> None:
         self._telemetry.record(kind, ref, **data)
 
     def _maybe_flush_events(self) -> None:

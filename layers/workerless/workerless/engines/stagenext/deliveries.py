@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 
-def handle_value(ref: JobRef, name: str) -> Any:
+def handle_value(ref: JobRef, name: str) -> object:
     """A value the pull put in the job's handle; MessageFormatError when it is missing."""
     value = ref.handle.get(name)
     if value is None or value == "":
@@ -108,7 +108,7 @@ def delivery(
 
 
 def pulled_input(
-    skim: Skimmer | None, value: Any, *, job_id: str | None = None
+    skim: Skimmer | None, value: object, *, job_id: str | None = None
 ) -> tuple[dict[str, Any], bytes | None, int | None]:
     """A pull's ``input`` as (variables, raw_variables, unread_bytes) for :class:`ActivatedJob`, with
     :func:`pulled_variables`' meaning. A value the skimmer cut is passed on as JSON text, never
@@ -140,7 +140,7 @@ def pulled_input(
     return {}, b'{"input":' + raw + b"}", None
 
 
-def pulled_variables(raw: Any) -> dict[str, Any]:
+def pulled_variables(raw: object) -> dict[str, Any]:
     """A pull's ``input``: a JSON object (or its JSON text) as is, anything else under ``input``."""
     if isinstance(raw, str):
         try:

@@ -46,7 +46,7 @@ class Telemetry:
         self._counters: dict[str, int] = {}
         self._liveness_at: float | None = None
 
-    def record(self, kind: str, ref: JobRef, **data: Any) -> None:
+    def record(self, kind: str, ref: JobRef, **data: object) -> None:
         """Queue a lifecycle event (``job.started``, ``job.finished``) for the next flush."""
         event = {
             "type": kind,

@@ -1,0 +1,218 @@
+"""The runtime's structure, read from its source with an AST walk (issue 28): no import cycle
+counting the imports inside functions (not those under ``TYPE_CHECKING``, which never run), no
+``global`` statement, and few parameters or returns typed bare ``Any``."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+from tests.unit.runtime_modules import RUNTIME
+
+PACKAGE = RUNTIME.name
+#: Issue 28's bound on parameters and returns typed bare ``Any`` in the runtime.
+MAX_BARE_ANY = 15
+
+
+def _modules() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for path in sorted(RUNTIME.rglob("*.py")):
+        parts = list(path.relative_to(RUNTIME.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _runtime_imports(tree: ast.AST, module: str, is_package: bool) -> Iterator[str]:
+    """Every module of the runtime that ``tree`` imports when it runs: at module level and inside
+    functions, skipping ``if TYPE_CHECKING:`` blocks (their ``else`` still runs)."""
+    package = module if is_package else module.rpartition(".")[0]
+
+    def walk(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.orelse:
+                yield from walk(child)
+            return
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        for child in ast.iter_child_nodes(node):
+            yield from walk(child)
+
+    for node in walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name
+            continue
+        if node.level:
+            base = package.split(".")
+            base = base[: len(base) - (node.level - 1)]
+            target = ".".join([*base, node.module] if node.module else base)
+        else:
+            target = node.module or ""
+        yield target
+        for alias in node.names:  # ``from pkg import submodule``
+            yield f"{target}.{alias.name}"
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the runtime modules it imports (an import of ``a.b.c`` also runs ``a`` and
+    ``a.b``'s ``__init__``, so it counts as importing each)."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for target in _runtime_imports(tree, name, path.name == "__init__.py"):
+            parts = target.split(".")
+            for end in range(1, len(parts) + 1):
+                prefix = ".".join(parts[:end])
+                if prefix in modules and prefix != name and not name.startswith(prefix + "."):
+                    graph[name].add(prefix)
+    return graph
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components of ``graph`` (iterative: no recursion limit)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    components: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work: list[tuple[str, Iterator[str]]] = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, successors = work[-1]
+            advanced = False
+            for succ in successors:
+                if succ not in index:
+                    index[succ] = low[succ] = counter
+                    counter += 1
+                    stack.append(succ)
+                    on_stack.add(succ)
+                    work.append((succ, iter(sorted(graph[succ]))))
+                    advanced = True
+                    break
+                if succ in on_stack:
+                    low[node] = min(low[node], index[succ])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                components.append(sorted(component))
+    return components
+
+
+def test_the_cycle_finder_finds_a_cycle_through_a_function_level_import() -> None:
+    # The walk itself, on a made-up pair: a's import of b sits inside a function, b's of a at the top.
+    a = ast.parse("def f():\n    from workerless import b\n")
+    b = ast.parse("from workerless.a import x\nif TYPE_CHECKING:\n    from workerless import c\n")
+    graph = {
+        "workerless.a": {t for t in _runtime_imports(a, "workerless.a", False) if t.startswith("workerless.")},
+        "workerless.b": {t for t in _runtime_imports(b, "workerless.b", False) if t.startswith("workerless.")},
+    }
+    edges = {k: {t for t in v if t in graph} for k, v in graph.items()}
+    assert edges == {"workerless.a": {"workerless.b"}, "workerless.b": {"workerless.a"}}
+    assert ["workerless.a", "workerless.b"] in strongly_connected(edges)
+
+
+def test_the_runtime_has_no_import_cycle() -> None:
+    graph = import_graph()
+    assert len(graph) > 30  # the walk found the runtime
+    cycles = [component for component in strongly_connected(graph) if len(component) > 1]
+    assert cycles == [], f"import cycles in the runtime (function-level imports counted): {cycles}"
+
+
+def test_the_runtime_has_no_global_statement() -> None:
+    found = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Global):
+                found.append(f"{name}:{node.lineno} global {', '.join(node.names)}")
+    assert found == []
+
+
+def _is_bare_any(annotation: ast.expr | None) -> bool:
+    if annotation is None:
+        return False
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        return annotation.value.strip() in {"Any", "typing.Any"}
+    return (isinstance(annotation, ast.Name) and annotation.id == "Any") or (
+        isinstance(annotation, ast.Attribute) and annotation.attr == "Any"
+    )
+
+
+def bare_any_annotations() -> list[str]:
+    """Every parameter and return in the runtime annotated ``Any`` itself (``dict[str, Any]`` is
+    not bare: its shape is typed, its values are JSON)."""
+    found = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            args = node.args
+            params = [*args.posonlyargs, *args.args, *args.kwonlyargs]
+            params += [a for a in (args.vararg, args.kwarg) if a is not None]
+            for param in params:
+                if _is_bare_any(param.annotation):
+                    found.append(f"{name}:{node.lineno} {node.name}({param.arg})")
+            if _is_bare_any(node.returns):
+                found.append(f"{name}:{node.lineno} {node.name} -> Any")
+    return found
+
+
+def test_the_bare_any_counter_counts_parameters_and_returns() -> None:
+    tree = ast.parse("def f(a: Any, *b: Any, c: dict[str, Any], **d: Any) -> Any: ...")
+    func = tree.body[0]
+    assert isinstance(func, ast.FunctionDef)
+    annotations = [func.args.args[0].annotation, func.args.vararg and func.args.vararg.annotation, func.returns]
+    assert all(_is_bare_any(a) for a in annotations)
+    assert not _is_bare_any(func.args.kwonlyargs[0].annotation)
+
+
+def test_few_parameters_and_returns_are_typed_bare_any() -> None:
+    found = bare_any_annotations()
+    assert len(found) <= MAX_BARE_ANY, f"{len(found)} bare Any (at most {MAX_BARE_ANY}):\n" + "\n".join(found)
+
+
+def test_every_lifecycle_step_emitted_is_a_member_of_the_enum() -> None:
+    """``emit`` takes a :class:`~workerless.observability.Lifecycle`: a step emitted as a bare string
+    (as ``"offloaded"`` was, missing from EVENTS) would log and count nothing a reader can look up."""
+    from workerless.observability import EVENTS, Lifecycle
+
+    emitted = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "emit"):
+                continue
+            assert len(node.args) >= 2, f"{name}:{node.lineno} emit without a step"
+            step = node.args[1]
+            emitted.append(f"{name}:{node.lineno}")
+            if isinstance(step, ast.Subscript):  # report.py's EVENTS[outcome.kind]: a dict of members
+                continue
+            assert isinstance(step, ast.Attribute) and isinstance(step.value, ast.Name), f"{name}:{node.lineno}"
+            assert step.value.id == "Lifecycle" and step.attr in Lifecycle.__members__, f"{name}:{node.lineno}"
+    assert len(emitted) > 15
+    assert "offloaded" in EVENTS
