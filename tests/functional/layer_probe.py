@@ -75,9 +75,9 @@ def _import(args: dict[str, Any]) -> dict[str, Any]:
         importlib.import_module(name)
     # The first invocation's boto3 clients, built by the layer's own code with the runtime's botocore
     # (no call is made: building a client needs a region, not credentials or a network).
-    clients = importlib.import_module("workerless.aws.clients")
+    clients = importlib.import_module("workerless.aws.clients").Clients()
     for service in args["clients"]:
-        clients._client(service, None)
+        clients.get(service)
     all_seconds = time.perf_counter() - started
 
     modules = []
