@@ -1,7 +1,7 @@
 """The handler wrapper: an SQS batch of jobs in, a partial batch response out.
 
-Every record of the batch (one at a time, in order: :mod:`workerless.batch`) is parsed into the job
-it carries and handed to a :class:`~workerless.delivery.Delivery`, which runs the delivery protocol
+Every record of the batch (one at a time, in order: :mod:`workerless._core.batch`) is parsed into the job
+it carries and handed to a :class:`~workerless._handler.delivery.Delivery`, which runs the delivery protocol
 (claim → decide → begin → run → store → report) and says whether the record is done (deleted) or
 must stay (a batch item failure: another delivery holds the claim, or the report is still owed and
 the heartbeat re-sends it).
@@ -18,21 +18,21 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, assert_never
 
 from workerless import observability
-from workerless.delivery import Delivery
+from workerless._core.model import ActivatedJob
+from workerless._core.settings import Settings
+from workerless._handler.delivery import Delivery
+from workerless._handler.execution import HandlerFunction
+from workerless._handler.startgate import HAND_BACK_VISIBILITY_SECONDS, RunTimes, StartGate
+from workerless._handler.typed import spec_of
+from workerless._handler.verdict import Ack, Redeliver
 from workerless.errors import MessageFormatError
-from workerless.execution import HandlerFunction
-from workerless.model import ActivatedJob
 from workerless.observability import logger
-from workerless.settings import Settings
-from workerless.startgate import HAND_BACK_VISIBILITY_SECONDS, RunTimes, StartGate
-from workerless.typed import spec_of
-from workerless.verdict import Ack, Redeliver
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from workerless._core.ports import JobStore, LambdaContext, PayloadStore
     from workerless.engines.base import Engine
-    from workerless.ports import JobStore, LambdaContext, PayloadStore
     from workerless.wiring import Wiring
 
 __all__ = ["HandlerFunction", "JobProcessor", "LambdaHandler", "job_handler"]
@@ -80,8 +80,8 @@ class JobProcessor:
         self, event: dict[str, Any], context: LambdaContext, wiring: Wiring | None = None
     ) -> dict[str, Any]:
         """Process one SQS batch of this job type; ``wiring``: the container's when None."""
+        from workerless._core.batch import SqsRecord, process_batch
         from workerless.aws.sqs import queue_url_of_arn
-        from workerless.batch import SqsRecord, process_batch
         from workerless.runtime import current
 
         wired = wiring or current()
@@ -101,7 +101,7 @@ class JobProcessor:
             if queue_url and isinstance(receipt, str):
                 wired.queues.change_visibility(queue_url, receipt, HAND_BACK_VISIBILITY_SECONDS)
 
-        # Jobs start only while they can finish; the rest are handed back at once (workerless.startgate).
+        # Jobs start only while they can finish; the rest are handed back at once (workerless._handler.startgate).
         gate = StartGate.of_context(
             context,
             runs=self.run_times,
@@ -211,7 +211,7 @@ class JobProcessor:
         payloads: PayloadStore | None = None,
         settings: Settings | None = None,
     ) -> Delivery:
-        """The :class:`~workerless.delivery.Delivery` of ``job`` to this processor's function, on
+        """The :class:`~workerless._handler.delivery.Delivery` of ``job`` to this processor's function, on
         ``settings`` (the wiring's: its backoff unless the handler names one, its payload limit)."""
         settings = settings if settings is not None else Settings()
         return Delivery(

@@ -1,6 +1,6 @@
 """Running a handler function on a job and mapping what it returned or raised to an
-:class:`~workerless.model.Outcome`: one function, used by the Lambda wrapper (through
-:class:`~workerless.delivery.Delivery`) and by :func:`workerless.testing.run_handler`, so a handler's
+:class:`~workerless._core.model.Outcome`: one function, used by the Lambda wrapper (through
+:class:`~workerless._handler.delivery.Delivery`) and by :func:`workerless.testing.run_handler`, so a handler's
 tests see the outcomes its deployment reports.
 
 - a dict completes the job with those variables; None completes it with none; a pydantic model
@@ -32,11 +32,11 @@ from collections.abc import Callable
 from typing import Any
 
 from workerless import observability
+from workerless._core.job import Job
+from workerless._core.model import Outcome
+from workerless._handler.typed import HandlerSpec, InputValidationError, spec_of
 from workerless.errors import TerminalError, ThrowError
-from workerless.job import Job
-from workerless.model import Outcome
 from workerless.observability import logger
-from workerless.typed import HandlerSpec, InputValidationError, spec_of
 
 #: What a handler module defines: ``fn(job) -> dict`` (or None, or a pydantic model), or ``async def``.
 HandlerFunction = Callable[[Job], Any]

@@ -1,7 +1,7 @@
 """One SQS delivery of one job, through the delivery protocol: claim → decide → begin → run → store →
-report. :meth:`Delivery.deliver` runs it and returns the :data:`~workerless.verdict.Verdict`:
-:class:`~workerless.verdict.Ack` (nothing more is owed for the SQS record: delete it) or
-:class:`~workerless.verdict.Redeliver` (a batch item failure, with why)::
+report. :meth:`Delivery.deliver` runs it and returns the :data:`~workerless._handler.verdict.Verdict`:
+:class:`~workerless._handler.verdict.Ack` (nothing more is owed for the SQS record: delete it) or
+:class:`~workerless._handler.verdict.Redeliver` (a batch item failure, with why)::
 
     claim in DynamoDB ──refused──► decide(): stored result? re-report it │ reported? ack │ lost? ack, don't run
         │                                    live claim elsewhere? leave it for redelivery
@@ -9,7 +9,7 @@ report. :meth:`Delivery.deliver` runs it and returns the :data:`~workerless.verd
         │                                     or the engine's lease acquire)
     begin (the lease model: nothing, or lease acquire under the claim; refused → ack without running)
         ▼
-    run the user function once → Outcome (:func:`workerless.execution.run_job`)
+    run the user function once → Outcome (:func:`workerless._handler.execution.run_job`)
         ▼
     store the outcome (only while our claim stands; LOST meanwhile → hand the delivery back)
         ▼
@@ -41,24 +41,24 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar, assert_never
 
 from workerless import observability
-from workerless.claimcheck import too_large_reason
+from workerless._core.claimcheck import too_large_reason
+from workerless._core.job import Job
+from workerless._core.lease import BeforeRun, RefusedClaim
+from workerless._core.model import ActivatedJob, Outcome
+from workerless._core.record import Decision, JobRecord, Status, decide
+from workerless._core.report import report_stored
+from workerless._core.retry import STORE_WRITES, retryable_store_error
+from workerless._core.settings import DEFAULT_FAIL_BACKOFF_SECONDS, DEFAULT_MAX_PAYLOAD_BYTES
+from workerless._handler.execution import HandlerFunction, run_job
+from workerless._handler.settle import acknowledge, acquire_or_leave, begin, hand_back, leave_to_the_engine
+from workerless._handler.typed import HandlerSpec
+from workerless._handler.verdict import Ack, Claimed, ClaimHeldError, Redeliver, Refused, ReportOwedError, Verdict
 from workerless.errors import MessageFormatError, RetryableEngineError, StoreError
-from workerless.execution import HandlerFunction, run_job
-from workerless.job import Job
-from workerless.lease import BeforeRun, RefusedClaim
-from workerless.model import ActivatedJob, Outcome
 from workerless.observability import Lifecycle, logger
-from workerless.record import Decision, JobRecord, Status, decide
-from workerless.report import report_stored
-from workerless.retry import STORE_WRITES, retryable_store_error
-from workerless.settings import DEFAULT_FAIL_BACKOFF_SECONDS, DEFAULT_MAX_PAYLOAD_BYTES
-from workerless.settle import acknowledge, acquire_or_leave, begin, hand_back, leave_to_the_engine
-from workerless.typed import HandlerSpec
-from workerless.verdict import Ack, Claimed, ClaimHeldError, Redeliver, Refused, ReportOwedError, Verdict
 
 if TYPE_CHECKING:
+    from workerless._core.ports import JobStore, LambdaContext, PayloadStore
     from workerless.engines.base import Engine
-    from workerless.ports import JobStore, LambdaContext, PayloadStore
 
 T = TypeVar("T")
 
@@ -84,7 +84,7 @@ def remaining_seconds(context: LambdaContext | None, default: float = 900.0) -> 
 
 
 def retrying_store(call: Callable[[], T], what: str, *, deadline: float) -> T:
-    """``call`` a job-record write under :data:`workerless.retry.STORE_WRITES` (on top of botocore's
+    """``call`` a job-record write under :data:`workerless._core.retry.STORE_WRITES` (on top of botocore's
     own retries) until ``deadline`` (a ``time.monotonic()`` value: the invocation's AWS deadline).
     An outcome too large to store, a refusal that will not change (access denied, a malformed
     request) and the last StoreError when time runs out propagate."""
@@ -229,7 +229,7 @@ class Delivery:
         return Refused(found, decide(found, self.clock(), self.lease))
 
     def settle_refused(self, refused: Refused) -> Verdict:
-        """What a delivery whose claim was refused does, by :func:`~workerless.record.decide`."""
+        """What a delivery whose claim was refused does, by :func:`~workerless._core.record.decide`."""
         job, found = self.job, refused.found
         match refused.decision:
             case Decision.REREPORT:
@@ -269,7 +269,7 @@ class Delivery:
                 assert_never(self.lease_model.before_run)
 
     def run(self) -> Outcome:
-        """Run the handler function once (:func:`~workerless.execution.run_job`), with a lease check
+        """Run the handler function once (:func:`~workerless._handler.execution.run_job`), with a lease check
         on the job record and the engine's task log as the job's log sink."""
         activated, store, lease = self.job, self.store, self.lease
 
@@ -438,7 +438,7 @@ class Delivery:
         acquire is refused, it is acknowledged, and the unrenewed lease lapses.)"""
         job, engine = self.job, self.engine
         try:
-            # Through an outage, while the engine leaves the delivery with us (workerless.settle).
+            # Through an outage, while the engine leaves the delivery with us (workerless._handler.settle).
             begun = begin(job, engine=engine, deadline=self.deadline)
         except Exception:
             try:

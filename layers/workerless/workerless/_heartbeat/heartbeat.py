@@ -52,6 +52,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from workerless import observability
+from workerless._core.record import JobRecord, Status
+from workerless._core.report import report_stored
+from workerless._core.retry import CALLS
+from workerless._core.settings import Settings
+from workerless._heartbeat.ticket import Ticket, TicketEntry, backoff_seconds
 from workerless.aws.clients import call_deadline
 from workerless.errors import (
     ConfigurationError,
@@ -63,15 +68,10 @@ from workerless.errors import (
     TicketNotSentError,
 )
 from workerless.observability import Lifecycle, logger
-from workerless.record import JobRecord, Status
-from workerless.report import report_stored
-from workerless.retry import CALLS
-from workerless.settings import Settings
-from workerless.ticket import Ticket, TicketEntry, backoff_seconds
 
 if TYPE_CHECKING:
+    from workerless._core.ports import JobStore, Queues
     from workerless.engines.base import Engine
-    from workerless.ports import JobStore, Queues
 
 #: Rounds in a row a ticket's processing may fail (each re-sent on the backoff) before it is left to
 #: SQS's redelivery and, after MaxReceiveCount, to the heartbeat dead-letter queue and its alarm.

@@ -18,8 +18,8 @@ from workerless.engines.decorator import EngineDecorator
 from workerless.errors import EngineError
 
 if TYPE_CHECKING:
+    from workerless._poller.poller import PollReport
     from workerless.engines.base import Engine
-    from workerless.poller import PollReport
 
 T = TypeVar("T")
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from workerless.claimcheck import PayloadRef
+from workerless._core.claimcheck import PayloadRef
 from workerless.errors import MessageFormatError
 
 MESSAGE_VERSION = 1
@@ -112,7 +112,7 @@ class ActivatedJob:
     the lease asked for, so heartbeat timing is computed from this, never from the request.
 
     ``payload`` points at the variables in the claim check's bucket when they were too large for the
-    job message (:mod:`workerless.claimcheck`): ``variables`` is then empty until the handler reads
+    job message (:mod:`workerless._core.claimcheck`): ``variables`` is then empty until the handler reads
     them (:meth:`with_variables`). Everything else stays in the message.
 
     ``raw_variables``: the variables as the engine sent them (JSON text), not decoded: a large value
@@ -148,7 +148,7 @@ class ActivatedJob:
         ("charge once, however many attempts we make", node-flow's seed): ``{instance id}:{element
         id or job type}``. A job without an instance (no workflow to be stable across) falls back
         to its job id, so two unrelated jobs of one type never share a key. The one rule for every
-        engine and for :attr:`workerless.job.Job.workflow_key` (docs/assumptions.md).
+        engine and for :attr:`workerless._core.job.Job.workflow_key` (docs/assumptions.md).
 
         Example:
             >>> ref = JobRef("nodeflow", "task-1", "charge")

@@ -23,7 +23,7 @@ are approximate and can lag a send (AWS: they "may not achieve consistency until
 after the producers stop sending"), so the poller (and, through the item, the next invocation)
 counts a job it sent for ``WORKERLESS_SQS_LAG_SECONDS`` on top of SQS's count (docs/guarantees.md).
 
-The item also carries the holder's **intent batches** (:mod:`workerless.intent`): the jobs it
+The item also carries the holder's **intent batches** (:mod:`workerless._poller.intent`): the jobs it
 activated and has not yet fully handed over, written by compare-and-set like the rest of the item,
 so an intent write is also the holder's check that the lock is still its own (and a renewal). A
 batch whose ticket was sent is *closed* in memory only: the holder's next write of the item drops it
@@ -45,16 +45,16 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from workerless import sendlog
+from workerless._core.retry import COMPARE_AND_SET, ambient_deadline
+from workerless._poller import sendlog
 from workerless.observability import logger
-from workerless.retry import COMPARE_AND_SET, ambient_deadline
 
 if TYPE_CHECKING:
-    from workerless.ports import SharedState
+    from workerless._core.ports import SharedState
 
 LOCK_KEY = "poller-lock"
 #: A write that keeps meeting a recoverer's writes (the holder is unchanged) gives up after this many
-#: (:data:`workerless.retry.COMPARE_AND_SET`, the policy the loops run under).
+#: (:data:`workerless._core.retry.COMPARE_AND_SET`, the policy the loops run under).
 MAX_WRITE_TRIES = COMPARE_AND_SET.attempts
 
 Batches = list[dict[str, Any]]
@@ -180,7 +180,7 @@ class Dispatches:
         return sorted({*self._sent, *self._empty})
 
     def to_dict(self) -> dict[str, Any]:
-        # one string per route (workerless.sendlog): a third of the lists' bytes, the item under 1 KiB
+        # one string per route (workerless._poller.sendlog): a third of the lists' bytes, the item under 1 KiB
         out: dict[str, Any] = {t: sendlog.encode(self._sent.get(t, {}), self._empty.get(t)) for t in self._routes()}
         if self.tracking_since is not None:
             out["#since"] = self.tracking_since
@@ -201,7 +201,7 @@ class PollerLock:
         window: how long a dispatch is counted on top of SQS's count (``WORKERLESS_SQS_LAG_SECONDS``).
         keep_seconds: extra seconds of dispatches kept (the poller re-reads SQS at most this often).
         clock: wall clock (epoch seconds; default time.time): the expiry is read by other containers.
-        key: the item's shared-state key (a poller shard's own: :func:`workerless.shards.state_key`).
+        key: the item's shared-state key (a poller shard's own: :func:`workerless._poller.shards.state_key`).
 
     Example:
         An illustration of its use by the poller (``poll`` stands for the poll loop)::
@@ -223,7 +223,7 @@ class PollerLock:
         key: str = LOCK_KEY,
     ) -> None:
         self.state = state
-        #: The item's key: LOCK_KEY, or a poller shard's own (workerless.shards.state_key).
+        #: The item's key: LOCK_KEY, or a poller shard's own (workerless._poller.shards.state_key).
         self.key = key
         self.seconds = float(seconds)
         self.window = float(window)
@@ -238,7 +238,7 @@ class PollerLock:
         #: batches are finished from it: :meth:`update_found`).
         self.found: dict[str, Any] | None = None
         #: Batches left in the item by a holder that is gone, taken over with the lock: the caller
-        #: finishes them (:meth:`workerless.intent.IntentLog.take_stale`).
+        #: finishes them (:meth:`workerless._poller.intent.IntentLog.take_stale`).
         self.orphans: Batches = []
         #: The intent batches in the item as this holder last wrote it.
         self.batches: Batches = []

@@ -7,7 +7,7 @@ a whole lease length (Sheptra, node-flow) before it hands the jobs out again, an
 lose its lease under a handler that is still running it.
 
 So the poller writes down what it is about to do, as a batch in its own poller-lock item
-(``state#poller-lock``: :mod:`workerless.poller_lock`; no shared item, no Scan, no read of its own:
+(``state#poller-lock``: :mod:`workerless._poller.poller_lock`; no shared item, no Scan, no read of its own:
 the holder knows the item it last wrote)::
 
     activated  → written before dispatch: the batch's job references (no variables); this write is
@@ -31,7 +31,7 @@ Who finishes a batch a poller left open:
   usually takes milliseconds between the steps, but not always: claim-check uploads one after
   another and SQS calls botocore retries can take tens of seconds, so the batch may still be being
   queued; the poller fences each job's record before handing it back, see
-  :meth:`workerless.poller.Poller._fence`), taken by compare-and-set (stamped with the time taken), the
+  :meth:`workerless._poller.poller.Poller._fence`), taken by compare-and-set (stamped with the time taken), the
   holder and its expiry left as they are (a live holder's next write sees that and carries on).
 
 A taken batch stays in the item until it is finished (the holder's next write drops it; an
@@ -58,16 +58,16 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from workerless.model import ActivatedJob, JobRef
+from workerless._core.model import ActivatedJob, JobRef
+from workerless._poller.poller_lock import Batches, PollerLock
 from workerless.observability import logger
-from workerless.poller_lock import Batches, PollerLock
 
 
 def stale_after(lease_seconds: float) -> float:
     """How old an unfinished batch must be before another invocation finishes it: longer than a live
     poller usually takes between two steps (milliseconds), far shorter than a lease. Not a bound on
     a slow dispatch (it can take tens of seconds): finishing a batch early is made safe by the job
-    record fence (:meth:`workerless.poller.Poller._fence`), not by this window."""
+    record fence (:meth:`workerless._poller.poller.Poller._fence`), not by this window."""
     return max(2.0, min(10.0, lease_seconds / 4.0))
 
 
@@ -141,14 +141,14 @@ def decode_batch(batch: dict[str, Any]) -> list[ActivatedJob]:
 
 
 class IntentLog:
-    """The intent batches on a :class:`~workerless.poller_lock.PollerLock`'s item.
+    """The intent batches on a :class:`~workerless._poller.poller_lock.PollerLock`'s item.
 
     The lock is this invocation's: taken (the owner's steps write it as its holder), or found held
     by another invocation (:meth:`take_stale` and :meth:`put_back_dispatched` then change only the
     batches of the item it read).
 
     Example:
-        An illustration (a held :class:`~workerless.poller_lock.PollerLock` and activated jobs)::
+        An illustration (a held :class:`~workerless._poller.poller_lock.PollerLock` and activated jobs)::
 
             log = IntentLog(lock, lease_seconds=60)
             intent = log.write(jobs); log.dispatched(intent, jobs); log.clear(intent)
@@ -234,7 +234,7 @@ class IntentLog:
     # -- recovery -------------------------------------------------------------------------------
     def take_stale(self) -> list[tuple[str, list[ActivatedJob]]]:
         """Take the batches a dead poller left, to finish them: (phase, jobs) each. The lock's holder
-        finishes the :attr:`~workerless.poller_lock.PollerLock.orphans` it took with the lock (no
+        finishes the :attr:`~workerless._poller.poller_lock.PollerLock.orphans` it took with the lock (no
         call: the takeover write took them); an invocation that found the lock held takes, from the
         item it read, the batches older than ``stale_seconds`` (a write only when there is one),
         stamping them with the time taken so no other invocation takes them for the stale window.

@@ -1,6 +1,6 @@
 """Poller shards: routes polled by separate tick chains, each with its own poller lock.
 
-One poller polls at a time (:mod:`workerless.poller_lock`), so one lock bounds a deployment's
+One poller polls at a time (:mod:`workerless._poller.poller_lock`), so one lock bounds a deployment's
 dispatch rate at what one poller's cycle does. A route names its shard (template.yaml
 ``Mappings.Routes``, ``PollerShard``; the route parameter's ``shard``); each shard is polled by its
 own tick chain under its own lock item, which also holds its intent batches and what it dispatched,
@@ -10,7 +10,7 @@ messages are today's, so a deployment without shards is unchanged.
 
 Example:
 
-    >>> from workerless.settings import Route, Settings
+    >>> from workerless._core.settings import Route, Settings
     >>> settings = Settings(routes=(Route(type="a", queue="q-a"), Route(type="b", queue="q-b", shard="s1")))
     >>> shards_of(settings)
     ['', 's1']
@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from workerless.settings import Settings
+    from workerless._core.settings import Settings
 
 #: The shard of every route that names none.
 MAIN = ""

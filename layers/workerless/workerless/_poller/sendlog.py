@@ -55,7 +55,7 @@ def entries(value: object) -> Iterable[tuple[int, int]]:
 
 
 # The tracked jobs' record keys (the item's "#live" lists, one per route) are written without the
-# ``job#<type>#`` every key of the route starts with (workerless.model: records live under
+# ``job#<type>#`` every key of the route starts with (workerless._core.model: records live under
 # ``job#{job type}#``). A key read without it gets it back; a reader that predates this looks the
 # short key up, finds no record, and keeps counting the job until its horizon: the safe side.
 

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Protocol
 from workerless.engines.base import Engine, SharedState
 
 if TYPE_CHECKING:
+    from workerless._core.batch import SqsRecord
+    from workerless._core.claimcheck import PayloadRef
+    from workerless._core.model import ActivatedJob, Outcome
+    from workerless._core.record import JobRecord, Status
     from workerless.aws.sqs import SendFailure
-    from workerless.batch import SqsRecord
-    from workerless.claimcheck import PayloadRef
-    from workerless.model import ActivatedJob, Outcome
-    from workerless.record import JobRecord, Status
 
 __all__ = ["Clock", "Engine", "Intents", "JobStore", "PayloadStore", "Queues", "SharedState", "Sleep"]
 
@@ -107,7 +107,7 @@ class PayloadStore(Protocol):
 
 
 class Intents(Protocol):
-    """The poller's intent log (:class:`workerless.intent.IntentLog`): a batch written down before
+    """The poller's intent log (:class:`workerless._poller.intent.IntentLog`): a batch written down before
     dispatch, so the next invocation finishes what a dead poller left."""
 
     def write(self, jobs: Sequence[ActivatedJob]) -> str | None: ...

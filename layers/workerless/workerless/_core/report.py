@@ -17,14 +17,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from workerless import observability
+from workerless._core.model import JobRef, Outcome
+from workerless._core.retry import CALLS
 from workerless.errors import LeaseLostError, PayloadTooLargeError, RetryableEngineError
-from workerless.model import JobRef, Outcome
 from workerless.observability import Lifecycle, logger
-from workerless.retry import CALLS
 
 if TYPE_CHECKING:
+    from workerless._core.ports import JobStore
     from workerless.engines.base import Engine
-    from workerless.ports import JobStore
 
 #: The lifecycle event of an accepted outcome, by kind.
 EVENTS: dict[str, Lifecycle] = {"complete": Lifecycle.COMPLETED, "fail": Lifecycle.FAILED, "throw": Lifecycle.THROWN}
@@ -65,7 +65,7 @@ def report_stored(
     owed for it (accepted, or refused with "someone else has it"), False when the engine refused it
     with a retryable error past the retry policy (the caller decides who tries again, and when).
     A StoreError (recording the report) and any other final engine error propagate. ``lease``: the
-    delivery's lease fingerprint (:meth:`~workerless.lease.LeaseModel.fingerprint`), when the caller
+    delivery's lease fingerprint (:meth:`~workerless._core.lease.LeaseModel.fingerprint`), when the caller
     has it already."""
     if lease is None:
         lease = engine.lease.fingerprint(ref)

@@ -8,18 +8,18 @@ import math
 from typing import TYPE_CHECKING, assert_never
 
 from workerless import observability
-from workerless.claimcheck import too_large_reason
+from workerless._core.claimcheck import too_large_reason
+from workerless._core.lease import HandBack
+from workerless._core.model import ActivatedJob, Outcome
+from workerless._core.retry import CALLS
 from workerless.errors import EngineError, FinalEngineError, RetryableEngineError
-from workerless.lease import HandBack
-from workerless.model import ActivatedJob, Outcome
 from workerless.observability import Lifecycle, logger
-from workerless.retry import CALLS
 
 if TYPE_CHECKING:
+    from workerless._core.lease import LeaseModel
+    from workerless._core.ports import JobStore
+    from workerless._poller.poller_lock import Dispatches
     from workerless.engines.base import Engine
-    from workerless.lease import LeaseModel
-    from workerless.poller_lock import Dispatches
-    from workerless.ports import JobStore
 
 
 def release(engine: Engine, job: ActivatedJob, reason: str, *, deadline: float) -> None:
@@ -90,7 +90,7 @@ def fence(
     so a message of it queued meanwhile is acknowledged without running, while the engine's next
     lease of the job (another fingerprint) claims the record. A record already there: ticketed. A
     fence that cannot be written leaves the job to its lease. Only for an activation lease whose
-    leases are told apart (:meth:`~workerless.lease.LeaseModel.fingerprint`); a begin lease is
+    leases are told apart (:meth:`~workerless._core.lease.LeaseModel.fingerprint`); a begin lease is
     fenced by the engine's acquire, and a job without a fingerprint goes back as before."""
     if store is None or not model.held(None):
         return jobs, []

@@ -21,11 +21,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from workerless.claimcheck import DEFAULT_MEMORY_MB, answer_budget, memory_needed, payload_limit
+from workerless._core.claimcheck import DEFAULT_MEMORY_MB, answer_budget, memory_needed, payload_limit
+from workerless._core.model import RECORD_TYPE_FORBIDDEN
 from workerless.engines import ENGINE_NAMES
 from workerless.engines import ENGINES as ENGINE_REGISTRY
 from workerless.errors import ConfigurationError
-from workerless.model import RECORD_TYPE_FORBIDDEN
 
 #: The engine names as a type (pydantic validates against it); the same names as the registry's
 #: (workerless.engines.ENGINES, a unit test keeps the two equal).
@@ -47,7 +47,7 @@ class Route(BaseModel):
     #: Engine-side queue where it differs from the type (node-flow ``charge:eu-west``). "" is none
     #: (the template's default where Mappings.Routes names no EngineQueue).
     engine_queue: str | None = Field(default=None, alias="engineQueue")
-    #: The poller shard that polls this route ("" the main one; :mod:`workerless.shards`). Each
+    #: The poller shard that polls this route ("" the main one; :mod:`workerless._poller.shards`). Each
     #: shard has its own tick chain and poller lock, so a deployment's dispatch rate grows with them.
     shard: str = Field(default="", pattern=r"^[A-Za-z0-9_-]{0,32}$")
 
@@ -121,7 +121,7 @@ class Settings(BaseModel):
     #: Seconds between ticks of the self-rescheduling poller chain (0: schedule only).
     tick_seconds: int = Field(default=0, alias="WORKERLESS_TICK_SECONDS", ge=0, le=900)
     record_ttl_seconds: int = Field(default=7 * 24 * 3600, alias="WORKERLESS_RECORD_TTL_SECONDS", ge=60)
-    #: The claim check's S3 bucket (workerless.claimcheck): job messages and stored outcomes past
+    #: The claim check's S3 bucket (workerless._core.claimcheck): job messages and stored outcomes past
     #: their queue's or table's limit go there. None: nothing is offloaded (such jobs fail, naming
     #: the limit). The template's PayloadBucket; its lifecycle expires objects after the record TTL.
     payload_bucket: str | None = Field(default=None, alias="WORKERLESS_PAYLOAD_BUCKET")

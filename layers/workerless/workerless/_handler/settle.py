@@ -3,9 +3,9 @@ and the lease acquire that decides whether it runs. Each runs under the retry po
 raises, when it gives up.
 
 A delivery the engine hands out again on its own unless it is settled (a begin lease with
-:attr:`~workerless.lease.LeaseModel.returns_after`: StageNext's gateway requeues an unacknowledged
+:attr:`~workerless._core.lease.LeaseModel.returns_after`: StageNext's gateway requeues an unacknowledged
 delivery after its visibility timeout) is ours until it is acknowledged or requeued: these calls are
-tried through an outage (:data:`~workerless.retry.HELD`) until the engine has taken it back, within
+tried through an outage (:data:`~workerless._core.retry.HELD`) until the engine has taken it back, within
 the invocation's deadline — meanwhile its SQS message stays in flight, so the route counts it
 against MaxInFlight and a local run is not idle. Dropped after a few quick tries, it was held at the
 gateway for a minute, uncounted, its stage unfinished, while the poller pulled others.
@@ -17,11 +17,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar, assert_never
 
+from workerless._core.lease import HandBack
+from workerless._core.model import ActivatedJob
+from workerless._core.retry import CALLS, HELD
 from workerless.errors import EngineError, RetryableEngineError
-from workerless.lease import HandBack
-from workerless.model import ActivatedJob
 from workerless.observability import logger
-from workerless.retry import CALLS, HELD
 
 if TYPE_CHECKING:
     from workerless.engines.base import Engine
@@ -70,7 +70,7 @@ def acknowledge(job: ActivatedJob, *, engine: Engine, deadline: float) -> None:
 
 def hand_back(job: ActivatedJob, *, engine: Engine, deadline: float, reason: str) -> None:
     """Give a delivery the handler will not run back to the engine without a result, as its lease
-    model says (:class:`~workerless.lease.HandBack`): released (StageNext requeues it) — never an
+    model says (:class:`~workerless._core.lease.HandBack`): released (StageNext requeues it) — never an
     acknowledgement, which would drop a stage whose lease no result settles — or acknowledged where
     the engine owns the job from activation (``skip`` is a no-op there; the lease lapses or was
     lost). Giving up is logged: a begin-leased engine hands out an unacknowledged delivery again

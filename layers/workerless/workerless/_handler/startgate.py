@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from workerless.observability import logger
 
 if TYPE_CHECKING:
-    from workerless.ports import LambdaContext
+    from workerless._core.ports import LambdaContext
 
 #: Time kept for storing and reporting a job's result once its run ends.
 FINISH_MARGIN_SECONDS = 5.0

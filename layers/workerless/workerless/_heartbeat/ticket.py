@@ -12,8 +12,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from workerless._core.model import JobRef
 from workerless.errors import MessageFormatError
-from workerless.model import JobRef
 
 TICKET_VERSION = 1
 MAX_DELAY_SECONDS = 900

@@ -1,4 +1,4 @@
-"""What the steps of a :class:`~workerless.delivery.Delivery` answer: the claim (:class:`Claimed` or
+"""What the steps of a :class:`~workerless._handler.delivery.Delivery` answer: the claim (:class:`Claimed` or
 :class:`Refused`) and the delivery's end (:data:`Verdict`: :class:`Ack` or :class:`Redeliver`).
 Closed sets: the delivery and the handler wrapper match them exhaustively.
 """
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from workerless._core.record import Decision, JobRecord
 from workerless.errors import ClaimHeldError, ReportOwedError
-from workerless.record import Decision, JobRecord
 
 __all__ = ["Ack", "ClaimHeldError", "Claimed", "Redeliver", "Refused", "ReportOwedError", "Verdict"]
 

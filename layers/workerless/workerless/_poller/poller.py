@@ -17,19 +17,18 @@ One invocation (a schedule tick or a ticker message)::
     polls, billed at its memory for every second it waits
 
 Only one invocation polls at a time: the entry point takes the poller lock
-(:mod:`workerless.poller_lock`) first, and each cycle renews it when due. What a route holds is
+(:mod:`workerless._poller.poller_lock`) first, and each cycle renews it when due. What a route holds is
 SQS's approximate count plus every job sent in the last WORKERLESS_SQS_LAG_SECONDS before that
 count was read (the lock hands that record on), or, smaller, the jobs activated whose record is
-not final (exact; tracked in the same record). A route read empty, with
-nothing sent to it since, is marked so in that record and not read again for EMPTY_RECHECK_SECONDS
-(only the poller sends to it): an idle tick reads no queue.
+not final (exact; tracked in the same record). A route read empty, with nothing sent to it since, is marked so in that
+record and not read again for EMPTY_RECHECK_SECONDS (only the poller sends to it): an idle tick reads no queue.
 
 Why dispatch before the ticket: if the poller dies between the two, the jobs still run and a short
 job finishes inside its lease; the other order would have the heartbeat keep alive jobs no handler
 will ever see, for up to the maximum hold time.
 
 A poller that dies mid-cycle must not cost its jobs a lease either: with an intent log
-(:mod:`workerless.intent`, batches in the poller lock's item) the batch is written down before
+(:mod:`workerless._poller.intent`, batches in the poller lock's item) the batch is written down before
 dispatch and marked dispatched after it, and the next invocation finishes a dead poller's batch
 (hands the jobs back, or sends the ticket). Two writes a dispatching cycle; the batch is dropped by
 the item's next write.
@@ -42,22 +41,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
-from workerless import giveback, observability
+from workerless import observability
+from workerless._core.claimcheck import JOBS_PREFIX, message_threshold, object_key, too_large_reason
+from workerless._core.model import ActivatedJob, Demand
+from workerless._core.retry import POLL_BACKOFF_FINAL, POLL_BACKOFF_RETRYABLE, poll_backoff
+from workerless._core.settings import Settings
+from workerless._heartbeat.ticket import Ticket, TicketEntry
+from workerless._poller import giveback
+from workerless._poller.poller_lock import Dispatches
 from workerless.aws.payloads import PayloadError
 from workerless.aws.sqs import FALLBACK_MESSAGE_BYTES
-from workerless.claimcheck import JOBS_PREFIX, message_threshold, object_key, too_large_reason
 from workerless.errors import ConfigurationError, EngineError, RetryableEngineError
-from workerless.model import ActivatedJob, Demand
 from workerless.observability import Lifecycle, logger
-from workerless.poller_lock import Dispatches
-from workerless.retry import POLL_BACKOFF_FINAL, POLL_BACKOFF_RETRYABLE, poll_backoff
-from workerless.settings import Settings
-from workerless.ticket import Ticket, TicketEntry
 
 if TYPE_CHECKING:
+    from workerless._core.ports import Intents, JobStore, PayloadStore, Queues
+    from workerless._poller.poller_lock import PollerLock
     from workerless.engines.base import Engine
-    from workerless.poller_lock import PollerLock
-    from workerless.ports import Intents, JobStore, PayloadStore, Queues
 
 T = TypeVar("T")
 
@@ -124,9 +124,9 @@ class Poller:
         self.queues = queues
         #: workerless.aws.payloads.Payloads, the claim check (None or disabled: nothing is offloaded).
         self.payloads = payloads
-        #: workerless.intent.IntentLog (None: no log; a dead poller's jobs wait out their lease).
+        #: workerless._poller.intent.IntentLog (None: no log; a dead poller's jobs wait out their lease).
         self.intents = intents
-        #: workerless.poller_lock.PollerLock, already taken (None: the caller guarantees one poller).
+        #: workerless._poller.poller_lock.PollerLock, already taken (None: the caller guarantees one poller).
         self.lock = lock
         self.clock = clock
         self.sleep = sleep
@@ -186,7 +186,7 @@ class Poller:
         return demands
 
     def _tracked(self, job_type: str, count: int, read_at: float, *, refresh: bool) -> float:
-        """The tighter bounds from the jobs whose record is not final (:func:`workerless.giveback.tracked`)."""
+        """The tighter bounds from the jobs whose record is not final (:func:`workerless._poller.giveback.tracked`)."""
         horizon = float(self.settings.max_hold_seconds + self.settings.lease_seconds)
         now, read = self._wall_clock(), self._wall(read_at)
         return giveback.tracked(self.store, self.dispatches, job_type, now, horizon, count, read, refresh=refresh)
@@ -416,7 +416,7 @@ class Poller:
         self, queue_url: str, batch: list[ActivatedJob], report: PollReport, *, deadline: float
     ) -> tuple[list[ActivatedJob], list[str]]:
         """Each job's message body, its variables in the claim check's bucket when the message would be
-        over the queue's MaximumMessageSize less the margin (:mod:`workerless.claimcheck`). A job over
+        over the queue's MaximumMessageSize less the margin (:mod:`workerless._core.claimcheck`). A job over
         WORKERLESS_MAX_PAYLOAD_BYTES is failed, one whose payload cannot be written handed back."""
         payloads = self.payloads
         if payloads is None or not payloads.enabled:
@@ -460,7 +460,7 @@ class Poller:
         return job.to_message(payload=ref)
 
     def _send_ticket(self, jobs: list[ActivatedJob]) -> list[ActivatedJob]:
-        """Send the heartbeat tickets of ``jobs``: one per :data:`~workerless.ticket.MAX_TICKET_ENTRIES`
+        """Send the heartbeat tickets of ``jobs``: one per :data:`~workerless._heartbeat.ticket.MAX_TICKET_ENTRIES`
         jobs (and within the ticket byte bound), so a large batch never makes a message SQS refuses.
         Returns the jobs whose ticket could not be sent (the jobs are queued and will run; only jobs
         longer than their lease are at risk, and the intent log's recovery sends it later)."""

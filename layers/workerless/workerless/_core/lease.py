@@ -31,8 +31,8 @@ import json
 from dataclasses import dataclass
 from enum import Enum
 
-from workerless.model import JobRef
-from workerless.record import JobRecord, Status
+from workerless._core.model import JobRef
+from workerless._core.record import JobRecord, Status
 
 
 class BeforeRun(Enum):

@@ -88,7 +88,7 @@ def process_batch(
         raise MessageFormatError("not an SQS event: no Records list", field="Records")
     parsed = [SqsRecord.from_event(r) if isinstance(r, Mapping) else _not_a_record() for r in records]
     if concurrency > 1 and len(parsed) > 1:
-        from workerless.threads import map_in_threads
+        from workerless._core.threads import map_in_threads
 
         # Each record in a copy of the invocation's context: its metrics and span are the invocation's.
         failed = map_in_threads(lambda record: _failed(handle, record), parsed, max_workers=concurrency, name="job")

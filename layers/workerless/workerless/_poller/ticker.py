@@ -6,12 +6,12 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from workerless._poller.shards import MAIN, state_key, tagged
 from workerless.observability import logger
-from workerless.shards import MAIN, state_key, tagged
 
 if TYPE_CHECKING:
-    from workerless.ports import Queues, SharedState
-    from workerless.settings import Settings
+    from workerless._core.ports import Queues, SharedState
+    from workerless._core.settings import Settings
 
 #: The shared-state key of the one live chain (its id, last sequence number, last tick time).
 TICKER_STATE_KEY = "ticker"
@@ -35,7 +35,7 @@ def continue_ticker(
     old ``seq``, another ``chain``) is not continued. The schedule (the watchdog) starts a new
     chain only when the last tick is overdue. Returns whether a tick was sent.
 
-    Each poller shard (:mod:`workerless.shards`) has a chain of its own: its own state record, and
+    Each poller shard (:mod:`workerless._poller.shards`) has a chain of its own: its own state record, and
     ticks naming it.
     """
     if not settings.tick_seconds or not settings.ticker_queue_url:

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any, Generic
 
 from typing_extensions import TypeVar
 
-from workerless.model import ActivatedJob
+from workerless._core.model import ActivatedJob
 
 if TYPE_CHECKING:
-    from workerless.ports import LambdaContext
+    from workerless._core.ports import LambdaContext
 
 #: How long a lease-lost answer is reused before asking the job table again: cheap enough to call
 #: in a tight loop, fresh enough that a handler stops within seconds of the heartbeat's verdict.
@@ -135,7 +135,7 @@ class Job(Generic[InputT]):
     def workflow_key(self) -> str:
         """A key stable across retries, for "charge once however many attempts":
         ``{instance id}:{element id or type}`` (falls back to the job id without an instance):
-        :attr:`workerless.model.ActivatedJob.workflow_key`, the one rule for every engine."""
+        :attr:`workerless._core.model.ActivatedJob.workflow_key`, the one rule for every engine."""
         return self._activated.workflow_key
 
     @property

@@ -19,7 +19,7 @@ cost an engine call every 360 s for 14 days (about 3,300) and settle nothing.
 
 A begin-leased engine applies a report only under the execution's lease: a result for an
 execution that is not running is discarded, and its delivery would never come back. A job whose
-lease is held (:meth:`~workerless.lease.LeaseModel.held`: the handler acquired it, the record says so)
+lease is held (:meth:`~workerless._core.lease.LeaseModel.held`: the handler acquired it, the record says so)
 is reported under it; otherwise the lease is acquired here first, and a refusal means the engine has
 moved on (the execution finished, is stale, or another delivery holds it): nothing of ours is left
 to report.
@@ -42,6 +42,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from workerless import observability
+from workerless._core.model import ActivatedJob, Outcome
+from workerless._core.record import DONE, JobRecord, Status
+from workerless._core.retry import CALLS
 from workerless.errors import (
     ClaimStillLiveError,
     EngineError,
@@ -52,15 +55,12 @@ from workerless.errors import (
     QueueError,
     StoreError,
 )
-from workerless.model import ActivatedJob, Outcome
 from workerless.observability import Lifecycle, logger
-from workerless.record import DONE, JobRecord, Status
-from workerless.retry import CALLS
 
 if TYPE_CHECKING:
-    from workerless.batch import SqsRecord
+    from workerless._core.batch import SqsRecord
+    from workerless._core.ports import Clock, JobStore, Queues
     from workerless.engines.base import Engine
-    from workerless.ports import Clock, JobStore, Queues
 
 #: Receives one scheduled drain makes at most (10 letters each): a larger backlog is left for the
 #: next schedule, a minute later, rather than looping on.

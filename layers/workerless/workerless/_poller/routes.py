@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
+from workerless._core.settings import Route, Settings
 from workerless.errors import ConfigurationError, WorkerlessError
-from workerless.settings import Route, Settings
 
 if TYPE_CHECKING:
     from botocore.client import BaseClient
