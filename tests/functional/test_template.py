@@ -991,7 +991,7 @@ def test_layer_build_asks_pip_for_lambda_wheels(tmp_path: Path) -> None:
         assert expected in joined
     package = artifacts / "python" / "workerless"
     assert (package / "__init__.py").is_file()
-    assert (package / "model.py").is_file()
+    assert (package / "_core" / "model.py").is_file()
     pycs = list(package.rglob("*.pyc"))
     assert {p.name.rsplit(".", 2)[1] for p in pycs} == {"cpython-312"}
     assert len(pycs) == len(list(package.rglob("*.py")))
