@@ -42,7 +42,7 @@ ESM_OPTIMISED_POLLERS = 2
 #: A relay's own overhead in the relayed invocation beyond the poll it makes either way: its send
 #: (SQS) and the lock takeover (DynamoDB), and Lambda's 1 ms rounding (half on average).
 RELAY_OVERHEAD_MS = LATENCY_MS["sqs"] + LATENCY_MS["dynamodb"] + 0.5
-#: How long a relayed poller waits between polls (workerless.poller.RELAY_DELAY_SECONDS): a resident
+#: How long a relayed poller waits between polls (workerless._poller.poller.RELAY_DELAY_SECONDS): a resident
 #: poller would sleep this long instead, billed at its memory.
 RELAY_GAP_S = 1.0
 

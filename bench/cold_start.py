@@ -74,9 +74,9 @@ def import_ms(module: str, cwd: Path) -> tuple[float, list[tuple[float, str]]]:
 
 #: What a first (cold) invocation imports lazily beyond the entry module, read from the code:
 #: settings (pydantic), the runtime singletons, boto3 clients for SQS/DynamoDB, the engine adapter
-#: (httpx, pydantic) and, for SQS-triggered functions, the batch loop (workerless.batch).
+#: (httpx, pydantic) and, for SQS-triggered functions, the batch loop (workerless._core.batch).
 _COMMON = (
-    "workerless.settings",
+    "workerless._core.settings",
     "workerless.runtime",
     "workerless.aws.clients",
     "boto3",
@@ -88,12 +88,18 @@ _COMMON = (
     "workerless.engines",
     "workerless.engines.sheptra",
 )
-_BATCH = ("workerless.batch",)
+_BATCH = ("workerless._core.batch",)
 COLD_PATH = {
     # The routes' Parameter Store read (its ssm client is built at the call, not at import).
-    "poller": (*_COMMON, "workerless.routes", "workerless.aws.parameters", "workerless.poller", "workerless.ticket"),
-    "heartbeat": (*_COMMON, *_BATCH, "workerless.heartbeat", "workerless.ticket"),
-    "deadletter": (*_COMMON, *_BATCH, "workerless.deadletter"),
+    "poller": (
+        *_COMMON,
+        "workerless._poller.routes",
+        "workerless.aws.parameters",
+        "workerless._poller.poller",
+        "workerless._heartbeat.ticket",
+    ),
+    "heartbeat": (*_COMMON, *_BATCH, "workerless._heartbeat.heartbeat", "workerless._heartbeat.ticket"),
+    "deadletter": (*_COMMON, *_BATCH, "workerless._deadletter.deadletter"),
     "charge-payment": (*_COMMON, *_BATCH),
     "send-receipt": (*_COMMON, *_BATCH),
     "generate-report": (*_COMMON, *_BATCH),

@@ -221,13 +221,13 @@ def claim_check_per_job(
     gets: int = 1,
 ) -> dict[str, Any]:
     """What the claim check adds to one job (USD): nothing when the job message fits its queue's limit
-    less the margin (workerless.claimcheck) and the result fits the job record; otherwise per object
+    less the margin (workerless._core.claimcheck) and the result fits the job record; otherwise per object
     a PUT, ``gets`` GETs (the handler's read; a re-report reads a stored result again) and its storage
     until the lifecycle rule expires it (``expiry_days``, plus half a day on average: S3 rounds the
     expiry up to the next midnight UTC). The SQS message that carries a pointer instead of the
     variables is billed as one 64 KiB chunk, not up to 16 (not credited here: the total stays an
     upper bound)."""
-    from workerless.claimcheck import OUTCOME_INLINE_BYTES, message_threshold
+    from workerless._core.claimcheck import OUTCOME_INLINE_BYTES, message_threshold
 
     objects = []
     if message_bytes > message_threshold(max_message_bytes):

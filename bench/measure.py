@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 import httpx
-from workerless.settings import Settings
+from workerless._core.settings import Settings
 
 from bench.minimal_worker import MinimalWorker
 from bench.pipeline import FAKE_BASE_URL, Pipeline, TimedTransport, VirtualClock, emulator_for, patched_time, quiet_logs
@@ -40,7 +40,7 @@ def run_until_done(p: Pipeline, *, max_rounds: int = 100_000) -> int:
     virtual clock on by a second past the poller's SQS lag window: the poller counts what it sent
     within that window (in whole-second buckets, rounded up) as still in flight, and rounds that took
     no time would find every route full after its first batch; it also makes a relay visible."""
-    from workerless.settings import get_settings
+    from workerless._core.settings import get_settings
 
     from bench.pipeline import TICKER_URL
 

@@ -250,10 +250,10 @@ class Pipeline:
     # -- setup ------------------------------------------------------------------------------------
     def __enter__(self) -> Pipeline:
         from workerless import job_handler, runtime
+        from workerless._core.settings import get_settings
         from workerless.aws.dynamo import DynamoState, JobStore
         from workerless.aws.sqs import Queues
         from workerless.engines import build_engine
-        from workerless.settings import get_settings
         from workerless.wiring import Wiring
 
         for key, value in self.env.items():

@@ -145,7 +145,7 @@ def test_a_poller_dying_after_activation_does_not_cost_its_jobs_a_lease(result: 
 
     The pipeline may hand one crashed batch back twice: two invocations can each take it (for
     instance a recoverer that found the dead poller's lock held, and the invocation that takes the
-    expired lock over while the batch is still in the item), and workerless.intent accepts that (a
+    expired lock over while the batch is still in the item), and workerless._poller.intent accepts that (a
     hand-back refused as already done, rather than a batch lost). The engine fences the second: each
     activation is its own holder (the Sheptra adapter's per-activation workerId), so it answers 409
     and the job's history shows one hand-back per crash. Seen on a busy machine: two "released"

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from workerless.claimcheck import payload_limit
+from workerless._core.claimcheck import payload_limit
 from workerless_devkit.devtools.scaffold import stem
 from workerless_devkit.emulators import sheptra
 from workerless_devkit.local import LocalTopology

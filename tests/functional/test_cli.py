@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from workerless.settings import parse_env_text
+from workerless._core.settings import parse_env_text
 from workerless_devkit import cli
 
 REPO = Path(__file__).resolve().parents[2]

@@ -94,8 +94,8 @@ def test_a_key_that_looks_like_the_engines_but_is_not_read_is_refused(
 
 
 def test_the_runtime_refuses_a_key_it_does_not_read_in_its_values() -> None:
+    from workerless._core.settings import check_engine_keys
     from workerless.errors import ConfigurationError
-    from workerless.settings import check_engine_keys
 
     check_engine_keys({"NF_URL": "http://127.0.0.1:1", "NF_API_KEY": "k", "WORKERLESS_ENGINE": "nodeflow"})
     with pytest.raises(

@@ -11,8 +11,8 @@ from typing import Any
 import boto3
 import pytest
 from moto import mock_aws
+from workerless._core.settings import parse_env_text
 from workerless.aws.secrets import parse_secret_text
-from workerless.settings import parse_env_text
 from workerless_devkit import cli
 from workerless_devkit.emulators import nodeflow, sheptra, stagenext
 

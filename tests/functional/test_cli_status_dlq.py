@@ -15,7 +15,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
-from workerless.model import ActivatedJob, JobRef
+from workerless._core.model import ActivatedJob, JobRef
 from workerless_devkit import cli
 from workerless_devkit.devtools import clients
 from workerless_devkit.devtools.scaffold import add_job_type, stem, template_job_types, with_job_types

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 from workerless import entrypoints, observability, runtime
+from workerless._core.model import ActivatedJob, Demand, JobRef, Outcome
+from workerless._core.record import Status
 from workerless.errors import EngineError, EngineUnavailableError, RejectedError, ResponseShapeError
-from workerless.model import ActivatedJob, Demand, JobRef, Outcome
-from workerless.record import Status
 from workerless.testing import FakeEngine
 
 from tests.functional.aws import Aws, FakeContext
@@ -218,8 +218,8 @@ def test_an_empty_drain_makes_one_receive_and_builds_no_engine(aws: Aws, monkeyp
     WHEN the schedule fires
     THEN the drain makes one short-poll ReceiveMessage and nothing else: no secret read, no DynamoDB
     call (nor its KMS request), every minute of an idle month."""
+    from workerless._core.settings import Settings
     from workerless.aws.sqs import Queues
-    from workerless.settings import Settings
     from workerless.wiring import Wiring
 
     url = aws.dlqs["charge-payment"]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from workerless._core.settings import parse_env_text
 from workerless.engines import ENGINE_NAMES
-from workerless.settings import parse_env_text
 from workerless_devkit import cli
 from workerless_devkit.emulators import start
 from workerless_devkit.emulators.core import JobSpec, parse_jobs

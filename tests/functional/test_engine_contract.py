@@ -16,11 +16,11 @@ from typing import Any
 
 import httpx
 import pytest
+from workerless._core.lease import BeforeRun, LeaseModel
+from workerless._core.model import ActivatedJob, Demand, Outcome
 from workerless.engines import ENGINE_NAMES, build_engine
 from workerless.engines.base import Engine, MemoryState
 from workerless.errors import LeaseLostError, PayloadTooLargeError
-from workerless.lease import BeforeRun, LeaseModel
-from workerless.model import ActivatedJob, Demand, Outcome
 from workerless_devkit.pytest_plugin import EmulatorFactory
 
 #: Engines held to this contract. The node-flow and StageNext engineers extend this list.

@@ -1,4 +1,4 @@
-"""The handler wrapper's batch loop (workerless.batch) on moto's SQS and DynamoDB with an in-memory
+"""The handler wrapper's batch loop (workerless._core.batch) on moto's SQS and DynamoDB with an in-memory
 engine: what each record of one SQS batch comes to, and the partial batch response that says so."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 from workerless import entrypoints, job_handler, observability, runtime
+from workerless._core.record import Status
 from workerless.errors import EngineUnavailableError, StoreError
-from workerless.record import Status
 from workerless.testing import FakeEngine
 from workerless_devkit.chaos.plan import SimulatedCrash
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workerless import Job, job_handler, runtime
-from workerless.model import Demand
-from workerless.settings import get_settings
-from workerless.startgate import WATCHDOG_MARGIN_SECONDS
+from workerless._core.model import Demand
+from workerless._core.settings import get_settings
+from workerless._handler.startgate import WATCHDOG_MARGIN_SECONDS
 from workerless.testing import FakeEngine
 from workerless.wiring import Wiring
 

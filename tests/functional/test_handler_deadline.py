@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from moto.core.exceptions import JsonRESTError
 from workerless import entrypoints, job_handler, runtime, testing
-from workerless.delivery import AWS_MARGIN_SECONDS
+from workerless._core.record import Status
+from workerless._handler.delivery import AWS_MARGIN_SECONDS
 from workerless.errors import StoreError
-from workerless.record import Status
 from workerless.testing import FakeEngine
 
 from tests.functional.aws import Aws, FakeContext

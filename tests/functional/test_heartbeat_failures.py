@@ -20,14 +20,14 @@ from typing import Any
 
 import pytest
 from workerless import entrypoints, runtime, testing
+from workerless._core.model import ActivatedJob, Demand, JobRef, Outcome
+from workerless._core.record import Status
+from workerless._core.settings import get_settings
+from workerless._heartbeat.heartbeat import process_ticket
+from workerless._heartbeat.ticket import Ticket, TicketEntry
 from workerless.aws.sqs import QueueError
 from workerless.errors import EngineUnavailableError, StoreError
-from workerless.heartbeat import process_ticket
-from workerless.model import ActivatedJob, Demand, JobRef, Outcome
-from workerless.record import Status
-from workerless.settings import get_settings
 from workerless.testing import FakeEngine
-from workerless.ticket import Ticket, TicketEntry
 from workerless.wiring import Wiring
 
 from tests.functional.aws import Aws, FakeContext

@@ -42,10 +42,10 @@ from typing import Any
 import httpx
 import pytest
 from workerless import observability
+from workerless._core.model import Demand
+from workerless._core.settings import parse_env_text
 from workerless.aws.sqs import QueueError, Queues
 from workerless.engines import ENGINE_NAMES, build_engine
-from workerless.model import Demand
-from workerless.settings import parse_env_text
 from workerless_devkit.devtools.scaffold import stem, template_job_types
 from workerless_devkit.local import LocalTopology
 from workerless_devkit.local.iam.enforce import Grant, Refusal

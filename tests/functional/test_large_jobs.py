@@ -15,8 +15,8 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
+from workerless._core.claimcheck import payload_limit
 from workerless.aws.sqs import Queues
-from workerless.claimcheck import payload_limit
 from workerless.engines import ENGINE_NAMES
 from workerless_devkit.pytest_plugin import EmulatorFactory
 

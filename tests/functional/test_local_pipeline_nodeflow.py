@@ -19,10 +19,10 @@ import boto3
 import httpx
 import pytest
 from moto import mock_aws
+from workerless._core.lease import ACTIVATION_LEASE, BEGIN_LEASE
+from workerless._core.model import JobRef, Outcome
+from workerless._core.record import Decision, Status, decide
 from workerless.aws.dynamo import JobStore
-from workerless.lease import ACTIVATION_LEASE, BEGIN_LEASE
-from workerless.model import JobRef, Outcome
-from workerless.record import Decision, Status, decide
 from workerless_devkit.devtools.scaffold import template_job_types
 from workerless_devkit.emulators.nodeflow import NodeFlowEmulator
 from workerless_devkit.local import LocalTopology

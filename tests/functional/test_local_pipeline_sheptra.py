@@ -9,9 +9,9 @@ from typing import Any
 
 import httpx
 import pytest
+from workerless._core.model import Demand
+from workerless._core.settings import parse_env_text
 from workerless.engines import build_engine
-from workerless.model import Demand
-from workerless.settings import parse_env_text
 from workerless_devkit.devtools.scaffold import stem
 from workerless_devkit.emulators import RunningEmulator
 from workerless_devkit.local import LocalTopology

@@ -17,8 +17,8 @@ from typing import Any
 
 import httpx
 import pytest
+from workerless._core.model import Demand
 from workerless.engines import stagenext as stagenext_adapter
-from workerless.model import Demand
 from workerless_devkit import cli
 from workerless_devkit.pytest_plugin import EmulatorFactory
 

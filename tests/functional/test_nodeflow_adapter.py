@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from workerless._core.model import ActivatedJob, Demand, JobRef, Outcome
 from workerless.engines import build_engine
 from workerless.engines.nodeflow import NodeFlowEngine, workflow_key
 from workerless.errors import (
@@ -26,7 +27,6 @@ from workerless.errors import (
     RejectedError,
     ResponseShapeError,
 )
-from workerless.model import ActivatedJob, Demand, JobRef, Outcome
 from workerless_devkit.emulators import RunningEmulator
 from workerless_devkit.emulators.http import EmulatorServer
 from workerless_devkit.emulators.nodeflow import NodeFlowEmulator

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from workerless import entrypoints, observability, runtime
-from workerless.model import ActivatedJob, Demand
+from workerless._core.model import ActivatedJob, Demand
 from workerless.testing import FakeEngine
 
 from tests.functional.aws import Aws, FakeContext
@@ -106,7 +106,7 @@ def test_one_job_is_visible_in_logs_metrics_and_its_trace(
     and every handler log line of the job carries its id, type and trace id."""
     job_id = engine.add_job("charge-payment", {"orderId": "7", "amount": 12})
     # How many empty polls a lingering poller makes depends on timing: one cycle here.
-    monkeypatch.setattr("workerless.poller.LINGER_SECONDS", 0.0)
+    monkeypatch.setattr("workerless._poller.poller.LINGER_SECONDS", 0.0)
 
     entrypoints.poller({}, FakeContext())
     poll_docs = list(metrics)

@@ -183,7 +183,7 @@ def test_three_job_types_one_with_its_own_dependency_pass_demo_test_and_the_rehe
     # The layer is the pinned runtime wheel as installed (its dist-info), not a copy of source.
     layer = _zip_names(bundle, "WorkerlessLayer")
     assert f"python/workerless-{workerless.__version__}.dist-info/METADATA" in layer
-    assert "python/workerless/poller.py" in layer
+    assert "python/workerless/_poller/poller.py" in layer
 
 
 def _bumped(version: str) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 from workerless import Job, entrypoints, job_handler, observability, runtime
-from workerless.record import Status
+from workerless._core.record import Status
 from workerless.testing import FakeEngine
 
 from tests.functional.aws import Aws, FakeContext

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 from workerless import entrypoints, runtime, testing
-from workerless.lease import BEGIN_LEASE
-from workerless.model import ActivatedJob
-from workerless.record import Status
-from workerless.settings import get_settings
+from workerless._core.lease import BEGIN_LEASE
+from workerless._core.model import ActivatedJob
+from workerless._core.record import Status
+from workerless._core.settings import get_settings
 from workerless.testing import FakeEngine
 
 from tests.functional.aws import Aws, FakeContext
@@ -138,9 +138,9 @@ def test_handler_returning_a_non_object_fails_the_job_with_the_reason(
 
 def test_output_over_the_engine_cap_fails_the_job_with_the_cap(aws: Aws) -> None:
     from workerless import job_handler
+    from workerless._core.model import JobRef, Outcome
     from workerless.engines.base import json_size
     from workerless.errors import PayloadTooLargeError
-    from workerless.model import JobRef, Outcome
 
     class CappedEngine(FakeEngine):
         def report(self, ref: JobRef, outcome: Outcome) -> None:
@@ -213,7 +213,7 @@ def test_dispatch_failure_hands_the_job_back_at_once(aws: Aws, engine: FakeEngin
 
 def test_dead_letter_fails_the_job_with_the_reason(aws: Aws, engine: FakeEngine) -> None:
     job_id = engine.add_job("charge-payment", {"orderId": "1", "amount": 1})
-    [job] = engine.activate([__import__("workerless.model").model.Demand("charge-payment", 1)], 60)
+    [job] = engine.activate([__import__("workerless._core.model", fromlist=["Demand"]).Demand("charge-payment", 1)], 60)
     event = {
         "Records": [
             {
@@ -240,7 +240,7 @@ def test_dead_letter_fails_the_job_with_the_reason(aws: Aws, engine: FakeEngine)
 def test_message_round_trip() -> None:
     engine = FakeEngine()
     engine.add_job("send-receipt", {"orderId": "x", "nested": {"a": [1, 2]}})
-    [job] = engine.activate([__import__("workerless.model").model.Demand("send-receipt", 1)], 60)
+    [job] = engine.activate([__import__("workerless._core.model", fromlist=["Demand"]).Demand("send-receipt", 1)], 60)
     assert ActivatedJob.from_message(job.to_message()) == job
 
 

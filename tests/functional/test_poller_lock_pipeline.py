@@ -11,12 +11,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from workerless import entrypoints, runtime, sendlog
+from workerless import entrypoints, runtime
+from workerless._core.model import Demand
+from workerless._poller import sendlog
+from workerless._poller.intent import IntentLog
+from workerless._poller.poller_lock import LOCK_KEY, PollerLock
 from workerless.aws.dynamo import DynamoState
 from workerless.aws.sqs import Queues
-from workerless.intent import IntentLog
-from workerless.model import Demand
-from workerless.poller_lock import LOCK_KEY, PollerLock
 from workerless.testing import FakeEngine
 
 from tests.functional.aws import Aws, FakeContext, moto_aws

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 from workerless import entrypoints, observability, runtime
+from workerless._poller.poller_lock import LOCK_KEY, PollerLock
 from workerless.aws.dynamo import DynamoState
 from workerless.aws.sqs import Queues
-from workerless.poller_lock import LOCK_KEY, PollerLock
 from workerless.testing import FakeEngine
 
 from tests.functional.aws import Aws, FakeContext, moto_aws

@@ -9,8 +9,8 @@ from typing import Any, cast
 import boto3
 import pytest
 from moto import mock_aws
+from workerless._core.settings import Settings
 from workerless.errors import ConfigurationError
-from workerless.settings import Settings
 from workerless.wiring import Wiring
 
 BLOCK = """# authentication is off on this deployment — nothing to mint from; leave blank

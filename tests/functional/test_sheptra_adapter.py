@@ -10,6 +10,9 @@ from typing import Any
 
 import httpx
 import pytest
+from workerless._core.lease import ACTIVATION_LEASE
+from workerless._core.model import Demand, Outcome
+from workerless._core.settings import parse_env_text
 from workerless.engines.sheptra import PAYLOAD_CAP, SheptraEngine, from_values
 from workerless.errors import (
     AuthExpiredError,
@@ -22,9 +25,6 @@ from workerless.errors import (
     RejectedError,
     ResponseShapeError,
 )
-from workerless.lease import ACTIVATION_LEASE
-from workerless.model import Demand, Outcome
-from workerless.settings import parse_env_text
 from workerless_devkit.emulators.http import EmulatorServer
 from workerless_devkit.emulators.sheptra import SheptraEmulator
 from workerless_devkit.pytest_plugin import EmulatorFactory

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import jwt
 import pytest
-from workerless.settings import parse_env_text
+from workerless._core.settings import parse_env_text
 from workerless_devkit.emulators import sheptra
 from workerless_devkit.emulators.sheptra import MAX_VARIABLES_BYTES, SheptraEmulator, variables_size
 from workerless_devkit.pytest_plugin import EmulatorFactory

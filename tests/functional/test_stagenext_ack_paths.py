@@ -18,11 +18,11 @@ from typing import Any
 import httpx
 import pytest
 from workerless import entrypoints, runtime, testing
+from workerless._core.model import ActivatedJob, Demand, Outcome
+from workerless._core.record import Status
+from workerless._core.report import report_stored
+from workerless._core.retry import HELD
 from workerless.engines.stagenext import StageNextEngine, from_values
-from workerless.model import ActivatedJob, Demand, Outcome
-from workerless.record import Status
-from workerless.report import report_stored
-from workerless.retry import HELD
 from workerless_devkit.emulators.http import EmulatorServer
 from workerless_devkit.emulators.stagenext import StageNextEmulator
 from workerless_devkit.pytest_plugin import EmulatorFactory

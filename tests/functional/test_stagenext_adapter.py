@@ -9,6 +9,8 @@ from typing import Any
 
 import httpx
 import pytest
+from workerless._core.lease import BEGIN_LEASE
+from workerless._core.model import ActivatedJob, Demand, Outcome
 from workerless.engines import build_engine
 from workerless.engines.base import Engine, MemoryState
 from workerless.engines.stagenext import RESULT_BODY_CAP, RESULT_STRING_CAP, StageNextEngine, from_values
@@ -19,8 +21,6 @@ from workerless.errors import (
     PayloadTooLargeError,
     RateLimitedError,
 )
-from workerless.lease import BEGIN_LEASE
-from workerless.model import ActivatedJob, Demand, Outcome
 from workerless_devkit.emulators.http import EmulatorServer
 from workerless_devkit.emulators.stagenext import StageNextEmulator
 from workerless_devkit.pytest_plugin import EmulatorFactory

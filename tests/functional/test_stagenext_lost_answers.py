@@ -13,10 +13,10 @@ from typing import Any
 
 import httpx
 import pytest
+from workerless._core.model import ActivatedJob, Demand, Outcome
+from workerless._core.retry import CALLS
 from workerless.engines.stagenext import StageNextEngine, from_values
 from workerless.errors import EngineUnavailableError, GarbledResponseError, ResponseShapeError
-from workerless.model import ActivatedJob, Demand, Outcome
-from workerless.retry import CALLS
 from workerless_devkit.emulators.http import EmulatorServer
 from workerless_devkit.emulators.stagenext import StageNextEmulator
 from workerless_devkit.pytest_plugin import EmulatorFactory

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from workerless._core.model import Demand
 from workerless.engines.stagenext import StageNextEngine, from_values
 from workerless.engines.stagenext.config import PULL_BUDGET_SECONDS
-from workerless.model import Demand
 from workerless_devkit.emulators.stagenext import StageNextEmulator
 from workerless_devkit.pytest_plugin import EmulatorFactory
 

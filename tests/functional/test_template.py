@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from workerless._core.model import ActivatedJob
+from workerless._heartbeat.ticket import Ticket
 from workerless.engines import ENGINE_NAMES
-from workerless.model import ActivatedJob
-from workerless.ticket import Ticket
 from workerless_devkit.devtools.scaffold import template_route_types
 from workerless_devkit.local.extensions import expand_language_extensions
 from workerless_devkit.local.template import parse_template_text
@@ -744,7 +744,7 @@ def test_claim_check_bucket_is_private_encrypted_tls_only_and_expires_with_the_r
     """The claim check's bucket: SSE, every public-access block, objects owned by the bucket owner, a
     policy refusing plain HTTP, and a lifecycle expiring objects after the job record's TTL (the
     settings default: WORKERLESS_RECORD_TTL_SECONDS, which the template does not override)."""
-    from workerless.settings import Settings
+    from workerless._core.settings import Settings
 
     bucket = cfn["Resources"]["PayloadBucket"]
     assert bucket["Type"] == "AWS::S3::Bucket"
@@ -991,7 +991,7 @@ def test_layer_build_asks_pip_for_lambda_wheels(tmp_path: Path) -> None:
         assert expected in joined
     package = artifacts / "python" / "workerless"
     assert (package / "__init__.py").is_file()
-    assert (package / "model.py").is_file()
+    assert (package / "_core" / "model.py").is_file()
     pycs = list(package.rglob("*.pyc"))
     assert {p.name.rsplit(".", 2)[1] for p in pycs} == {"cpython-312"}
     assert len(pycs) == len(list(package.rglob("*.py")))

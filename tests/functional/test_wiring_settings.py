@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 from workerless import entrypoints, job_handler
-from workerless.job import Job
-from workerless.settings import Route, Settings
+from workerless._core.job import Job
+from workerless._core.settings import Route, Settings
 from workerless.testing import FakeEngine
 from workerless.wiring import Wiring
 

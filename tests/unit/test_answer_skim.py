@@ -1,5 +1,5 @@
 """The skimmer that reads a take-work answer as it streams in (workerless.engines.kit.skim), and the
-payload limit that follows the function's memory (workerless.claimcheck, workerless.settings)."""
+payload limit that follows the function's memory (workerless._core.claimcheck, workerless._core.settings)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from workerless.claimcheck import MIB, memory_needed, payload_limit
+from workerless._core.claimcheck import MIB, memory_needed, payload_limit
+from workerless._core.settings import Settings
 from workerless.engines.kit.skim import SKELETON_BYTES, Skimmer
 from workerless.errors import ConfigurationError, ResponseShapeError
-from workerless.settings import Settings
 
 values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),

@@ -1,11 +1,11 @@
-"""workerless.batch: an SQS event in, each record handled in order, the partial batch response out."""
+"""workerless._core.batch: an SQS event in, each record handled in order, the partial batch response out."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from workerless.batch import SqsRecord, process_batch
+from workerless._core.batch import SqsRecord, process_batch
 from workerless.errors import MessageFormatError
 from workerless_devkit.chaos.plan import SimulatedCrash
 

@@ -1,17 +1,17 @@
-"""The claim check's limits, pointers and cost line (workerless.claimcheck, bench/cost.py)."""
+"""The claim check's limits, pointers and cost line (workerless._core.claimcheck, bench/cost.py)."""
 
 from __future__ import annotations
 
 import pytest
-from workerless.claimcheck import (
+from workerless._core.claimcheck import (
     DYNAMODB_ITEM_BYTES,
     OUTCOME_INLINE_BYTES,
     SQS_MARGIN_BYTES,
     PayloadRef,
     message_threshold,
 )
+from workerless._core.model import ActivatedJob, JobRef
 from workerless.errors import MessageFormatError
-from workerless.model import ActivatedJob, JobRef
 from workerless_devkit.local.limits import DYNAMODB_MAX_ITEM_BYTES, item_size
 
 from bench import cost

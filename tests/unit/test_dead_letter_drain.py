@@ -1,4 +1,4 @@
-"""The dead-letter drain's bounds (workerless.deadletter.drain): a drain never loops past
+"""The dead-letter drain's bounds (workerless._deadletter.deadletter.drain): a drain never loops past
 MAX_RECEIVES receives or its deadline, and a letter it could not settle is never deleted."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from workerless.batch import SqsRecord
-from workerless.deadletter import MAX_RECEIVES, drain
+from workerless._core.batch import SqsRecord
+from workerless._deadletter.deadletter import MAX_RECEIVES, drain
 
 
 class EndlessQueue:

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import get_args
 
+from workerless._core.settings import ENGINE_KEY_PREFIXES, EngineName
 from workerless.engines import ENGINE_NAMES, ENGINES
-from workerless.settings import ENGINE_KEY_PREFIXES, EngineName
 
 from tests.unit.runtime_modules import RUNTIME
 from tests.unit.runtime_modules import runtime_modules as _runtime_modules

@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 import httpx
 import pytest
 from workerless import errors
+from workerless._core.job import Job
+from workerless._core.model import ActivatedJob, Demand, JobRef
 from workerless.engines import build_engine
 from workerless.engines.base import MemoryState
 from workerless.engines.kit import (
@@ -33,8 +35,6 @@ from workerless.errors import (
     RateLimitedError,
     StoreError,
 )
-from workerless.job import Job
-from workerless.model import ActivatedJob, Demand, JobRef
 
 #: Each engine's connection values, and the key that holds its base URL.
 VALUES: dict[str, tuple[dict[str, str], str]] = {

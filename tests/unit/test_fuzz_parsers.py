@@ -20,13 +20,13 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from workerless._core.model import ActivatedJob, Demand, JobRef
+from workerless._core.settings import Settings
+from workerless._heartbeat.ticket import Ticket
+from workerless._poller.poller import Poller
 from workerless.engines import build_engine
 from workerless.engines.base import MemoryState
 from workerless.errors import ConfigurationError, EngineError, MessageFormatError, ResponseShapeError
-from workerless.model import ActivatedJob, Demand, JobRef
-from workerless.poller import Poller
-from workerless.settings import Settings
-from workerless.ticket import Ticket
 
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 BASE = "http://127.0.0.1:9"

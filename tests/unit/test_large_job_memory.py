@@ -30,15 +30,15 @@ import boto3
 import httpx
 import pytest
 from moto import mock_aws
+from workerless._core.claimcheck import PayloadRef, digest
+from workerless._core.lease import ACTIVATION_LEASE
+from workerless._core.model import ActivatedJob, JobRef, Outcome
+from workerless._core.settings import Settings
+from workerless._handler.delivery import Delivery
+from workerless._poller.poller import Poller, PollReport
 from workerless.aws.dynamo import JobStore
-from workerless.claimcheck import PayloadRef, digest
-from workerless.delivery import Delivery
 from workerless.engines import build_engine
 from workerless.engines.base import MemoryState
-from workerless.lease import ACTIVATION_LEASE
-from workerless.model import ActivatedJob, JobRef, Outcome
-from workerless.poller import Poller, PollReport
-from workerless.settings import Settings
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
 BASELINE_MB = 73

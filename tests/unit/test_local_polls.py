@@ -7,8 +7,8 @@ from __future__ import annotations
 import threading
 
 import pytest
+from workerless._core.model import Demand
 from workerless.errors import EngineUnavailableError
-from workerless.model import Demand
 from workerless.testing import FakeEngine
 from workerless_devkit.local.polls import PollWatch
 

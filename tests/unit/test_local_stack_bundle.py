@@ -52,9 +52,9 @@ def test_a_layer_with_the_imported_runtime_passes_and_counts_its_files() -> None
 def test_a_layer_whose_runtime_differs_is_refused_naming_the_files() -> None:
     with pytest.raises(
         CodeMismatchError,
-        match=r"layer L: .*differ: workerless/retry.py.*only in the imported package: workerless/ports.py",
+        match=r"layer L: .*differ: workerless/_core/retry.py.*only in the imported package: workerless/_core/ports.py",
     ):
-        check_layer(_layer({"workerless/retry.py": b"# changed\n"}, drop="workerless/ports.py"), "layer L")
+        check_layer(_layer({"workerless/_core/retry.py": b"# changed\n"}, drop="workerless/_core/ports.py"), "layer L")
 
 
 def test_a_layer_without_the_runtime_is_refused() -> None:

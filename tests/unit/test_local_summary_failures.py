@@ -7,8 +7,8 @@ import logging
 import time
 
 from workerless import job_handler
-from workerless.model import Outcome
-from workerless.report import outcome_fields
+from workerless._core.model import Outcome
+from workerless._core.report import outcome_fields
 from workerless.testing import run_handler
 from workerless_devkit.local.logs import ReadableFormatter
 from workerless_devkit.local.summary import Summary
@@ -16,7 +16,7 @@ from workerless_devkit.local.summary import Summary
 
 def test_a_retryable_failure_and_a_final_one_are_told_apart_in_the_table() -> None:
     summary = Summary()
-    # The fields the pipeline emits with a reported failure (workerless.report.outcome_fields).
+    # The fields the pipeline emits with a reported failure (workerless._core.report.outcome_fields).
     summary.record_lifecycle("charge-payment", "failed", outcome_fields(Outcome.fail("card declined", retries=2)))
     summary.record_lifecycle("charge-payment", "failed", outcome_fields(Outcome.fail("gone", retries=0)))
     terminal = Outcome.fail("bad amount", retries=3, terminal=True)

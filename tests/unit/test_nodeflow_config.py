@@ -6,12 +6,12 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from workerless._core.lease import ACTIVATION_LEASE
+from workerless._core.model import ActivatedJob, Demand, JobRef
 from workerless.engines import build_engine
 from workerless.engines.base import Engine
 from workerless.engines.nodeflow import NodeFlowEngine, from_values, parse_timestamp, workflow_key
 from workerless.errors import ConfigurationError
-from workerless.lease import ACTIVATION_LEASE
-from workerless.model import ActivatedJob, Demand, JobRef
 
 KEY = "nf_abcdefghijklmnop"
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 from workerless import observability
+from workerless._core.lease import ACTIVATION_LEASE
+from workerless._core.model import JobRef
+from workerless._core.observer import observe_engine
 from workerless.errors import LeaseLostError, RateLimitedError
-from workerless.lease import ACTIVATION_LEASE
-from workerless.model import JobRef
-from workerless.observer import observe_engine
 from workerless.testing import make_activated_job
 from workerless_devkit.local import loop
 
@@ -472,14 +472,14 @@ def test_apply_log_level_keeps_a_less_verbose_log_level_over_lambdas() -> None:
 
 
 def test_settings_read_both_log_levels() -> None:
-    from workerless.settings import Settings
+    from workerless._core.settings import Settings
 
     settings = Settings.from_env({"POWERTOOLS_LOG_LEVEL": "WARNING", "AWS_LAMBDA_LOG_LEVEL": "INFO", "OTHER": "x"})
     assert (settings.log_level, settings.lambda_log_level) == ("WARNING", "INFO")
 
 
 def test_a_containers_wiring_applies_the_log_level_before_its_first_invocation() -> None:
-    from workerless.settings import Settings
+    from workerless._core.settings import Settings
     from workerless.wiring import Wiring
 
     library = logging.getLogger(observability.logger.name)

@@ -6,6 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from workerless._core.job import LOG_FLUSH_LINES, Job
+from workerless._core.model import ActivatedJob, JobRef, Outcome
+from workerless._core.record import Decision, JobRecord, Status, decide
+from workerless._core.retry import RetryPolicy
+from workerless._core.settings import Settings, infer_engine
+from workerless._heartbeat.ticket import Ticket, TicketEntry
 from workerless.errors import (
     ConfigurationError,
     EngineUnavailableError,
@@ -13,12 +19,6 @@ from workerless.errors import (
     MessageFormatError,
     RateLimitedError,
 )
-from workerless.job import LOG_FLUSH_LINES, Job
-from workerless.model import ActivatedJob, JobRef, Outcome
-from workerless.record import Decision, JobRecord, Status, decide
-from workerless.retry import RetryPolicy
-from workerless.settings import Settings, infer_engine
-from workerless.ticket import Ticket, TicketEntry
 
 
 def _job(**overrides: object) -> ActivatedJob:
@@ -77,7 +77,7 @@ def test_the_job_record_key_leads_with_its_type_so_iam_can_hold_a_route_to_its_o
 
 @pytest.mark.parametrize("job_type", ["a#b", "charge*", "a?", "x${y}"])
 def test_a_job_type_that_would_widen_its_routes_key_pattern_is_refused(job_type: str) -> None:
-    from workerless.settings import Route
+    from workerless._core.settings import Route
 
     with pytest.raises(ValueError, match="may not hold"):
         Route(type=job_type, queue="q")

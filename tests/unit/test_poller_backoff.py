@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from workerless._core.retry import POLL_BACKOFF_MAX, poll_backoff
+from workerless._poller.poller import Poller
 from workerless.errors import RetryableEngineError
-from workerless.poller import Poller
-from workerless.retry import POLL_BACKOFF_MAX, poll_backoff
 from workerless.testing import FakeEngine
 
 from tests.unit.test_poller_linger import Clock, Queues, settings

@@ -1,6 +1,6 @@
 """An idle tick reads no queue depth: a route whose queue was read empty, with nothing sent to it
-since, is known empty (workerless.poller.Poller._depth, the mark in the lock's dispatch record,
-workerless.poller_lock.Dispatches). It is read again after EMPTY_RECHECK_SECONDS, after any send to
+since, is known empty (workerless._poller.poller.Poller._depth, the mark in the lock's dispatch record,
+workerless._poller.poller_lock.Dispatches). It is read again after EMPTY_RECHECK_SECONDS, after any send to
 it, and whenever the engine hands out one of its jobs; a 0 read within the lag window of a send marks
 nothing. Every tick here is a fresh invocation: a fresh Poller taking the lock from the shared state."""
 
@@ -10,12 +10,12 @@ import json
 from collections import Counter
 from typing import Any
 
-from workerless import sendlog
+from workerless._core.settings import Settings
+from workerless._poller import sendlog
+from workerless._poller.intent import IntentLog
+from workerless._poller.poller import EMPTY_RECHECK_SECONDS, Poller
+from workerless._poller.poller_lock import Dispatches, PollerLock
 from workerless.engines.base import MemoryState
-from workerless.intent import IntentLog
-from workerless.poller import EMPTY_RECHECK_SECONDS, Poller
-from workerless.poller_lock import Dispatches, PollerLock
-from workerless.settings import Settings
 from workerless.testing import FakeEngine
 
 ROUTES = [

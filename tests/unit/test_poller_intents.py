@@ -12,14 +12,14 @@ import json
 from typing import Any
 
 import pytest
+from workerless._core.model import Demand
+from workerless._core.settings import Settings
+from workerless._heartbeat.ticket import Ticket
+from workerless._poller.intent import IntentLog, decode_batch, stale_after
+from workerless._poller.poller import Poller, PollReport
+from workerless._poller.poller_lock import LOCK_KEY, PollerLock
 from workerless.engines.base import MemoryState
-from workerless.intent import IntentLog, decode_batch, stale_after
-from workerless.model import Demand
-from workerless.poller import Poller, PollReport
-from workerless.poller_lock import LOCK_KEY, PollerLock
-from workerless.settings import Settings
 from workerless.testing import FakeEngine
-from workerless.ticket import Ticket
 from workerless_devkit.chaos.plan import SimulatedCrash
 
 from tests.unit.counting import CountingState

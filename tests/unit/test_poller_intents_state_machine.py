@@ -25,14 +25,14 @@ from typing import Any
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule
+from workerless._core.settings import Settings
+from workerless._heartbeat.ticket import Ticket
+from workerless._poller.intent import IntentLog
+from workerless._poller.poller import Poller
+from workerless._poller.poller_lock import LOCK_KEY, PollerLock
 from workerless.engines.base import MemoryState
 from workerless.errors import LeaseLostError
-from workerless.intent import IntentLog
-from workerless.poller import Poller
-from workerless.poller_lock import LOCK_KEY, PollerLock
-from workerless.settings import Settings
 from workerless.testing import FakeEngine
-from workerless.ticket import Ticket
 from workerless_devkit.chaos.plan import SimulatedCrash
 
 LOCK_SECONDS = 30.0

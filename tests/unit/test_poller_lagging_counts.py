@@ -17,12 +17,12 @@ import json
 from typing import Any
 
 import pytest
+from workerless._core.model import Outcome
+from workerless._core.record import JobRecord, Status
+from workerless._core.settings import Settings
+from workerless._poller.poller import Poller
+from workerless._poller.poller_lock import PollerLock
 from workerless.engines.base import MemoryState
-from workerless.model import Outcome
-from workerless.poller import Poller
-from workerless.poller_lock import PollerLock
-from workerless.record import JobRecord, Status
-from workerless.settings import Settings
 from workerless.testing import FakeEngine
 
 MAX = 5
@@ -53,7 +53,7 @@ class World:
         return next((n for at, n in reversed(self.history) if at <= then), self.history[0][1])
 
     def send_batch(self, queue_url: str, bodies: list[str]) -> list[Any]:
-        from workerless.model import JobRef
+        from workerless._core.model import JobRef
 
         for body in bodies:
             ref = JobRef.from_dict(json.loads(body)["ref"])
@@ -137,8 +137,8 @@ def test_a_job_whose_record_never_turns_final_stops_holding_a_slot_after_the_lag
     """A delivery given back without a record (a claim released, left to the engine) leaves a
     tracked job whose record never turns final: it bounds the route only through the lag window,
     after which SQS's settled count (its message gone: 0) decides, not for the whole tracking horizon."""
-    from workerless import giveback
-    from workerless.poller_lock import Dispatches
+    from workerless._poller import giveback
+    from workerless._poller.poller_lock import Dispatches
 
     class NoRecords:
         def get_many(self, keys: list[str]) -> dict[str, JobRecord]:

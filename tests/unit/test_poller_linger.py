@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from workerless.model import Demand
-from workerless.poller import Poller
-from workerless.settings import Settings
+from workerless._core.model import Demand
+from workerless._core.settings import Settings
+from workerless._poller.poller import Poller
 from workerless.testing import FakeEngine
 
 
@@ -68,7 +68,7 @@ def test_idle_costs_one_short_poll() -> None:
 def test_an_empty_poll_while_work_flows_ends_the_invocation_with_a_relay_not_a_pause() -> None:
     """GIVEN a poller that just dispatched a job WHEN its next poll finds nothing THEN it does not
     sleep (a paused Lambda is billed): it ends and asks for a relay RELAY_DELAY_SECONDS later."""
-    from workerless.poller import RELAY_DELAY_SECONDS
+    from workerless._poller.poller import RELAY_DELAY_SECONDS
 
     engine, clock, queues = FakeEngine(), Clock(), Queues()
     engine.add_job("charge-payment", {"n": 1})
@@ -89,7 +89,7 @@ def test_a_relayed_invocation_carries_on_while_work_flows_and_stops_after_the_li
     relays again; once the last dispatch is LINGER_SECONDS old, it ends without a relay."""
     import time
 
-    from workerless.poller import LINGER_SECONDS
+    from workerless._poller.poller import LINGER_SECONDS
 
     engine, clock = FakeEngine(), Clock()
     poller = Poller(settings(), engine, Queues(), clock=clock, sleep=lambda s: None)
@@ -146,7 +146,7 @@ def test_queue_depths_are_not_reread_on_every_poll_and_a_relay_hands_them_on() -
     """GIVEN a poller that dispatches several cycles in a row THEN each route's SQS depth is read
     at most every DEPTH_REFRESH_SECONDS; the counts it hands to its relay spare the relayed
     invocation the read while they are fresh, and a stale one is read again."""
-    from workerless.poller import DEPTH_REFRESH_SECONDS
+    from workerless._poller.poller import DEPTH_REFRESH_SECONDS
 
     engine, clock = FakeEngine(), Clock()
     reads: list[float] = []
@@ -180,6 +180,6 @@ def test_queue_depths_are_not_reread_on_every_poll_and_a_relay_hands_them_on() -
 
 
 def poller_report() -> Any:
-    from workerless.poller import PollReport
+    from workerless._poller.poller import PollReport
 
     return PollReport()

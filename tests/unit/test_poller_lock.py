@@ -11,10 +11,10 @@ import json
 from typing import Any
 
 import pytest
+from workerless._core.settings import Settings
+from workerless._poller.poller import Poller
+from workerless._poller.poller_lock import LOCK_KEY, Dispatches, PollerLock
 from workerless.engines.base import MemoryState
-from workerless.poller import Poller
-from workerless.poller_lock import LOCK_KEY, Dispatches, PollerLock
-from workerless.settings import Settings
 from workerless.testing import FakeEngine
 
 from tests.unit.counting import CountingState

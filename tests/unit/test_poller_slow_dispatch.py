@@ -20,14 +20,14 @@ from typing import Any
 import boto3
 import pytest
 from moto import mock_aws
+from workerless._core.model import ActivatedJob, Demand, JobRef
+from workerless._core.record import Decision, decide
+from workerless._core.settings import Settings
+from workerless._poller.intent import IntentLog, stale_after
+from workerless._poller.poller import Poller
+from workerless._poller.poller_lock import PollerLock
 from workerless.aws.dynamo import JobStore
 from workerless.engines.base import MemoryState
-from workerless.intent import IntentLog, stale_after
-from workerless.model import ActivatedJob, Demand, JobRef
-from workerless.poller import Poller
-from workerless.poller_lock import PollerLock
-from workerless.record import Decision, decide
-from workerless.settings import Settings
 from workerless.testing import FakeEngine
 
 ROUTES = json.dumps([{"type": "charge-payment", "queue": "q-charge", "max": 5}])

@@ -3,7 +3,7 @@ RuleBasedStateMachine).
 
 Backend: the real :class:`~workerless.aws.dynamo.JobStore` — its conditional writes are the thing
 under test — on moto's in-process DynamoDB (no network), with a controlled clock. Each delivery of
-ONE engine attempt is a real :class:`~workerless.delivery.Delivery` (the code the Lambda wrapper
+ONE engine attempt is a real :class:`~workerless._handler.delivery.Delivery` (the code the Lambda wrapper
 runs), driven one protocol step at a time (claim → settle a refusal / begin → run → store → report)
 and interleaved at random with redeliveries, crashes, heartbeat "lease lost" verdicts, an engine
 that refuses reports for a while and the clock running past claims. The engine is an in-memory one
@@ -34,14 +34,14 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from moto import mock_aws
+from workerless._core.job import Job
+from workerless._core.lease import ACTIVATION_LEASE, BEGIN_LEASE, BeforeRun, LeaseModel
+from workerless._core.model import ActivatedJob, JobRef, Outcome
+from workerless._core.record import Decision, Status
+from workerless._handler.delivery import CLAIM_MARGIN_SECONDS, Delivery
+from workerless._handler.verdict import Ack, Claimed, Redeliver, ReportOwedError
 from workerless.aws.dynamo import JobStore
-from workerless.delivery import CLAIM_MARGIN_SECONDS, Delivery
 from workerless.errors import EngineUnavailableError, LeaseLostError
-from workerless.job import Job
-from workerless.lease import ACTIVATION_LEASE, BEGIN_LEASE, BeforeRun, LeaseModel
-from workerless.model import ActivatedJob, JobRef, Outcome
-from workerless.record import Decision, Status
-from workerless.verdict import Ack, Claimed, Redeliver, ReportOwedError
 
 #: Seconds per test (real commands, topologies or many generated cases): `make test` runs it,
 #: `make test-fast` does not.

@@ -1,11 +1,10 @@
-"""workerless.retry: every retry loop of the runtime as a policy with a deadline (virtual clocks,
+"""workerless._core.retry: every retry loop of the runtime as a policy with a deadline (virtual clocks,
 no sleeping)."""
 
 from __future__ import annotations
 
 import pytest
-from workerless.errors import EngineUnavailableError, RejectedError, StoreError
-from workerless.retry import (
+from workerless._core.retry import (
     CALLS,
     COMPARE_AND_SET,
     SESSION_WAIT,
@@ -14,6 +13,7 @@ from workerless.retry import (
     RetryPolicy,
     retryable_store_error,
 )
+from workerless.errors import EngineUnavailableError, RejectedError, StoreError
 
 
 class VirtualTime:

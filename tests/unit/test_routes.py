@@ -12,13 +12,14 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
-from workerless import heartbeat, routes
+from workerless._core.record import JobRecord, Status
+from workerless._core.settings import Settings, get_settings
+from workerless._heartbeat import heartbeat
+from workerless._poller import routes
+from workerless._poller.routes import RouteReader
 from workerless.aws.parameters import MAX_PAGES, ParameterStoreError, read_path
 from workerless.aws.sqs import queue_url_of_arn
 from workerless.errors import ConfigurationError
-from workerless.record import JobRecord, Status
-from workerless.routes import RouteReader
-from workerless.settings import Settings, get_settings
 from workerless_devkit.local.iam.calls import needs
 from workerless_devkit.local.template import TemplateError, check_parameter_name, resolve_template
 
@@ -102,7 +103,7 @@ def test_a_throttle_past_the_retries_or_the_deadline_is_raised_retryable() -> No
     with pytest.raises(ParameterStoreError) as caught:
         read_path(PATH, deadline=60.0, client=ssm, sleep=clock.sleep, clock=clock)
     assert caught.value.retryable and caught.value.code == "ThrottlingException"
-    assert len(ssm.calls) == 3  # workerless.retry.PARAMETERS: three attempts
+    assert len(ssm.calls) == 3  # workerless._core.retry.PARAMETERS: three attempts
     clock = FakeClock()
     ssm = ScriptedSsm(*[_error("ThrottlingException")] * 10)
     with pytest.raises(ParameterStoreError):

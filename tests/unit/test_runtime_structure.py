@@ -216,3 +216,100 @@ def test_every_lifecycle_step_emitted_is_a_member_of_the_enum() -> None:
             assert step.value.id == "Lifecycle" and step.attr in Lifecycle.__members__, f"{name}:{node.lineno}"
     assert len(emitted) > 15
     assert "offloaded" in EVENTS
+
+
+#: The runtime's layers, lowest first: a module imports only from its own layer or lower ones
+#: (counting function-level imports, not ``TYPE_CHECKING`` ones, as the cycle check does).
+BASE, CORE, ADAPTERS, PARTS, ENTRY = range(5)
+LAYER_NAMES = ("base", "core", "adapters", "parts", "entry")
+#: A module's layer is that of the longest of these prefixes that is the module or a package of it.
+LAYER_OF_PREFIX: dict[str, int] = {
+    # Errors and observability import nothing of the runtime: every layer reports through them.
+    f"{PACKAGE}.errors": BASE,
+    f"{PACKAGE}._version": BASE,
+    f"{PACKAGE}.observability": BASE,
+    f"{PACKAGE}._core": CORE,
+    # The seams the core names are core (LAYER_OF_MODULE): the engine registry (its adapters are
+    # imported by name, at build time), the Engine protocol and its decorator base, the AWS package
+    # (it imports none of its adapters) and its client factory with the call deadline every retry
+    # policy reads; and the engine kit, the adapters' shared translation the protocol re-exports.
+    f"{PACKAGE}.engines.kit": CORE,
+    f"{PACKAGE}.engines": ADAPTERS,
+    f"{PACKAGE}.aws": ADAPTERS,
+    f"{PACKAGE}._handler": PARTS,
+    f"{PACKAGE}._poller": PARTS,
+    f"{PACKAGE}._heartbeat": PARTS,
+    f"{PACKAGE}._deadletter": PARTS,
+    f"{PACKAGE}.entrypoints": ENTRY,
+    f"{PACKAGE}.wiring": ENTRY,
+    f"{PACKAGE}.runtime": ENTRY,
+    f"{PACKAGE}.testing": ENTRY,
+}
+#: Modules placed exactly, ahead of their package's layer.
+LAYER_OF_MODULE: dict[str, int] = {
+    PACKAGE: ENTRY,  # workerless/__init__.py: job_handler and Job, the handler functions' imports
+    f"{PACKAGE}.engines": CORE,
+    f"{PACKAGE}.engines.base": CORE,
+    f"{PACKAGE}.engines.decorator": CORE,
+    f"{PACKAGE}.aws": CORE,
+    f"{PACKAGE}.aws.clients": CORE,
+    # job_handler is the handler functions' entry point: it gets the container's wiring
+    # (runtime.current()) as the library's own entry points do.
+    f"{PACKAGE}._handler.handler": ENTRY,
+}
+#: Issue 28's bound on the modules at the runtime's root.
+MAX_ROOT_MODULES = 12
+
+
+def layer_of(module: str) -> int | None:
+    if module in LAYER_OF_MODULE:
+        return LAYER_OF_MODULE[module]
+    prefixes = [p for p in LAYER_OF_PREFIX if module == p or module.startswith(p + ".")]
+    return LAYER_OF_PREFIX[max(prefixes, key=len)] if prefixes else None
+
+
+def layering_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Every import in ``graph`` from a module to one of a higher layer, and every module no layer
+    claims (a new module must be placed)."""
+    found = []
+    for module in sorted(graph):
+        own = layer_of(module)
+        if own is None:
+            found.append(f"{module} is in no layer")
+            continue
+        for target in sorted(graph[module]):
+            theirs = layer_of(target)
+            if theirs is None or theirs > own:
+                where = "no layer" if theirs is None else LAYER_NAMES[theirs]
+                found.append(f"{module} ({LAYER_NAMES[own]}) imports {target} ({where})")
+    return found
+
+
+def test_the_layering_check_finds_an_import_from_a_higher_layer() -> None:
+    # A made-up pair: a core module importing the poller inside a function; a TYPE_CHECKING import
+    # of the wiring beside it does not count.
+    model = ast.parse(
+        "if TYPE_CHECKING:\n    from workerless.wiring import Wiring\n"
+        "def f():\n    from workerless._poller import poller\n"
+    )
+    imports = {t for t in _runtime_imports(model, f"{PACKAGE}._core.model", False) if t.startswith(PACKAGE)}
+    graph = {f"{PACKAGE}._core.model": {t for t in imports if layer_of(t) is not None}}
+    assert layering_violations(graph) == [
+        f"{PACKAGE}._core.model (core) imports {PACKAGE}._poller (parts)",
+        f"{PACKAGE}._core.model (core) imports {PACKAGE}._poller.poller (parts)",
+    ]
+    # Downward and sideways imports pass; a module no layer claims does not.
+    assert layering_violations({f"{PACKAGE}._poller.poller": {f"{PACKAGE}._core.model", f"{PACKAGE}.aws.sqs"}}) == []
+    assert layering_violations({f"{PACKAGE}.stray": set()}) == [f"{PACKAGE}.stray is in no layer"]
+
+
+def test_no_runtime_module_imports_from_a_higher_layer() -> None:
+    graph = import_graph()
+    assert len(graph) > 30  # the walk found the runtime
+    violations = layering_violations(graph)
+    assert violations == [], "imports against the layering:\n" + "\n".join(violations)
+
+
+def test_the_runtimes_root_has_few_modules() -> None:
+    root = sorted(path.name for path in RUNTIME.glob("*.py"))
+    assert len(root) <= MAX_ROOT_MODULES, f"{len(root)} modules at the runtime's root: {root}"

@@ -1,4 +1,4 @@
-"""The poller lock's send log as one string per route (workerless.sendlog): what is written reads
+"""The poller lock's send log as one string per route (workerless._poller.sendlog): what is written reads
 back the same, the older list form still reads, and the three-route log of a 2 jobs/s minute fits
 the lock's item in one write unit."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from workerless import sendlog
-from workerless.poller_lock import Dispatches
+from workerless._poller import sendlog
+from workerless._poller.poller_lock import Dispatches
 
 
 def test_a_route_log_reads_back_as_written_with_its_empty_mark() -> None:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from workerless._core.settings import parse_env_text
 from workerless.engines.sheptra import SheptraConfig, check_discovered_base_url
 from workerless.errors import ConfigurationError, ResponseShapeError
-from workerless.settings import parse_env_text
 
 SECRET = "secret_s3cr3t-value-never-printed"
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
+from workerless._core.model import JobRef, Outcome
 from workerless.engines.base import MemoryState
 from workerless.engines.kit.skim import Skimmer
 from workerless.engines.stagenext import (
@@ -21,7 +22,6 @@ from workerless.engines.stagenext import (
 )
 from workerless.engines.stagenext.deliveries import pulled_input, pulled_variables
 from workerless.errors import AuthExpiredError, ConfigurationError, MessageFormatError
-from workerless.model import JobRef, Outcome
 
 KEY = {"STAGENEXT_API_KEY": "sn-secret-key"}
 

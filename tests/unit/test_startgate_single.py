@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from workerless.startgate import RunTimes, StartGate
+from workerless._handler.startgate import RunTimes, StartGate
 
 
 def _timers_started(message_ids: list[str]) -> list[threading.Timer]:

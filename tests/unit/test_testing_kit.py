@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from workerless import Job, TerminalError, ThrowError, job_handler
-from workerless.model import Outcome
+from workerless._core.model import Outcome
 from workerless.testing import (
     FakeEngine,
     assert_completed,
@@ -89,7 +89,7 @@ def test_throw_error_throws_the_business_error() -> None:
 
 
 def test_a_non_dict_return_fails_naming_the_type() -> None:
-    """The same mapping as the wrapper: workerless.execution.run_job, not a copy of it."""
+    """The same mapping as the wrapper: workerless._handler.execution.run_job, not a copy of it."""
 
     def returns_a_list(job: Job) -> Any:
         return [1, 2]

@@ -16,15 +16,15 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from workerless._core.lease import ACTIVATION_LEASE
+from workerless._core.model import ActivatedJob, Demand, JobRef
+from workerless._core.settings import Settings
+from workerless._heartbeat.ticket import MAX_TICKET_BYTES, MAX_TICKET_ENTRIES, Ticket, TicketEntry, backoff_seconds
+from workerless._poller.intent import IntentLog, encode_batch
+from workerless._poller.poller import Poller, PollReport
+from workerless._poller.poller_lock import LOCK_KEY, PollerLock
 from workerless.aws.sqs import QueueError
 from workerless.engines.base import MemoryState
-from workerless.intent import IntentLog, encode_batch
-from workerless.lease import ACTIVATION_LEASE
-from workerless.model import ActivatedJob, Demand, JobRef
-from workerless.poller import Poller, PollReport
-from workerless.poller_lock import LOCK_KEY, PollerLock
-from workerless.settings import Settings
-from workerless.ticket import MAX_TICKET_BYTES, MAX_TICKET_ENTRIES, Ticket, TicketEntry, backoff_seconds
 
 #: SQS's message limit (MaximumMessageSize at its maximum, the default since 2025).
 SQS_LIMIT = 1_048_576

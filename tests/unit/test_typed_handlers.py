@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 from workerless import Job, job_handler
-from workerless.batch import SqsRecord, process_batch
+from workerless._core.batch import SqsRecord, process_batch
+from workerless._handler.typed import spec_of
 from workerless.testing import assert_completed, assert_failed, run_handler
-from workerless.typed import spec_of
 
 from tests.unit.test_batch import sqs_record
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 from workerless import runtime
+from workerless._core.lease import ACTIVATION_LEASE
+from workerless._core.model import JobRef
+from workerless._core.observer import ObservedEngine, Observer
 from workerless.engines.base import Engine
 from workerless.errors import LeaseLostError
-from workerless.lease import ACTIVATION_LEASE
-from workerless.model import JobRef
-from workerless.observer import ObservedEngine, Observer
 from workerless.testing import FakeEngine
 from workerless.wiring import Wiring
 from workerless_devkit.chaos.inject import ChaosEngine, ChaosState
@@ -157,6 +157,6 @@ def test_the_chaos_engine_is_a_typed_engine_that_delegates() -> None:
 
 
 def _demand(job_type: str) -> Any:
-    from workerless.model import Demand
+    from workerless._core.model import Demand
 
     return Demand(job_type, 1)

@@ -29,15 +29,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from workerless._core.lease import BeforeRun
 from workerless.engines.decorator import EngineDecorator
-from workerless.lease import BeforeRun
 
 from workerless_devkit.chaos.ledger import Ledger
 from workerless_devkit.chaos.plan import Fault, FaultPlan, Recorder, SimulatedCrash
 
 if TYPE_CHECKING:
+    from workerless._core.model import ActivatedJob, Demand, JobRef, Outcome
     from workerless.engines.base import Engine
-    from workerless.model import ActivatedJob, Demand, JobRef, Outcome
 
 T = TypeVar("T")
 

@@ -14,7 +14,7 @@ from enum import StrEnum
 class SimulatedCrash(BaseException):
     """The process running this code dies here.
 
-    A BaseException so that no ``except Exception`` in the pipeline (the batch loop, workerless.batch;
+    A BaseException so that no ``except Exception`` in the pipeline (the batch loop, workerless._core.batch;
     the handler wrapper's "any exception fails the job") can treat it as a handler outcome: it
     unwinds the whole invocation, as a killed process would. :class:`ChaosTopology` turns it into
     an invocation failure at the Lambda boundary, where AWS would see the runtime exit.

@@ -248,7 +248,7 @@ def chaos_route_settings(config: RunConfig) -> dict[str, dict[str, int]]:
 @contextmanager
 def _scaled_time(config: RunConfig) -> Iterator[None]:
     """Test-sized timings for the library (restored afterwards)."""
-    from workerless import delivery
+    from workerless._handler import delivery
 
     env = {
         "WORKERLESS_HTTP_TIMEOUT_SECONDS": "1",

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from workerless.execution import as_variables
+from workerless._handler.execution import as_variables
 
 from workerless_devkit.chaos.inject import ChaosEngine, ChaosState
 from workerless_devkit.chaos.plan import Fault, SimulatedCrash

@@ -149,7 +149,7 @@ def _check_engine_values(topology: Any, env_file: str | None) -> None:
             "no --env-file and no .env here: the template's functions need the engine's connection values "
             "(`workerless emulate ENGINE --env-out emulator.env` writes an emulator's)"
         )
-    from workerless.settings import parse_env_text
+    from workerless._core.settings import parse_env_text
 
     from workerless_devkit.devtools.secrets_cli import validate_values
 

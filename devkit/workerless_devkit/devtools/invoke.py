@@ -19,8 +19,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from workerless._core.model import Outcome
 from workerless.errors import ConfigurationError, WorkerlessError
-from workerless.model import Outcome
 
 
 class HandlerLoadError(WorkerlessError):

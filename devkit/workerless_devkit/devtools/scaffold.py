@@ -253,7 +253,7 @@ def test_a_{job_type.replace("-", "_")}_job_completes() -> None:
 
 def event_json(job_type: str, *, region: str = "us-east-1", account: str = "123456789012") -> str:
     """An SQS event of one job of ``job_type``, in the shape events/sqs-charge-payment.json has."""
-    from workerless.model import ActivatedJob, JobRef
+    from workerless._core.model import ActivatedJob, JobRef
 
     activated_at = 1789041600.0
     job = ActivatedJob(

@@ -1,7 +1,7 @@
 """``workerless secrets import --env-file .env [--secret-name N]``: the engine's connection values into
 Secrets Manager, validated first, never echoed.
 
-The env file is read with :func:`workerless.settings.parse_env_text` (the Sheptra worker block as
+The env file is read with :func:`workerless._core.settings.parse_env_text` (the Sheptra worker block as
 Drive prints it, comments and blank values included; node-flow's ``NF_*``; StageNext's
 ``STAGENEXT_*``). The engine is ``WORKERLESS_ENGINE`` or inferred from the keys, and the values go
 through that engine adapter's own ``from_values`` validation (with an HTTP client that refuses every
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workerless._core.settings import ENGINE_KEY_PREFIXES, infer_engine, parse_env_text
 from workerless.errors import ConfigurationError, WorkerlessError
-from workerless.settings import ENGINE_KEY_PREFIXES, infer_engine, parse_env_text
 
 DEFAULT_SECRET_NAME = "workerless/engine"  # noqa: S105 - a name, not a secret
 

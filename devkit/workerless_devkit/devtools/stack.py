@@ -208,8 +208,8 @@ def _stack_routes(cloudformation: Any, stack_name: str) -> list[tuple[str, str]]
 
 def from_topology(topology: Any) -> Deployment:
     """The deployment of a running :class:`~workerless_devkit.local.LocalTopology` (its moto queues and table)."""
-    from workerless.routes import with_route_parameters
-    from workerless.settings import Settings
+    from workerless._core.settings import Settings
+    from workerless._poller.routes import with_route_parameters
 
     settings = Settings.from_env(topology.environment)
     if not settings.routes and settings.routes_path:

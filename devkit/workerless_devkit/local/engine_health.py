@@ -28,7 +28,7 @@ import threading
 
 import httpx
 
-#: The poller's messages for a failed poll (workerless.poller.Poller.cycle).
+#: The poller's messages for a failed poll (workerless._poller.poller.Poller.cycle).
 _POLL_FAILURES = ("poll failed; backing off", "poll rejected; backing off")
 
 

@@ -14,8 +14,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from workerless._core.settings import check_engine_keys, infer_engine, parse_env_text
 from workerless.errors import ConfigurationError
-from workerless.settings import check_engine_keys, infer_engine, parse_env_text
 
 from workerless_devkit.local.template import LOCAL_PLACE, LocalTemplate, Place
 

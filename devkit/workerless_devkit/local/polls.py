@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING
 from workerless.engines.decorator import EngineDecorator
 
 if TYPE_CHECKING:
+    from workerless._core.model import ActivatedJob, Demand
     from workerless.engines.base import Engine
-    from workerless.model import ActivatedJob, Demand
 
 
 class PollWatch:

@@ -11,9 +11,9 @@ A handler function module is a few lines::
         return {"paymentOk": True}
 """
 
+from workerless._core.job import Job
+from workerless._handler.handler import job_handler
 from workerless._version import __version__
 from workerless.errors import BusinessError, TerminalError, ThrowError
-from workerless.handler import job_handler
-from workerless.job import Job
 
 __all__ = ["BusinessError", "Job", "TerminalError", "ThrowError", "__version__", "job_handler"]

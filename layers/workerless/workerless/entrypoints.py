@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 from workerless.observability import logger
 
 if TYPE_CHECKING:
-    from workerless.batch import SqsRecord
+    from workerless._core.batch import SqsRecord
+    from workerless._core.ports import LambdaContext
+    from workerless._core.settings import Settings
     from workerless.engines.base import Engine
-    from workerless.ports import LambdaContext
-    from workerless.settings import Settings
     from workerless.wiring import Wiring
 
 #: Kept back from the Lambda's remaining time so the entry point can finish cleanly.
@@ -49,13 +49,13 @@ def poller(event: dict[str, Any], context: LambdaContext, wiring: Wiring | None 
 
 
 def _poll(event: dict[str, Any], context: LambdaContext, wiring: Wiring) -> dict[str, Any]:
+    from workerless._poller.shards import MAIN, for_shard, shard_of, shards_of
+    from workerless._poller.ticker import continue_ticker
     from workerless.errors import WorkerlessError
-    from workerless.shards import MAIN, for_shard, shard_of, shards_of
-    from workerless.ticker import continue_ticker
 
     settings = wiring.settings
     records = event.get("Records") or []
-    # Per poller shard (workerless.shards): the ticks to continue, and the last relay (the lock and
+    # Per poller shard (workerless._poller.shards): the ticks to continue, and the last relay (the lock and
     # queue counts handed on; any one relay will do) with the latest dispatch time relays carry.
     ticks: dict[str, list[dict[str, Any] | None]] = {}
     relays: dict[str, tuple[float, dict[str, Any]]] = {}
@@ -108,7 +108,7 @@ def _poll(event: dict[str, Any], context: LambdaContext, wiring: Wiring) -> dict
         return one(polled[0])
     # Several shards in one batch of ticks: each polls under its own lock, side by side (the engine,
     # SQS and DynamoDB clients are thread-safe), so no shard waits for another's poll budget.
-    from workerless.threads import map_in_threads
+    from workerless._core.threads import map_in_threads
 
     reports = map_in_threads(one, polled, max_workers=len(polled), name="poller-shard")
     totals: dict[str, Any] = {}
@@ -122,11 +122,11 @@ def _poll_shard(
     shard: str, settings: Settings, relay: dict[str, Any], relayed: float | None, context: LambdaContext, wiring: Wiring
 ) -> dict[str, Any]:
     """Poll one shard's routes under its own poller lock, and relay or release the lock after."""
+    from workerless._poller.intent import IntentLog
+    from workerless._poller.poller import DEPTH_REFRESH_SECONDS, Poller
+    from workerless._poller.poller_lock import LOCK_KEY, PollerLock
+    from workerless._poller.shards import state_key, tagged
     from workerless.aws.clients import call_deadline
-    from workerless.intent import IntentLog
-    from workerless.poller import DEPTH_REFRESH_SECONDS, Poller
-    from workerless.poller_lock import LOCK_KEY, PollerLock
-    from workerless.shards import state_key, tagged
 
     queues, state = wiring.queues, wiring.state
     # One poller at a time per shard: two would each read the same room and MaxInFlight would not be
@@ -221,7 +221,7 @@ def _poll_shard(
 
 
 def _batch(event: dict[str, Any], handle: Callable[[SqsRecord], object], wiring: Wiring) -> dict[str, Any]:
-    from workerless.batch import process_batch
+    from workerless._core.batch import process_batch
 
     with wiring.observer.invocation():
         return dict(process_batch(event, handle))
@@ -230,9 +230,9 @@ def _batch(event: dict[str, Any], handle: Callable[[SqsRecord], object], wiring:
 @logger.inject_lambda_context(clear_state=True)
 def heartbeat(event: dict[str, Any], context: LambdaContext, wiring: Wiring | None = None) -> dict[str, Any]:
     """Extend the leases of the jobs in each ticket and send the ticket on while any is live."""
+    from workerless._heartbeat.heartbeat import calls_deadline, lease_length, process_ticket
     from workerless.aws.clients import call_deadline
     from workerless.errors import MessageFormatError, TicketNotSentError
-    from workerless.heartbeat import calls_deadline, lease_length, process_ticket
 
     wired = _wiring(wiring)
     settings, store, queues = wired.settings, wired.store, wired.queues
@@ -288,7 +288,7 @@ def deadletter(event: dict[str, Any], context: LambdaContext, wiring: Wiring | N
     (an event source mapping: a stack updated from a template that had one keeps it until the update
     completes), settle that batch and return its partial batch response.
     """
-    from workerless.deadletter import process_dead_letter
+    from workerless._deadletter.deadletter import process_dead_letter
 
     wired = _wiring(wiring)
     settings = wired.settings
@@ -309,7 +309,7 @@ def deadletter(event: dict[str, Any], context: LambdaContext, wiring: Wiring | N
 
     if "Records" in event:
         return _batch(event, settle, wired)
-    from workerless.deadletter import drain
+    from workerless._deadletter.deadletter import drain
     from workerless.errors import ConfigurationError
 
     url = settings.dead_letter_queue_url

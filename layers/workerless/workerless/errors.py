@@ -51,7 +51,7 @@ Any other exception raised by a handler fails the job with ``retries - 1`` and a
 Retryable or not is said one way: the ``retryable`` flag every :class:`WorkerlessError` carries
 (a class attribute where the class decides — RetryableEngineError True, FinalEngineError False —
 and an instance attribute where the answer decides: a StoreError's DynamoDB code). The policies in
-:mod:`workerless.retry` read only that flag.
+:mod:`workerless._core.retry` read only that flag.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ __all__ = [
 
 class WorkerlessError(Exception):
     """Base of every error workerless raises on purpose. ``retryable``: whether the same call may
-    succeed later (the one flag :mod:`workerless.retry` reads)."""
+    succeed later (the one flag :mod:`workerless._core.retry` reads)."""
 
     retryable: bool = False
 

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 from workerless.wiring import Wiring
 
 if TYPE_CHECKING:
+    from workerless._core.ports import JobStore, PayloadStore, Queues
     from workerless.engines.base import Engine
-    from workerless.ports import JobStore, PayloadStore, Queues
 
 
 class _Container:
@@ -53,7 +53,7 @@ def reset(wiring: Wiring | None = None) -> None:
 
 def engine_name() -> str:
     """The engine the container's settings name (or its connection values reveal)."""
-    from workerless.settings import infer_engine
+    from workerless._core.settings import infer_engine
 
     wiring = current()
     return wiring.settings.engine or infer_engine(wiring.engine_values())

@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING, TypeVar
 if TYPE_CHECKING:
     import httpx
 
+    from workerless._core.observer import Observer
+    from workerless._core.ports import Clock, JobStore, PayloadStore, Queues, SharedState, Sleep
+    from workerless._core.settings import Settings
+    from workerless._poller.routes import RouteReader
     from workerless.aws.clients import Clients
     from workerless.engines import EngineHooks
     from workerless.engines.base import Engine
-    from workerless.observer import Observer
-    from workerless.ports import Clock, JobStore, PayloadStore, Queues, SharedState, Sleep
-    from workerless.routes import RouteReader
-    from workerless.settings import Settings
 
 T = TypeVar("T")
 
@@ -113,7 +113,7 @@ class Wiring:
         """The settings given, else the environment's (read once, on first use)."""
 
         def build() -> Settings:
-            from workerless.settings import get_settings
+            from workerless._core.settings import get_settings
 
             return get_settings(self._environ)
 
@@ -132,10 +132,10 @@ class Wiring:
 
     @property
     def routes(self) -> RouteReader:
-        """The routes this wiring's poller read (:class:`workerless.routes.RouteReader`)."""
+        """The routes this wiring's poller read (:class:`workerless._poller.routes.RouteReader`)."""
 
         def build() -> RouteReader:
-            from workerless.routes import RouteReader
+            from workerless._poller.routes import RouteReader
 
             return RouteReader()
 
@@ -218,8 +218,8 @@ class Wiring:
         return self._once("_engine", self._build_engine)
 
     def _build_engine(self) -> Engine:
+        from workerless._core.settings import infer_engine
         from workerless.engines import build_engine, new_http_client
-        from workerless.settings import infer_engine
 
         settings = self.settings
         values = self.engine_values()
@@ -240,8 +240,8 @@ class Wiring:
         """What counts the pipeline's metrics and wraps its engine (:class:`workerless.observability.Observer`)."""
 
         def build() -> Observer:
+            from workerless._core.observer import Observer
             from workerless.observability import apply_log_level
-            from workerless.observer import Observer
 
             # Once per container, before the entry point's first line: the deployment's LogLevel
             # over Lambda's ApplicationLogLevel (the handler wrapper applies it at each batch too).

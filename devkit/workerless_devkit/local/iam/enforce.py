@@ -48,7 +48,7 @@ _PACKAGE = Path(workerless.__file__).parent  # the runtime as imported: what cod
 #: Code that runs once per Lambda container, whichever function the container serves: building the
 #: engine adapter (its engine values, the secret) and the adapter's shared state (tokens, sessions).
 _CONTAINER_DIRS = (str(_PACKAGE / "engines") + os.sep,)
-_CONTAINER_FILES = tuple(str(_PACKAGE / name) for name in ("runtime.py", "wiring.py", "settings.py"))
+_CONTAINER_FILES = tuple(str(_PACKAGE / name) for name in ("runtime.py", "wiring.py", "_core/settings.py"))
 
 
 @dataclass(frozen=True, slots=True, order=True)

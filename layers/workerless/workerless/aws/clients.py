@@ -52,7 +52,7 @@ def call_deadline(deadline: float | None) -> Iterator[None]:
 
 def current_deadline() -> float | None:
     """The ``time.monotonic()`` deadline of the :func:`call_deadline` block running (None: none),
-    for the retry policies that loop over AWS calls (:mod:`workerless.retry`)."""
+    for the retry policies that loop over AWS calls (:mod:`workerless._core.retry`)."""
     return _deadline.get()
 
 

@@ -1,11 +1,11 @@
-"""The DynamoDB job table: job records (see :mod:`workerless.record`) and shared engine state.
+"""The DynamoDB job table: job records (see :mod:`workerless._core.record`) and shared engine state.
 
 Low-level client with hand-marshalled attributes: the resource layer costs import time at cold
 start and hides the conditional-write answers this module depends on. Every write is conditional;
 every item carries a TTL (``expires_at``).
 
 Outcomes are stored as JSON, zlib-compressed past 32 KiB. A DynamoDB item is capped at 400 KB
-(names included), so an outcome still over :data:`~workerless.claimcheck.OUTCOME_INLINE_BYTES` after
+(names included), so an outcome still over :data:`~workerless._core.claimcheck.OUTCOME_INLINE_BYTES` after
 compression goes to the claim check's bucket (``results/<job type>/``) and the record keeps a pointer
 (``outcome_ref``); without a bucket, or past WORKERLESS_MAX_PAYLOAD_BYTES, it cannot be stored and
 the handler fails the job with that reason instead (docs/assumptions.md).
@@ -19,8 +19,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from workerless.aws.items import STATE_ATTRIBUTES, decode_outcome, encode_inline, inline_bytes, to_record
-from workerless.claimcheck import (
+from workerless._core.claimcheck import (
     DEFAULT_MEMORY_MB,
     OUTCOME_INLINE_BYTES,
     RESULTS_PREFIX,
@@ -28,16 +27,17 @@ from workerless.claimcheck import (
     object_key,
     payload_limit,
 )
+from workerless._core.model import Outcome
+from workerless._core.record import JobRecord, Status
+from workerless._core.retry import UNPROCESSED, ambient_deadline
+from workerless.aws.items import STATE_ATTRIBUTES, decode_outcome, encode_inline, inline_bytes, to_record
 from workerless.errors import OutcomeTooLargeError, StoreError
-from workerless.model import Outcome
-from workerless.record import JobRecord, Status
-from workerless.retry import UNPROCESSED, ambient_deadline
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
+    from workerless._core.ports import PayloadStore
     from workerless.aws.clients import Clients
-    from workerless.ports import PayloadStore
 
 #: DynamoDB error codes that the same call will meet again however often it is retried: retrying
 #: them only burns the invocation's time. Every other failure (throttles, 5xx, transport errors,
@@ -219,8 +219,9 @@ class JobStore:
         """Try to claim ``key`` for this delivery. Returns (claimed, the record found if not).
 
         Succeeds when no record exists, or when the existing claim has expired (its container died),
-        or when the record is LOST under another lease than ``lease`` (:meth:`~workerless.lease.LeaseModel.fingerprint`:
-        the engine leased the same job id again after the lost lease lapsed).
+        or when the record is LOST under another lease than ``lease``
+        (:meth:`~workerless._core.lease.LeaseModel.fingerprint`: the engine leased the same job id
+        again after the lost lease lapsed).
         """
         now = self._clock()
         item: dict[str, Any] = {

@@ -1,4 +1,4 @@
-"""The job table's items: a :class:`~workerless.record.JobRecord` read from a DynamoDB item, and an
+"""The job table's items: a :class:`~workerless._core.record.JobRecord` read from a DynamoDB item, and an
 outcome's ``outcome`` attribute (JSON, zlib-compressed past :data:`COMPRESS_OVER`)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import json
 import zlib
 from typing import Any
 
-from workerless.claimcheck import PayloadRef
-from workerless.model import Outcome
-from workerless.record import JobRecord, Status
+from workerless._core.claimcheck import PayloadRef
+from workerless._core.model import Outcome
+from workerless._core.record import JobRecord, Status
 
 __all__ = ["COMPRESS_OVER", "decode_outcome", "encode_inline", "inline_bytes", "to_record"]
 

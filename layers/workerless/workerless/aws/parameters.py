@@ -3,14 +3,14 @@
 The template gives each route an ``AWS::SSM::Parameter`` named ``<path>/<job type>`` whose value is
 the route's JSON (type, queue URL, max in flight, engine queue), and the functions only the path
 (WORKERLESS_ROUTES_PATH). The poller reads them with GetParametersByPath once per container, at its
-first poll (:class:`workerless.routes.RouteReader`): Parameter Store's standard throughput
+first poll (:class:`workerless._poller.routes.RouteReader`): Parameter Store's standard throughput
 (40 transactions a second per account and region) is shared with everything else the account does,
 so nothing else calls it.
 
 Errors are translated here, once: a refusal that will not change (access denied, a path that is not
 a valid hierarchy) is a :class:`~workerless.errors.ConfigurationError` naming WORKERLESS_ROUTES_PATH;
 a throttle, a 5xx or a dropped connection is a retryable :class:`ParameterStoreError` (retried by
-:data:`workerless.retry.PARAMETERS` within the caller's deadline, then raised).
+:data:`workerless._core.retry.PARAMETERS` within the caller's deadline, then raised).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def read_path(
 def _read_pages(
     ssm: BaseClient, path: str, *, deadline: float, sleep: Callable[[float], None], clock: Callable[[], float]
 ) -> dict[str, str]:
-    from workerless.retry import PARAMETERS
+    from workerless._core.retry import PARAMETERS
 
     found: dict[str, str] = {}
     token: str | None = None

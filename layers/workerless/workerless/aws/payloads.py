@@ -1,4 +1,4 @@
-"""S3: the claim check's objects (see :mod:`workerless.claimcheck`): job variables and stored
+"""S3: the claim check's objects (see :mod:`workerless._core.claimcheck`): job variables and stored
 outcomes too large for their queue or table.
 
 Two calls, PutObject and GetObject, on keys under the prefix a function is granted
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from workerless.claimcheck import PayloadRef, digest
+from workerless._core.claimcheck import PayloadRef, digest
 
 # Declared in the one error tree (workerless.errors); re-exported where callers have always found it.
 from workerless.errors import PayloadError as PayloadError

@@ -10,8 +10,8 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from workerless._core.settings import Settings, check_engine_keys, engine_overrides, parse_env_text
 from workerless.errors import ConfigurationError, SecretReadError
-from workerless.settings import Settings, check_engine_keys, engine_overrides, parse_env_text
 
 if TYPE_CHECKING:
     from mypy_boto3_secretsmanager import SecretsManagerClient
@@ -60,10 +60,10 @@ def read_secret_values(secret_id: str, *, client: SecretsManagerClient) -> dict[
     A read Secrets Manager refuses for good (access denied, no such secret, one it cannot decrypt)
     or content that does not parse is a :class:`ConfigurationError` naming WORKERLESS_SECRET_ARN
     and the reason (never quoting the content). A throttle, a 5xx or a timeout (after botocore's
-    own retries) is tried again under :data:`workerless.retry.SECRETS` within the caller's AWS
+    own retries) is tried again under :data:`workerless._core.retry.SECRETS` within the caller's AWS
     deadline, then raised as a retryable :class:`SecretReadError`: an invocation that cannot read
     the secret now fails (its batch comes back), it does not report anything final."""
-    from workerless.retry import SECRETS, ambient_deadline
+    from workerless._core.retry import SECRETS, ambient_deadline
 
     answer = SECRETS.call(
         lambda: _get(secret_id, client),

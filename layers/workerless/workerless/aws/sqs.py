@@ -14,8 +14,8 @@ from workerless.errors import QueueError as QueueError
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
+    from workerless._core.batch import SqsRecord
     from workerless.aws.clients import Clients
-    from workerless.batch import SqsRecord
 
 #: A message's size limit is each queue's MaximumMessageSize (SQS's default and maximum: 1 MiB since
 #: 2025, existing queues included). This is the size planned for while a queue's own limit has not
@@ -162,7 +162,7 @@ class Queues:
         if len(chunks) > 1:
             # A big poll's calls side by side, not one after another: each is a round trip, and the
             # poll cycle (and so one poller's dispatch rate) is mostly their sum (docs/scaling.md).
-            from workerless.threads import map_in_threads
+            from workerless._core.threads import map_in_threads
 
             answers = map_in_threads(
                 lambda chunk: self._send_chunk(queue_url, chunk),
@@ -198,7 +198,7 @@ class Queues:
         billed request, answered at once, empty or not), as the records an SQS event would carry.
         Each received message is hidden for the queue's visibility timeout: one not deleted by then
         comes back."""
-        from workerless.batch import SqsRecord
+        from workerless._core.batch import SqsRecord
 
         count = max(1, min(MAX_RECEIVE_MESSAGES, int(max_messages)))
         answer = self._call(

@@ -151,3 +151,6 @@ def new_http_client(timeout_seconds: float, hooks: EngineHooks | None = None) ->
         if hooks is not None
         else {},
     )
+
+
+__all__ = ["ENGINES", "ENGINE_NAMES", "EngineHooks", "EngineSpec", "build_engine", "new_http_client"]

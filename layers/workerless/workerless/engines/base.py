@@ -13,6 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from workerless._core.lease import LeaseModel
+from workerless._core.model import ActivatedJob, Demand, JobRef, Outcome
+
 # The shared translation and checks live in the engine kit; re-exported here, where the adapters
 # and tests have always found them.
 from workerless.engines.kit import (
@@ -24,8 +27,6 @@ from workerless.engines.kit import (
     parse_problem,
     parse_retry_after,
 )
-from workerless.lease import LeaseModel
-from workerless.model import ActivatedJob, Demand, JobRef, Outcome
 
 __all__ = [
     "Engine",
@@ -46,7 +47,7 @@ class Engine(Protocol):
     """What the pipeline needs from a workflow engine.
 
     Example:
-        >>> from workerless.model import Demand, Outcome
+        >>> from workerless._core.model import Demand, Outcome
         >>> from workerless.testing import FakeEngine
         >>> engine: Engine = FakeEngine()  # or build_engine("sheptra", values, client)
         >>> job_id = engine.add_job("charge-payment", {"amount": 5})
@@ -57,7 +58,7 @@ class Engine(Protocol):
     """
 
     # Read-only properties, not ClassVars: an adapter declares them on its class, and a decorator
-    # (workerless.observer.ObservedEngine, the devkit's ChaosEngine) answers with its inner engine's.
+    # (workerless._core.observer.ObservedEngine, the devkit's ChaosEngine) answers with its inner engine's.
     @property
     def name(self) -> str:
         """The engine's name (``WORKERLESS_ENGINE``)."""
@@ -65,7 +66,7 @@ class Engine(Protocol):
 
     @property
     def lease(self) -> LeaseModel:
-        """How this engine's lease works (:mod:`workerless.lease`): leased at activation (Sheptra,
+        """How this engine's lease works (:mod:`workerless._core.lease`): leased at activation (Sheptra,
         node-flow: the heartbeat extends jobs still waiting in SQS) or at :meth:`begin` (StageNext:
         lease acquire in the handler; the heartbeat renews only jobs whose handler has begun), and
         the lease length where the engine sets it."""

@@ -1,7 +1,7 @@
 """A base for engine decorators: an :class:`~workerless.engines.base.Engine` that forwards every
 call of the Protocol to an inner engine through one hook, :meth:`EngineDecorator.around`.
 
-The runtime's observer (:class:`workerless.observer.ObservedEngine`: failed calls counted) and the
+The runtime's observer (:class:`workerless._core.observer.ObservedEngine`: failed calls counted) and the
 devkit's chaos engine (faults injected before calls) are both decorators. Each used to spell out the
 ten forwarding methods; here they are written once and typed against the Protocol, so a call the
 Protocol gains is forwarded by every decorator, and one a decorator forgets cannot exist.
@@ -26,9 +26,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
+    from workerless._core.lease import LeaseModel
+    from workerless._core.model import ActivatedJob, Demand, JobRef, Outcome
     from workerless.engines.base import Engine
-    from workerless.lease import LeaseModel
-    from workerless.model import ActivatedJob, Demand, JobRef, Outcome
 
 T = TypeVar("T")
 

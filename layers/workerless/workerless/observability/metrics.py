@@ -18,7 +18,7 @@ from workerless.observability.logs import logger
 from workerless.observability.switches import _Config, metrics_enabled
 
 if TYPE_CHECKING:
-    from workerless.poller import PollReport
+    from workerless._poller.poller import PollReport
 
 #: CloudWatch namespace and the ``service`` dimension of every workerless metric.
 NAMESPACE = "workerless"
@@ -224,7 +224,7 @@ def _stdout(line: str) -> None:
 
 
 def poll_report(report: PollReport) -> None:
-    """Count one poller invocation's :class:`~workerless.poller.PollReport`: its failed polls only
+    """Count one poller invocation's :class:`~workerless._poller.poller.PollReport`: its failed polls only
     (a count of 0 is not published, so an idle tick publishes no metric). Its jobs are counted as
     they are activated (``JobsActivated``); its runs are the poller's AWS/Lambda Invocations."""
     add_metric(POLL_ERRORS, report.errors)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from workerless.settings import Settings
+    from workerless._core.settings import Settings
 
 
 class _Config:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-    from workerless.model import ActivatedJob
+    from workerless._core.model import ActivatedJob
 
     #: opentelemetry.trace, its W3C propagator, opentelemetry.context.
     Otel = tuple[ModuleType, TraceContextTextMapPropagator, ModuleType]
@@ -48,7 +48,7 @@ def correlation_keys(job: ActivatedJob) -> dict[str, str | None]:
     trace id): the poller's and the handler's lines of one job are found by the same keys.
 
     Example:
-        >>> from workerless.model import ActivatedJob, JobRef
+        >>> from workerless._core.model import ActivatedJob, JobRef
         >>> ref = JobRef("sheptra", "7", "charge-payment")
         >>> correlation_keys(ActivatedJob(ref, {}, 0, 0, instance_id="wf-1"))
         {'job_id': '7', 'engine': 'sheptra', 'instance_id': 'wf-1', 'trace_id': None}

@@ -35,9 +35,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from workerless._core.lease import ACTIVATION_LEASE, LeaseModel
+from workerless._core.model import ActivatedJob, Demand, JobRef, Outcome
 from workerless.errors import LeaseLostError
-from workerless.lease import ACTIVATION_LEASE, LeaseModel
-from workerless.model import ActivatedJob, Demand, JobRef, Outcome
 from workerless.testing.kit import (
     StubLambdaContext,
     assert_completed,
@@ -78,7 +78,7 @@ class FakeEngine:
     """An in-memory engine with Sheptra-like semantics (one id across retries, attempt = retries)."""
 
     name: ClassVar[str] = "fake"
-    #: Leased at activation (:mod:`workerless.lease`).
+    #: Leased at activation (:mod:`workerless._core.lease`).
     lease: ClassVar[LeaseModel] = ACTIVATION_LEASE
 
     clock: Any = time.time

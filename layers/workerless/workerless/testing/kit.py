@@ -1,9 +1,9 @@
 """The handler-testing kit: build a job, run a handler, assert on the outcome.
 
 :func:`run_handler` does not re-implement the wrapper: it calls the same
-:func:`workerless.execution.run_job` the Lambda wrapper's delivery calls (which runs the function
-inside its span and maps what it returned or raised to an :class:`~workerless.model.Outcome`), on a
-:class:`~workerless.job.Job` whose ``job.lease_lost()`` answers what the test says and whose
+:func:`workerless._handler.execution.run_job` the Lambda wrapper's delivery calls (which runs the function
+inside its span and maps what it returned or raised to an :class:`~workerless._core.model.Outcome`), on a
+:class:`~workerless._core.job.Job` whose ``job.lease_lost()`` answers what the test says and whose
 ``job.log`` lines go to a list. Claiming, storing and reporting are the pipeline's business and are
 tested by the pipeline's own tests.
 
@@ -28,11 +28,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workerless.job import Job
-from workerless.model import ActivatedJob, JobRef, Outcome
+from workerless._core.job import Job
+from workerless._core.model import ActivatedJob, JobRef, Outcome
 
 if TYPE_CHECKING:
-    from workerless.ports import LambdaContext
+    from workerless._core.ports import LambdaContext
 
 LeaseLost = bool | Callable[[], bool]
 
@@ -110,7 +110,7 @@ def make_activated_job(
     lease_seconds: float = 60.0,
     activated_at: float | None = None,
 ) -> ActivatedJob:
-    """An :class:`~workerless.model.ActivatedJob` as an engine adapter would hand it over."""
+    """An :class:`~workerless._core.model.ActivatedJob` as an engine adapter would hand it over."""
     now = time.time() if activated_at is None else activated_at
     return ActivatedJob(
         ref=JobRef(engine, job_id or f"job-{uuid.uuid4().hex[:12]}", job_type, attempt=attempt),
@@ -133,7 +133,7 @@ def make_job(
     lambda_context: LambdaContext | None = None,
     **fields: Any,
 ) -> Job:
-    """A :class:`~workerless.job.Job` as a handler receives it.
+    """A :class:`~workerless._core.job.Job` as a handler receives it.
 
     Args:
         job_type: the job type (the route).
@@ -176,7 +176,7 @@ def run_handler(
     logs: list[dict[str, Any]] | None = None,
     **fields: Any,
 ) -> Outcome:
-    """Run a handler on one job and return the :class:`~workerless.model.Outcome` the wrapper
+    """Run a handler on one job and return the :class:`~workerless._core.model.Outcome` the wrapper
     would store and report.
 
     Args:
@@ -197,8 +197,8 @@ def run_handler(
     Raises:
         ValueError: the job's type is not the decorated handler's (the wrapper refuses it too).
     """
-    from workerless.execution import run_job
-    from workerless.handler import JobProcessor
+    from workerless._handler.execution import run_job
+    from workerless._handler.handler import JobProcessor
     from workerless.observability import logger
 
     processor: JobProcessor | None = getattr(handler, "processor", None)
@@ -238,7 +238,7 @@ def run_handler(
         logger=logger,
     )
     if backoff_seconds is None:
-        from workerless.settings import get_settings
+        from workerless._core.settings import get_settings
 
         backoff_seconds = get_settings().fail_backoff_seconds
     return run_job(fn, run, backoff_seconds=backoff_seconds, spec=spec)

@@ -4,7 +4,7 @@ A call refused for a recoverable reason — a 401 (the token expired early, the 
 the shared session was rotated by another container), a 421 (Sheptra's environment moved cells) —
 is recovered and sent again, each recovery at most once per call, so a refusal that recovery does
 not cure ends the call instead of looping. This is not a retry policy: nothing waits here, and a
-429/5xx is returned for the caller to translate (:mod:`workerless.retry` decides whether and when
+429/5xx is returned for the caller to translate (:mod:`workerless._core.retry` decides whether and when
 the whole call is made again).
 """
 

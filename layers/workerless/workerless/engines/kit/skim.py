@@ -251,8 +251,8 @@ class Skimmer:
 
 def answer_skimmer(demands: Sequence[Any], key: str, depth: int, *, engine: str) -> Skimmer:
     """The skimmer for one take-work answer, with the payload limit and the answer's budget the
-    poller put in its demands (:class:`~workerless.model.Demand`); the template's defaults otherwise."""
-    from workerless.claimcheck import DEFAULT_MEMORY_MB, answer_budget, payload_limit
+    poller put in its demands (:class:`~workerless._core.model.Demand`); the template's defaults otherwise."""
+    from workerless._core.claimcheck import DEFAULT_MEMORY_MB, answer_budget, payload_limit
 
     first = demands[0] if demands else None
     limit = getattr(first, "payload_limit", None) or payload_limit(DEFAULT_MEMORY_MB)
@@ -280,7 +280,7 @@ def post_skimmed(
 
 def job_variables(skim: Skimmer | None, value: object) -> tuple[dict[str, Any] | None, bytes | None, int | None]:
     """A job's variables member as (variables, raw_variables, unread_bytes) for
-    :class:`~workerless.model.ActivatedJob`; variables None when it is not a JSON object."""
+    :class:`~workerless._core.model.ActivatedJob`; variables None when it is not a JSON object."""
     cut = skim.resolve(value) if skim is not None else None
     if cut is None:
         return (value if isinstance(value, dict) else None), None, None

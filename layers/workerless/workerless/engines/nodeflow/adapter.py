@@ -29,6 +29,9 @@ from urllib.parse import quote
 
 import httpx
 
+from workerless._core.lease import ACTIVATION_LEASE, LeaseModel
+from workerless._core.model import ActivatedJob, Demand, JobRef, Outcome
+from workerless._core.retry import LOG_SEND_SECONDS, LOG_SENDS, ambient_deadline
 from workerless.engines.base import SharedState
 from workerless.engines.kit.resend import Recovery, send_recovering
 from workerless.engines.kit.skim import Skimmer, answer_skimmer, job_variables, post_skimmed
@@ -46,9 +49,6 @@ from workerless.errors import (
     ResponseShapeError,
     RetryableEngineError,
 )
-from workerless.lease import ACTIVATION_LEASE, LeaseModel
-from workerless.model import ActivatedJob, Demand, JobRef, Outcome
-from workerless.retry import LOG_SEND_SECONDS, LOG_SENDS, ambient_deadline
 
 __all__ = ["NodeFlowEngine", "from_values", "parse_timestamp", "workflow_key"]
 
@@ -71,7 +71,7 @@ logger = logging.getLogger("workerless.engines.nodeflow")
 def workflow_key(job: ActivatedJob) -> str:
     """A downstream idempotency key that is the same for every attempt of one workflow step:
     ``{workflowId}:{refName or task type}`` ("charge once, however many attempts we make"):
-    :attr:`~workerless.model.ActivatedJob.workflow_key`, the one rule for every engine.
+    :attr:`~workerless._core.model.ActivatedJob.workflow_key`, the one rule for every engine.
 
     The task id (``job.ref.job_id``) is the other choice: stable for one attempt, new per retry.
     """
@@ -88,7 +88,7 @@ class NodeFlowEngine:
     """
 
     name: ClassVar[str] = ENGINE
-    #: Leased at activation (:mod:`workerless.lease`).
+    #: Leased at activation (:mod:`workerless._core.lease`).
     lease: ClassVar[LeaseModel] = ACTIVATION_LEASE
 
     def __init__(

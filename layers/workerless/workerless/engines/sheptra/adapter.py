@@ -32,6 +32,8 @@ from urllib.parse import quote
 
 import httpx
 
+from workerless._core.lease import ACTIVATION_LEASE, LeaseModel
+from workerless._core.model import ActivatedJob, Demand, JobRef, Outcome
 from workerless.engines.base import SharedState
 from workerless.engines.kit.answers import json_object, json_size
 from workerless.engines.kit.resend import Recovery, send_recovering
@@ -48,8 +50,6 @@ from workerless.errors import (
     PayloadTooLargeError,
     ResponseShapeError,
 )
-from workerless.lease import ACTIVATION_LEASE, LeaseModel
-from workerless.model import ActivatedJob, Demand, JobRef, Outcome
 
 __all__ = ["SheptraEngine", "from_values"]
 

@@ -1,6 +1,6 @@
 """StageNext adapter (seed 001): pull/ack gateway, worker sessions, stage leases and results.
 
-How the pipeline uses it (a begin lease: :data:`workerless.lease.BEGIN_LEASE`):
+How the pipeline uses it (a begin lease: :data:`workerless._core.lease.BEGIN_LEASE`):
 
 - The poller calls :meth:`StageNextEngine.activate`: one ``POST /jobs/pull`` (waitSeconds 0, API key only) per job,
   per queue. A pulled delivery is *not* leased yet: only the gateway's visibility timeout (60 s) requeues it. Its
@@ -27,6 +27,8 @@ from typing import Any, ClassVar, Literal
 
 import httpx
 
+from workerless._core.lease import BEGIN_LEASE, LeaseModel
+from workerless._core.model import ActivatedJob, Demand, JobRef, Outcome
 from workerless.engines.base import SharedState
 from workerless.engines.kit.answers import json_object
 from workerless.engines.kit.translate import Translator, parse_problem
@@ -50,8 +52,6 @@ from workerless.engines.stagenext.pull import PullCycle
 from workerless.engines.stagenext.session import Sessions, WorkerSession
 from workerless.engines.stagenext.telemetry import Telemetry
 from workerless.errors import ConfigurationError, EngineUnavailableError, LeaseLostError, RetryableEngineError
-from workerless.lease import BEGIN_LEASE, LeaseModel
-from workerless.model import ActivatedJob, Demand, JobRef, Outcome
 
 __all__ = ["StageNextEngine", "from_values"]
 

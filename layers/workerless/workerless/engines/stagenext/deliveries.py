@@ -10,10 +10,10 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
+from workerless._core.model import ActivatedJob, Demand, JobRef, Outcome
 from workerless.engines.kit.skim import CHECKED_BYTES, Skimmer
 from workerless.engines.stagenext.config import ENGINE, ERROR_MESSAGE_CAP, RESULT_BODY_CAP, RESULT_STRING_CAP
 from workerless.errors import GarbledResponseError, MessageFormatError, PayloadTooLargeError, ResponseShapeError
-from workerless.model import ActivatedJob, Demand, JobRef, Outcome
 
 __all__ = [
     "Remembered",

@@ -20,12 +20,12 @@ from typing import Any
 
 import httpx
 
-from workerless.claimcheck import DEFAULT_MEMORY_MB, answer_budget, payload_limit
+from workerless._core.claimcheck import DEFAULT_MEMORY_MB, answer_budget, payload_limit
+from workerless._core.model import Demand
 from workerless.engines.kit.answers import json_object
 from workerless.engines.kit.skim import SKELETON_BYTES, Skimmer, post_skimmed
 from workerless.engines.stagenext.config import ENGINE
 from workerless.errors import GarbledResponseError, ResponseShapeError
-from workerless.model import Demand
 
 __all__ = ["PullCycle"]
 

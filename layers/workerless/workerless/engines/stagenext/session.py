@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 
+from workerless._core.retry import SESSION_WAIT
 from workerless.engines.base import SharedState
 from workerless.engines.kit.answers import json_object
 from workerless.engines.kit.resend import Recovery, send_recovering
@@ -38,7 +39,6 @@ from workerless.engines.stagenext.config import (
     StageNextConfig,
 )
 from workerless.errors import AuthExpiredError, ConfigurationError, ResponseShapeError
-from workerless.retry import SESSION_WAIT
 
 __all__ = ["Sessions", "WorkerSession"]
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import httpx
 
+from workerless._core.model import JobRef
 from workerless.engines.kit.translate import Translator
 from workerless.engines.stagenext.config import LIVENESS_INTERVAL_SECONDS, StageNextConfig
 from workerless.engines.stagenext.session import Post, Sessions, WorkerSession
-from workerless.model import JobRef
 
 __all__ = ["Telemetry"]
 

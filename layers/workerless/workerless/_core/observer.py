@@ -1,0 +1,62 @@
+"""The observer in the wiring: the engine as the pipeline calls it (failed calls counted) and an
+invocation's metrics.
+
+:class:`ObservedEngine` is a typed decorator (:class:`~workerless.engines.decorator.EngineDecorator`):
+it implements :class:`~workerless.engines.base.Engine` and forwards each call explicitly, so mypy
+checks what it forwards and a call the Protocol lacks fails at type-check time instead of being
+forwarded blindly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, TypeVar
+
+from workerless import observability
+from workerless.engines.decorator import EngineDecorator
+from workerless.errors import EngineError
+
+if TYPE_CHECKING:
+    from workerless._poller.poller import PollReport
+    from workerless.engines.base import Engine
+
+T = TypeVar("T")
+
+
+class ObservedEngine(EngineDecorator):
+    """An engine whose failing calls are counted in ``EngineErrors`` by status.
+
+    Calls that raise an :class:`~workerless.errors.EngineError` are counted and the error re-raised
+    unchanged; everything else is the adapter's own answer.
+    """
+
+    def around(self, operation: str, job_ids: Sequence[str], call: Callable[[], T]) -> T:
+        try:
+            return call()
+        except EngineError as exc:
+            observability.engine_error(exc, operation=operation)
+            raise
+
+
+def observe_engine(engine: Engine) -> Engine:
+    """``engine`` wrapped in :class:`ObservedEngine` (once)."""
+    return engine if isinstance(engine, ObservedEngine) else ObservedEngine(engine)
+
+
+class Observer:
+    """What the wiring's entry points observe through: the engine they call, one invocation's
+    metrics, a poller invocation's counts. The lifecycle steps themselves go through
+    :func:`workerless.observability.emit` wherever they happen."""
+
+    def engine(self, engine: Engine) -> Engine:
+        """``engine`` as the pipeline calls it (:class:`ObservedEngine`, once)."""
+        return observe_engine(engine)
+
+    def invocation(self) -> AbstractContextManager[observability.MetricsBuffer | None]:
+        """Collect one invocation's metrics; written as EMF lines when it ends."""
+        return observability.invocation_metrics()
+
+    def poll_report(self, report: PollReport) -> None:
+        """Count one poller invocation's report (nothing for an idle one)."""
+        observability.poll_report(report)

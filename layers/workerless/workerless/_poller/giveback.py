@@ -1,0 +1,181 @@
+"""Giving a job the poller could not queue back to the engine: released for another worker, or
+failed for good when it can never be queued. Every engine call runs under the retry policy with
+the invocation's deadline; giving up is logged, and the engine's lease is the backstop."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, assert_never
+
+from workerless import observability
+from workerless._core.claimcheck import too_large_reason
+from workerless._core.lease import HandBack
+from workerless._core.model import ActivatedJob, Outcome
+from workerless._core.retry import CALLS
+from workerless.errors import EngineError, FinalEngineError, RetryableEngineError
+from workerless.observability import Lifecycle, logger
+
+if TYPE_CHECKING:
+    from workerless._core.lease import LeaseModel
+    from workerless._core.ports import JobStore
+    from workerless._poller.poller_lock import Dispatches
+    from workerless.engines.base import Engine
+
+
+def release(engine: Engine, job: ActivatedJob, reason: str, *, deadline: float) -> None:
+    """``Engine.release`` under the retry policy; giving up is logged: the job then returns when
+    its lease lapses (a begin lease: when the engine's visibility timeout requeues the delivery)."""
+    try:
+        CALLS.call(lambda: engine.release(job, reason), deadline=deadline)
+    except EngineError as exc:
+        logger.error(
+            "could not hand the job back; it returns when its lease (or the gateway's visibility) lapses",
+            extra={"job_id": job.ref.job_id, "error": str(exc)},
+        )
+
+
+def requeue(engine: Engine, job: ActivatedJob, reason: str, *, deadline: float) -> None:
+    """Hand a delivery back to the engine at once (a begin-leased engine requeues it)."""
+    logger.error("handing the delivery back", extra={"job_id": job.ref.job_id, "reason": reason})
+    release(engine, job, reason, deadline=deadline)
+
+
+def fail_for_good(engine: Engine, job: ActivatedJob, reason: str, *, deadline: float) -> None:
+    """Fail a job that can never be queued, with the reason (no retries: it would only come back
+    as large). A lease not held until acquired (a begin lease) is acquired here first: a result
+    for an execution that is not running is discarded, and the acknowledgement after it would
+    drop the job for good. Refused: acknowledged without a result (the seeds allow that); not
+    settled (acquire or report kept failing): handed back as the lease model says."""
+    logger.error("failing a job that cannot be queued", extra={"job_id": job.ref.job_id, "reason": reason})
+    model = engine.lease
+    if not model.held(None):
+        try:
+            begun = CALLS.call(lambda: engine.begin(job), deadline=deadline)
+        except EngineError as exc:
+            requeue(engine, job, f"could not acquire its lease to fail it: {exc}", deadline=deadline)
+            return
+        if not begun:
+            logger.info("lease refused: acknowledging the delivery", extra={"job_id": job.ref.job_id})
+            try:
+                CALLS.call(lambda: engine.skip(job.ref), deadline=deadline)
+            except EngineError as exc:
+                logger.warning("could not acknowledge; the gateway requeues it", extra={"error": str(exc)})
+            return
+    try:
+        CALLS.call(
+            lambda: engine.report(job.ref, Outcome.fail(reason, retries=0, terminal=True)),
+            deadline=deadline,
+        )
+    except (FinalEngineError, RetryableEngineError) as exc:
+        match model.hand_back:
+            case HandBack.RELEASE:
+                requeue(engine, job, f"could not report its failure: {exc}", deadline=deadline)
+            case HandBack.ACKNOWLEDGE:
+                logger.error("could not fail the job; it returns when its lease lapses", extra={"error": str(exc)})
+            case never:
+                assert_never(never)
+        return
+    observability.emit(job.ref.job_type, Lifecycle.FAILED, **observability.correlation_keys(job), reason=reason)
+
+
+def fence(
+    store: JobStore | None, model: LeaseModel, jobs: list[ActivatedJob]
+) -> tuple[list[ActivatedJob], list[ActivatedJob]]:
+    """Of an ``activated`` batch a poller left unfinished, the jobs safe to hand back and those a
+    handler already has (queued after all: owed a ticket, never handed back).
+
+    Its poller may still be dispatching them (a slow SendMessageBatch or claim-check upload past
+    the stale window) or may have queued them and failed to record it. A job is handed back only
+    once its record is fenced (``JobStore.fence``: LOST under its lease if no delivery touched it),
+    so a message of it queued meanwhile is acknowledged without running, while the engine's next
+    lease of the job (another fingerprint) claims the record. A record already there: ticketed. A
+    fence that cannot be written leaves the job to its lease. Only for an activation lease whose
+    leases are told apart (:meth:`~workerless._core.lease.LeaseModel.fingerprint`); a begin lease is
+    fenced by the engine's acquire, and a job without a fingerprint goes back as before."""
+    if store is None or not model.held(None):
+        return jobs, []
+    back: list[ActivatedJob] = []
+    queued: list[ActivatedJob] = []
+    for job in jobs:
+        lease = model.fingerprint(job.ref)
+        if not lease:
+            back.append(job)
+            continue
+        try:
+            fenced = store.fence(
+                job.record_key, reason="handed back by the poller's recovery", job_type=job.ref.job_type, lease=lease
+            )
+        except Exception:
+            logger.warning(
+                "could not fence a job before handing it back; left to its lease",
+                extra={"job_type": job.ref.job_type, **observability.correlation_keys(job)},
+                exc_info=True,
+            )
+            continue
+        (back if fenced else queued).append(job)
+    if queued:
+        logger.warning(
+            "jobs of an unfinished batch were queued after all: ticketed, not handed back", extra={"jobs": len(queued)}
+        )
+    return back, queued
+
+
+def tracked(
+    store: JobStore | None,
+    dispatches: Dispatches,
+    job_type: str,
+    now: float,
+    horizon: float,
+    count: int,
+    read_at: float,
+    *,
+    refresh: bool,
+) -> float:
+    """Upper bounds on what ``job_type``'s route holds, from the jobs the poller (and those before
+    it, through the lock's item) activated and whose job record is not yet final; infinity when
+    none can be trusted (the caller takes the smaller of this and SQS's count plus the sends of the
+    lag window). ``count`` is SQS's count as read at ``read_at`` (epoch seconds).
+
+    - The tracked jobs not final: exact where SQS's approximate counts lag (AWS: they may take a
+      minute to settle). Valid once every job activated in the last ``horizon`` seconds is
+      tracked: the longest the engine can hold a lease of ours (WORKERLESS_MAX_HOLD_SECONDS, after
+      which the heartbeat stops extending it, plus a lease). Final records are dropped when
+      ``refresh`` (the route's count is being read again: one strongly consistent BatchGetItem of
+      at most the route's jobs in flight); records that cannot be read leave it unused this time.
+    - ``count`` plus the tracked jobs not final activated within the lag window before the read:
+      valid once the window is tracked. A job whose record never turns final (a claim given back,
+      a delivery left to the engine) stops counting here after the window, where it would hold a
+      slot in the first bound until the horizon.
+    """
+    if store is None:
+        return math.inf
+    best = math.inf
+    if refresh:
+        dispatches.prune_live(now, horizon=horizon)
+    keys = dispatches.live(job_type)
+    if refresh and keys:
+        try:
+            records = store.get_many(keys)
+        except Exception:
+            logger.warning("could not read the route's job records; its SQS count bounds it", exc_info=True)
+        else:
+            dispatches.drop(job_type, [k for k, r in records.items() if not r.in_pipeline])
+            if dispatches.complete(now, horizon=horizon):
+                best = len(dispatches.live(job_type))
+    elif dispatches.complete(now, horizon=horizon):
+        best = len(keys)
+    if dispatches.complete(now, horizon=dispatches.window):
+        best = min(best, count + dispatches.live_since(job_type, read_at - dispatches.window))
+    return best
+
+
+def unread(job: ActivatedJob, limit: int, budget: int) -> tuple[bool, str]:
+    """What to do with a job whose variables the poller did not read (``unread_bytes``): (fail it
+    for good?, the reason). Over the payload limit: failed, naming its size and the limit (it would
+    come back just as large). Otherwise it came past the answer's budget: handed back, retries
+    unchanged, for a later poll (the first job of an answer always fits: the budget is at least
+    the limit)."""
+    size = job.unread_bytes or 0
+    if size > limit:
+        return True, too_large_reason("the job's input", size, limit)
+    return False, f"no room for its {size} bytes of input in this poll (at most {budget} bytes an answer)"
