@@ -278,7 +278,7 @@ def test_a_stored_result_whose_object_is_gone_fails_the_job_once_not_every_360_s
 ) -> None:
     """GIVEN a dead-lettered job whose handler stored a result too large for its record (in the claim
     check's bucket) and whose object is gone (expired with the bucket's 7-day lifecycle; S3 answers
-    NoSuchKey, or AccessDenied to a role without s3:ListBucket, as the functions' are: both final)
+    NoSuchKey to the dead-letter role, which may list results/: final)
     THEN the letter is settled at once: the job is failed at the engine with a message naming the
     lost result and the record is settled; before, the letter was handed back every 360 s for the
     queue's 14 days."""
@@ -310,3 +310,48 @@ def test_a_stored_result_whose_object_is_gone_fails_the_job_once_not_every_360_s
     assert "can no longer be read (NoSuchKey" in str(outcome.message), outcome.message
     record = store.get(job.record_key)
     assert record is not None and record.status is Status.REPORTED
+
+
+def test_a_stored_result_s3_refuses_to_read_keeps_the_letter_and_fails_nothing(
+    aws: Aws, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """GIVEN a dead-lettered job whose stored result is in the claim check and S3 refuses its read
+    with AccessDenied (a permission fault: the role may list results/, so a missing object would be
+    NoSuchKey) THEN the job is not failed as if its result had expired: nothing is reported, the
+    record stays STORED, the letter is a batch item failure (back in 360 s, when the read may be
+    allowed) and an ERROR line names the configuration fault. Before, it was failed at the engine."""
+    import base64
+    import random
+
+    import boto3
+    from botocore.exceptions import ClientError
+    from workerless.aws.payloads import Payloads
+
+    monkeypatch.setenv("WORKERLESS_PAYLOAD_BUCKET", "payloads")
+    boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="payloads")
+    runtime.reset()
+    engine = FakeEngine()
+    runtime.set_engine(engine)
+    job = activated(engine)
+    store = runtime.get_store()
+    big = Outcome.complete({"blob": base64.b64encode(random.Random(7).randbytes(675_000)).decode()})
+    assert store.claim(job.record_key, owner="o", claim_seconds=-1, job_type="charge-payment") == (True, None)
+    assert store.store_outcome(job.record_key, owner="o", outcome=big, job_type="charge-payment") is None
+
+    class Refusing:
+        def get_object(self, **kwargs: Any) -> Any:
+            raise ClientError({"Error": {"Code": "AccessDenied", "Message": "Access Denied"}}, "GetObject")
+
+    store.payloads = Payloads("payloads", client=Refusing())  # type: ignore[attr-defined]
+
+    with caplog.at_level(logging.INFO, logger="workerless"):
+        response = entrypoints.deadletter(letter(job), FakeContext())
+
+    assert response == {"batchItemFailures": [{"itemIdentifier": "m-dlq"}]}
+    assert job.ref.job_id not in engine.reports, "a refused read was taken for a lost result"
+    record = store.get(job.record_key)
+    assert record is not None and record.status is Status.STORED
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert any("configuration fault" in r.getMessage() and r.code == "AccessDenied" for r in errors), [  # type: ignore[attr-defined]
+        r.__dict__ for r in errors
+    ]

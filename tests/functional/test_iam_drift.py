@@ -259,8 +259,9 @@ def _used(function: str, run: Run) -> set[tuple[str, str, tuple[str, ...]]]:
 
 #: The claim check's S3 grants (Sid ClaimCheck*): used only by jobs and results too large for SQS or
 #: DynamoDB, which these scenarios do not make; tests/functional/test_claim_check.py runs those under
-#: the same IAM check (no call refused, each grant it exercises recorded).
-CLAIM_CHECK_SIDS = ("ClaimCheckJobs", "ClaimCheckResults")
+#: the same IAM check (no call refused, each grant it exercises recorded). ClaimCheckListing is used
+#: only when an object is missing: tests/functional/test_claim_check_missing.py.
+CLAIM_CHECK_SIDS = ("ClaimCheckJobs", "ClaimCheckResults", "ClaimCheckListing")
 #: A handler's hand-back of a job its batch has no time left to finish (ChangeMessageVisibility on its
 #: own queue, Sid HandBackJobs): these scenarios' batches never run out of time;
 #: tests/functional/test_handler_batch_time.py makes handlers hand jobs back.

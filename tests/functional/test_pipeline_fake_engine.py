@@ -343,3 +343,30 @@ def test_a_lease_held_past_the_maximum_hold_is_marked_lost_and_never_run_after(
     response = run_handler(aws, "charge-payment")
     assert response == {"batchItemFailures": []}
     assert job_id not in engine.reports
+
+
+def test_the_pollers_aws_calls_stop_one_attempt_before_its_deadline(aws: Aws, engine: FakeEngine) -> None:
+    """Issue 26 (the poller's AWS calls vs its deadline). GIVEN a poller invocation with 14 s left
+    (its deadline 11 s away, less than one AWS attempt's connect + read timeout, 13 s) THEN it starts
+    no AWS call of its poll (an attempt started then could still be waiting for its answer when the
+    invocation must be done): its first, the route's queue count, is refused, the invocation fails
+    before it takes a job, and nothing is leased or queued (before: the poll ran, its calls started
+    with 11 s left and free to run 13 s each). With a minute left the same poll queues the jobs."""
+    from workerless.aws.clients import ATTEMPT_SECONDS
+    from workerless.entrypoints import MARGIN_SECONDS
+    from workerless.errors import QueueError
+
+    for i in range(2):
+        engine.add_job("charge-payment", {"orderId": str(i), "amount": 10})
+    assert 14 - MARGIN_SECONDS < ATTEMPT_SECONDS
+
+    with pytest.raises(QueueError, match="deadline has passed"):
+        entrypoints.poller({}, FakeContext(remaining_ms=14_000))
+
+    assert aws.depth(aws.queues["charge-payment"]) == 0
+    assert not any(j.state == "leased" for j in engine.jobs.values()), "a job left leased and unqueued"
+
+    runtime.reset()
+    runtime.set_engine(engine)
+    entrypoints.poller({}, FakeContext())
+    assert aws.depth(aws.queues["charge-payment"]) == 2

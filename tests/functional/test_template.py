@@ -773,8 +773,21 @@ def test_claim_check_bucket_is_private_encrypted_tls_only_and_expires_with_the_r
     assert {_logical_id(r) for r in deny["Resource"]} == {"PayloadBucket"} and len(deny["Resource"]) == 2
 
 
+def _sub_text(value: Any, function: str) -> str:
+    """An ``Fn::Sub``'s text with its own variables (a route's Type) put in."""
+    text = value["Fn::Sub"]
+    if isinstance(text, list):  # [text, {variable: value}]: a route's own prefix (its Type)
+        text, variables = text
+        for name, bound in variables.items():
+            assert isinstance(bound, str), f"{function}: ${{{name}}} left unresolved: {bound!r}"
+            text = text.replace(f"${{{name}}}", bound)
+    assert isinstance(text, str)
+    return text
+
+
 def _s3_grants(cfn: dict[str, Any], function: str) -> set[tuple[str, str]]:
-    """(action, resource suffix after the bucket ARN) of the function's S3 statements."""
+    """(action, resource suffix after the bucket ARN) of the function's S3 statements; for
+    s3:ListBucket (on the bucket itself), ("s3:ListBucket", "?<s3:prefix pattern>") per pattern."""
     grants: set[tuple[str, str]] = set()
     for policy in _role_of(cfn, function)["Properties"]["Policies"]:
         for statement in _as_list(policy["PolicyDocument"]["Statement"]):
@@ -782,13 +795,17 @@ def _s3_grants(cfn: dict[str, Any], function: str) -> set[tuple[str, str]]:
             if not actions:
                 continue
             assert statement["Sid"].startswith("ClaimCheck"), statement
+            if actions == ["s3:ListBucket"]:
+                # Held to the prefixes the function reads: the whole bucket is never listable.
+                assert statement["Resource"] == {"Fn::GetAtt": ["PayloadBucket", "Arn"]}, statement
+                assert list(statement["Condition"]) == ["StringLike"], statement
+                assert list(statement["Condition"]["StringLike"]) == ["s3:prefix"], statement
+                for pattern in _as_list(statement["Condition"]["StringLike"]["s3:prefix"]):
+                    text = pattern if isinstance(pattern, str) else _sub_text(pattern, function)
+                    grants.add(("s3:ListBucket", f"?{text}"))
+                continue
             for resource in _as_list(statement["Resource"]):
-                text = resource["Fn::Sub"]
-                if isinstance(text, list):  # [text, {variable: value}]: a route's own prefix (its Type)
-                    text, variables = text
-                    for name, value in variables.items():
-                        assert isinstance(value, str), f"{function}: ${{{name}}} left unresolved: {value!r}"
-                        text = text.replace(f"${{{name}}}", value)
+                text = _sub_text(resource, function)
                 assert text.startswith("${PayloadBucket.Arn}/"), text
                 grants |= {(a, text.removeprefix("${PayloadBucket.Arn}")) for a in actions}
     return grants
@@ -796,15 +813,19 @@ def _s3_grants(cfn: dict[str, Any], function: str) -> set[tuple[str, str]]:
 
 def test_each_function_is_granted_only_its_claim_check_prefixes(cfn: dict[str, Any]) -> None:
     """The poller writes jobs/; a handler reads its own type's jobs/ and writes and reads its own
-    results/; the heartbeat and the dead-letter function read results/ (to re-report)."""
+    results/; the heartbeat and the dead-letter function read results/ (to re-report). Each reader
+    may list exactly the prefixes it reads (so S3 answers a missing object NoSuchKey, not
+    AccessDenied); the poller, which reads nothing, may list nothing."""
     assert _s3_grants(cfn, "PollerFunction") == {("s3:PutObject", "/jobs/*")}
     for function in ("HeartbeatFunction", "DeadLetterFunction"):
-        assert _s3_grants(cfn, function) == {("s3:GetObject", "/results/*")}, function
+        assert _s3_grants(cfn, function) == {("s3:GetObject", "/results/*"), ("s3:ListBucket", "?results/*")}, function
     for job_type, camel in JOB_TYPES.items():
         assert _s3_grants(cfn, f"{camel}Function") == {
             ("s3:GetObject", f"/jobs/{job_type}/*"),
             ("s3:PutObject", f"/results/{job_type}/*"),
             ("s3:GetObject", f"/results/{job_type}/*"),
+            ("s3:ListBucket", f"?jobs/{job_type}/*"),
+            ("s3:ListBucket", f"?results/{job_type}/*"),
         }, job_type
 
 

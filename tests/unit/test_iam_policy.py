@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from workerless_devkit.local.iam.calls import UNMODELLED, Need, needs, sqs_queue_arn
+from workerless_devkit.local.iam.calls import UNMODELLED, Need, listing, needs, sqs_queue_arn
 from workerless_devkit.local.iam.policy import (
     PolicyError,
     action_matches,
@@ -364,12 +364,41 @@ def test_a_secret_is_evaluated_by_its_full_arn_and_shown_as_given() -> None:
 def test_s3_calls_are_checked_on_the_object_or_the_bucket() -> None:
     """The claim check's calls name the object (arn:aws:s3:::bucket/key), as IAM evaluates them, so a
     grant of one prefix (bucket/jobs/charge-payment/*) does not cover another."""
-    arn = "arn:aws:s3:::b/jobs/t/k"
-    assert needs("s3", "GetObject", {"Bucket": "b", "Key": "jobs/t/k"}) == [Need("s3:GetObject", arn, arn)]
-    assert needs("s3", "HeadObject", {"Bucket": "b", "Key": "jobs/t/k"}) == [Need("s3:GetObject", arn, arn)]
-    assert needs("s3", "ListObjectsV2", {"Bucket": "b"}) == [Need("s3:ListBucket", "arn:aws:s3:::b", "arn:aws:s3:::b")]
+    arn, bucket = "arn:aws:s3:::b/jobs/t/k", "arn:aws:s3:::b"
+    assert needs("s3", "GetObject", {"Bucket": "b", "Key": "jobs/t/k"}) == [Need("s3:GetObject", arn, arn, ())]
+    assert needs("s3", "HeadObject", {"Bucket": "b", "Key": "jobs/t/k"}) == [Need("s3:GetObject", arn, arn, ())]
+    assert needs("s3", "ListObjectsV2", {"Bucket": "b"}) == [Need("s3:ListBucket", bucket, bucket, ())]
     assert resource_matches("arn:aws:s3:::b/jobs/t/*", arn)
     assert not resource_matches("arn:aws:s3:::b/jobs/other/*", arn)
+
+
+def test_a_listing_is_held_to_its_prefix_and_a_missing_key_is_listed_under_its_own_name() -> None:
+    """s3:ListBucket held by s3:prefix (StringLike results/*): a listing of results/... is allowed, one
+    of jobs/... or of the whole bucket (no Prefix: the key absent) is not; S3's check before it
+    answers NoSuchKey asks the same with the key as s3:prefix (calls.listing)."""
+    [statement] = parse_statements(
+        {
+            "Statement": {
+                "Effect": "Allow",
+                "Action": "s3:ListBucket",
+                "Resource": "arn:aws:s3:::b",
+                "Condition": {"StringLike": {"s3:prefix": "results/*"}},
+            }
+        },
+        "doc",
+    )
+
+    def allowed(need: Need) -> bool:
+        return evaluate([statement], need.action, need.resource, need.condition_context).allowed
+
+    (inside,) = needs("s3", "ListObjectsV2", {"Bucket": "b", "Prefix": "results/t/"})
+    (outside,) = needs("s3", "ListObjectsV2", {"Bucket": "b", "Prefix": "jobs/t/"})
+    (whole,) = needs("s3", "ListObjectsV2", {"Bucket": "b"})
+    assert (allowed(inside), allowed(outside), allowed(whole)) == (True, False, False)
+    assert allowed(listing("b", "results/t/k")) and not allowed(listing("b", "jobs/t/k"))
+    assert listing("b", "results/t/k") == Need(
+        "s3:ListBucket", "arn:aws:s3:::b", "arn:aws:s3:::b", (("s3:prefix", ("results/t/k",)),)
+    )
 
 
 def test_other_services_are_checked_by_action_and_sts_identity_needs_nothing() -> None:

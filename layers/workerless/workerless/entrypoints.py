@@ -126,7 +126,7 @@ def _poll_shard(
     from workerless._poller.poller import DEPTH_REFRESH_SECONDS, Poller
     from workerless._poller.poller_lock import LOCK_KEY, PollerLock
     from workerless._poller.shards import state_key, tagged
-    from workerless.aws.clients import call_deadline
+    from workerless.aws.clients import ATTEMPT_SECONDS, call_deadline
 
     queues, state = wiring.queues, wiring.state
     # One poller at a time per shard: two would each read the same room and MaxInFlight would not be
@@ -168,7 +168,7 @@ def _poll_shard(
         # A dead holder's lock blocks polling until it expires, but its unfinished batch need not
         # wait for that: handing jobs back and sending tickets never takes room.
         recovered = new_poller(None)  # not the lock's holder
-        with call_deadline(_deadline(context)):
+        with call_deadline(_deadline(context), attempt_seconds=ATTEMPT_SECONDS):
             recovering = recovered.recover(deadline=_deadline(context))
         counters = {k: v for k, v in vars(recovering).items() if isinstance(v, int)}
         return {**counters, "lock_held": 1}
@@ -180,8 +180,10 @@ def _poll_shard(
         poller.inherit_depths(relay.get("depths"))
         # On the wiring's clock: the poll budget and its pauses are measured on it. No AWS call of
         # the poll (botocore's retries included) starts past the invocation's deadline: the jobs
-        # of a batch not queued by then are handed back, or left to the next one's recovery.
-        with call_deadline(_deadline(context)):
+        # of a batch not queued by then are handed back, or left to the next one's recovery. Nor
+        # within one attempt's length of it (connect + read timeout, 13 s: the poller's 60 s leave
+        # its 20 s budget room), so no call is still running when the invocation must be done.
+        with call_deadline(_deadline(context), attempt_seconds=ATTEMPT_SECONDS):
             report = poller.run(deadline=_deadline(context, wiring.clock))
     except Exception:
         lock.release()

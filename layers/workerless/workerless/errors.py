@@ -35,8 +35,10 @@ job, or give up.
     │   │                               (throttled, 5xx, timeout): retryable. Carries code.
     │   ├── StoreError                  a DynamoDB call failed after retries. Carries code.
     │   │   ├── OutcomeTooLargeError    the outcome fits neither the record nor the claim check.
-    │   │   └── PayloadError            an S3 call of the claim check failed, or an object is
-    │   │                               not what its pointer says.
+    │   │   └── PayloadError            an S3 call of the claim check failed (AccessDenied: a
+    │   │       │                           configuration fault, never read as "missing").
+    │   │       └── PayloadGoneError    the object a pointer names is gone (NoSuchKey) or is
+    │   │                               not what the pointer says: final.
     │   ├── ReportOwedError             the result is stored, the engine has not accepted it yet:
     │   │                               the message stays in flight while the heartbeat re-reports.
     │   ├── ClaimHeldError              another delivery of the same job holds a live claim.
@@ -75,6 +77,7 @@ __all__ = [
     "OutcomeTooLargeError",
     "ParameterStoreError",
     "PayloadError",
+    "PayloadGoneError",
     "PayloadTooLargeError",
     "PipelineError",
     "QueueError",
@@ -283,6 +286,17 @@ class OutcomeTooLargeError(StoreError):
 class PayloadError(StoreError):
     """An S3 call of the claim check failed (after botocore's retries), or an object is not what its
     pointer says."""
+
+
+class PayloadGoneError(PayloadError):
+    """The claim-check object a pointer names is gone (S3 NoSuchKey: expired with the bucket's
+    lifecycle, or deleted) or is not what its pointer says (size, SHA-256): no read will ever return
+    it. Never retryable. An S3 refusal (AccessDenied) is a plain :class:`PayloadError` instead: with
+    the template's s3:ListBucket grants S3 answers a missing object NoSuchKey, so a 403 means a
+    permission is missing, not the object."""
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message, code=code, retryable=False)
 
 
 class QueueError(PipelineError):

@@ -18,7 +18,9 @@ name on one resource. What is modelled (the services the pipeline calls, precise
   is unknown and a condition on it never allows;
 - **S3** (the claim check's objects): ``GetObject`` / ``PutObject`` / ``DeleteObject`` and their
   kin on the object ``arn:aws:s3:::<Bucket>/<Key>``; bucket calls (``ListObjectsV2``,
-  ``CreateBucket`` ...) on ``arn:aws:s3:::<Bucket>``, ``ListObjects*`` as ``s3:ListBucket``;
+  ``CreateBucket`` ...) on ``arn:aws:s3:::<Bucket>``, ``ListObjects*`` as ``s3:ListBucket`` with the
+  condition key ``s3:prefix`` (the listing's ``Prefix``; absent when it has none). A GetObject of a
+  missing key is answered by S3 after a second, implicit check of ``s3:ListBucket`` (:func:`listing`);
 - **Secrets Manager**: the secret of ``SecretId``, by name or ARN, evaluated against the secret's
   full ARN (with its 6-character suffix) where it exists;
 - **SSM Parameter Store**: ``GetParametersByPath`` on the ARN of the *path* asked for (Parameter
@@ -319,6 +321,10 @@ _S3_ACTIONS = {
 }
 
 
+#: The condition key of a listing's prefix (lower case, as compared).
+S3_PREFIX = "s3:prefix"
+
+
 def _s3(operation: str, params: Mapping[str, Any]) -> Need:
     action = f"s3:{_S3_ACTIONS.get(operation, operation)}"
     bucket = params.get("Bucket")
@@ -326,7 +332,21 @@ def _s3(operation: str, params: Mapping[str, Any]) -> Need:
         return Need(action, "*", "*")  # ListBuckets: no resource-level permission
     key = params.get("Key")
     arn = f"arn:aws:s3:::{bucket}/{key}" if isinstance(key, str) and key else f"arn:aws:s3:::{bucket}"
-    return Need(action, arn, arn)
+    prefix = params.get("Prefix")
+    # s3:prefix is in the context of a listing that names a prefix; every other S3 call lacks it.
+    context = ((S3_PREFIX, (prefix,)),) if action == "s3:ListBucket" and isinstance(prefix, str) and prefix else ()
+    return Need(action, arn, arn, context)
+
+
+def listing(bucket: str, key: str) -> Need:
+    """The check S3 makes before it tells a caller that ``key`` does not exist: ``s3:ListBucket`` on
+    the bucket, with the key as ``s3:prefix``. AWS documents the first half (GetObject, HeadObject:
+    "If you have the s3:ListBucket permission on the bucket, Amazon S3 returns an HTTP status code 404
+    Not Found error. If you don't have the s3:ListBucket permission, Amazon S3 returns an HTTP status
+    code 403 Access Denied error."); the key as ``s3:prefix`` is how a listing grant held to a prefix
+    is honoured there (Ceph RGW matched AWS so: docs/assumptions.md, "Claim check")."""
+    arn = f"arn:aws:s3:::{bucket}"
+    return Need("s3:ListBucket", arn, arn, ((S3_PREFIX, (key,)),))
 
 
 # -- SSM Parameter Store ---------------------------------------------------------------------------

@@ -11,7 +11,10 @@ others on every session:
 - ``before-call``: answers a refused call with the HTTP response AWS sends, parsed by botocore's own
   parser, so the caller gets the very ``ClientError`` boto3 raises on AWS (SQS ``AccessDenied``
   HTTP 403, DynamoDB and Secrets Manager ``AccessDeniedException`` HTTP 400, the message naming the
-  role session, the action and the resource). Nothing reaches the embedded AWS.
+  role session, the action and the resource). Nothing reaches the embedded AWS;
+- ``after-call`` of S3's ``GetObject`` / ``HeadObject``: a key the embedded S3 does not have is
+  answered 404 only to a role that may list it (``s3:ListBucket`` on the bucket, the key as
+  ``s3:prefix``); any other role gets S3's 403 AccessDenied, as on AWS, and the refusal is recorded.
 
 Outside an invocation (the test's own clients, the emulated event source mappings) nothing is
 checked. The event source mappings' and the log writes' permissions are checked once, at start
@@ -32,7 +35,7 @@ from typing import Any
 
 import workerless
 
-from workerless_devkit.local.iam.calls import Need, needs
+from workerless_devkit.local.iam.calls import Need, listing, needs
 from workerless_devkit.local.iam.roles import FunctionRole
 from workerless_devkit.local.template import LOCAL_PLACE, LocalTemplate, Place, TemplateError
 
@@ -43,6 +46,7 @@ EVENT_SOURCE_ACTIONS = ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueue
 _LOG_STREAM = "2025/01/01/[$LATEST]00000000000000000000000000000000"
 _REFUSAL_KEY = "workerless_local_iam_refusal"
 _CHECKED_KEY = "workerless_local_iam_checked"
+_PARAMS_KEY = "workerless_local_iam_object"
 
 _PACKAGE = Path(workerless.__file__).parent  # the runtime as imported: what code objects name their files by
 #: Code that runs once per Lambda container, whichever function the container serves: building the
@@ -202,6 +206,34 @@ class IamEnforcer:
                     )
         return None
 
+    def authorise_missing(self, function_id: str, bucket: str, key: str) -> Refusal | None:
+        """S3's check before it says ``key`` does not exist: a :class:`Refusal` (S3 then answers 403
+        AccessDenied) when ``function_id``'s role may not list the key; else the listing grant is
+        recorded as used (S3 answers 404 NoSuchKey)."""
+        role = self.roles.get(function_id)
+        if role is None:
+            return None
+        need = listing(bucket, key)
+        decision = role.decide(need.action, need.resource, need.condition_context)
+        if decision.allowed:
+            with self._lock:
+                self._grants.add(Grant(function_id, need.action, need.resource, _origin()))
+            return None
+        refusal = Refusal(
+            function=function_id,
+            prefix="s3",
+            action=need.action,
+            resource=need.resource,
+            principal=role.principal,
+            explicit=decision.explicit_deny,
+        )
+        with self._lock:
+            first = refusal not in self._refusals
+            self._refusals.append(refusal)
+        if first:
+            _log().warning("IAM: %s: a missing S3 object reads as AccessDenied: %s", function_id, refusal.message)
+        return refusal
+
     # -- what the platform does with the role ----------------------------------------------------
     def platform_needs(self, template: LocalTemplate) -> dict[str, list[tuple[str, Need]]]:
         """Per function, what Lambda itself does with its role: each SQS event source mapping polls
@@ -304,6 +336,41 @@ def _answer(model: Any, context: Any = None, **_: Any) -> Any:
     return http, parsed
 
 
+def _missing_object(http_response: Any, parsed: Any, model: Any, context: Any = None, **_: Any) -> None:
+    """An S3 GetObject/HeadObject the embedded S3 answered 404 (no such key): AWS says so only to a
+    role that may list the key; to any other it answers 403 AccessDenied. Rewrites ``parsed`` in
+    place (botocore raises its ClientError from it after this hook)."""
+    if not isinstance(context, dict) or _CHECKED_KEY not in context or _REFUSAL_KEY in context:
+        return
+    if getattr(http_response, "status_code", None) != 404 or not isinstance(parsed, dict):
+        return
+    params = context.get(_PARAMS_KEY)
+    if not isinstance(params, Mapping) or str(parsed.get("Error", {}).get("Code")) not in ("NoSuchKey", "404"):
+        return  # NoSuchBucket, or a call whose parameters were not kept: not a missing key
+    from workerless_devkit.local import loop
+
+    scope = loop.current_scope()
+    if scope is None or scope.iam is None:
+        return
+    refusal = scope.iam.authorise_missing(scope.function_id, str(params.get("Bucket")), str(params.get("Key")))
+    if refusal is None:
+        return
+    # GetObject's 403 carries S3's XML error; HeadObject's has no body, so botocore names it by status.
+    head = model.name == "HeadObject"
+    parsed["Error"] = (
+        {"Code": "403", "Message": "Forbidden"} if head else {"Code": "AccessDenied", "Message": refusal.message}
+    )
+    metadata = parsed.setdefault("ResponseMetadata", {})
+    metadata["HTTPStatusCode"] = 403
+    http_response.status_code = 403
+
+
+def _keep_params(params: Any, model: Any = None, context: Any = None, **_: Any) -> None:
+    """Keep an S3 object read's Bucket and Key for :func:`_missing_object` (the answer has neither)."""
+    if isinstance(context, dict) and isinstance(params, Mapping):
+        context[_PARAMS_KEY] = {"Bucket": params.get("Bucket"), "Key": params.get("Key")}
+
+
 class _Raw:
     """The raw body botocore's AWSResponse reads."""
 
@@ -316,7 +383,11 @@ class _Raw:
 
 HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("before-parameter-build", _check),
+    ("before-parameter-build.s3.GetObject", _keep_params),
+    ("before-parameter-build.s3.HeadObject", _keep_params),
     ("before-call", _answer),
+    ("after-call.s3.GetObject", _missing_object),
+    ("after-call.s3.HeadObject", _missing_object),
 )
 
 

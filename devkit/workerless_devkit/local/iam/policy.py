@@ -12,14 +12,14 @@ What is modelled (AWS's policy evaluation logic, same-account, identity-based po
   which may run on across colons (IAM's rule: ``...:log-group:name:*`` covers the group's streams);
 - ``Condition`` blocks are evaluated on the condition keys the request context carries
   (:data:`MODELLED_KEYS`: ``dynamodb:LeadingKeys``, which :mod:`~workerless_devkit.local.iam.calls`
-  works out from a DynamoDB item call) with the string operators (``StringEquals``,
-  ``StringNotEquals``, ``StringLike``, ``StringNotLike``, their ``IgnoreCase`` kin where IAM has
-  them), ``Null``, the ``...IfExists`` suffix and the set operators ``ForAllValues:`` (true when
-  every value of the request's key matches; true too when the request has no such key: a Scan has
-  no leading key) and ``ForAnyValue:`` (false then). Keys in a block AND, a key's values OR, as IAM
-  documents. A condition local mode cannot evaluate (another key, another operator, a policy
-  variable) is unknown: a statement it guards never allows and always denies (local mode must be
-  at least as strict as AWS).
+  works out from a DynamoDB item call, and ``s3:prefix``, a listing's ``Prefix``) with the string
+  operators (``StringEquals``, ``StringNotEquals``, ``StringLike``, ``StringNotLike``, their
+  ``IgnoreCase`` kin where IAM has them), ``Null``, the ``...IfExists`` suffix and the set
+  operators ``ForAllValues:`` (true when every value of the request's key matches; true too when
+  the request has no such key: a Scan has no leading key) and ``ForAnyValue:`` (false then). Keys
+  in a block AND, a key's values OR, as IAM documents. A condition local mode cannot evaluate
+  (another key, another operator, a policy variable) is unknown: a statement it guards never allows
+  and always denies (local mode must be at least as strict as AWS).
 
 Example:
     >>> statements = parse_statements(
@@ -49,7 +49,7 @@ Context = Mapping[str, tuple[str, ...]]
 
 #: The condition keys local mode puts in a request's context (when the call is one that carries them):
 #: a condition on any other key is unknown.
-MODELLED_KEYS = frozenset({"dynamodb:leadingkeys"})
+MODELLED_KEYS = frozenset({"dynamodb:leadingkeys", "s3:prefix"})
 
 #: String operators: (negated, wildcards, case-insensitive) by name.
 _STRING_OPERATORS = {

@@ -51,6 +51,8 @@ from workerless.errors import (
     FinalEngineError,
     LeaseLostError,
     MessageFormatError,
+    PayloadError,
+    PayloadGoneError,
     PayloadTooLargeError,
     QueueError,
     StoreError,
@@ -172,6 +174,15 @@ def process_dead_letter(
         except StoreError as exc:
             if exc.retryable:
                 raise
+            if isinstance(exc, PayloadError) and not isinstance(exc, PayloadGoneError):
+                # S3 refused the read (AccessDenied): a permission to fix, not a lost result. The
+                # letter comes back in 360 s and reports the result once the read is allowed.
+                logger.error(
+                    "dead-lettered job's stored result cannot be read: a configuration fault, not a lost "
+                    "result; the letter is kept",
+                    extra={"job_id": ref.job_id, "job_type": ref.job_type, "error": str(exc), "code": exc.code},
+                )
+                raise
             stored, lost = None, exc
         if stored is not None:
             outcome = stored
@@ -206,10 +217,10 @@ def _result_lost(
     of that is final like any other (:func:`_rejected`)."""
     ref = job.ref
     where = record.outcome_ref.key if record.outcome_ref is not None else "the job record"
-    # Without s3:ListBucket (the roles have none), S3 answers a missing object 403 AccessDenied.
     reason = (
         f"the {ref.job_type} handler stored its result in the claim check ({where}) but it can no longer be "
-        f"read ({exc.code or 'unreadable'}: a missing or expired object reads as AccessDenied); job failed instead"
+        f"read ({exc.code or 'unreadable'}: expired with the bucket's lifecycle, deleted, or not what the record "
+        "points at); job failed instead"
     )
     logger.error(
         "dead-lettered job's stored result is gone: failing the job at the engine instead of retrying",

@@ -29,21 +29,31 @@ class DeadlineReachedError(Exception):
         super().__init__("the invocation's deadline for AWS calls has passed; the request was not sent")
 
 
+#: Every runtime client's timeouts (seconds): how long an HTTP attempt may take to connect, then
+#: how long it may wait for each read of the answer. One attempt of a call (a small request and
+#: answer, as every call of the pipeline's but a claim-check upload is) takes at most their sum.
+CONNECT_TIMEOUT_SECONDS = 3
+READ_TIMEOUT_SECONDS = 10
+ATTEMPT_SECONDS = CONNECT_TIMEOUT_SECONDS + READ_TIMEOUT_SECONDS
+
 #: The time.monotonic() after which no AWS call (and no botocore retry of one) may start, for the
 #: code running in this context; None: no deadline.
 _deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("workerless_aws_deadline", default=None)
 
 
 @contextlib.contextmanager
-def call_deadline(deadline: float | None) -> Iterator[None]:
+def call_deadline(deadline: float | None, *, attempt_seconds: float = 0.0) -> Iterator[None]:
     """Within the block, refuse to start any AWS request (first attempt or botocore retry) once
-    ``time.monotonic()`` has reached ``deadline``: the call fails with :class:`DeadlineReachedError`.
+    ``time.monotonic()`` has reached ``deadline - attempt_seconds``: the call fails with
+    :class:`DeadlineReachedError`.
 
     botocore's own retries (standard mode, 4 attempts, up to 20 s backoff) and a caller's retry loop
     would otherwise carry on past the Lambda's timeout, where Lambda kills the process mid-call. An
-    attempt already started is still bounded only by the client's connect and read timeouts.
+    attempt already started is bounded only by the client's connect and read timeouts: with
+    ``attempt_seconds`` :data:`ATTEMPT_SECONDS` none still runs at ``deadline`` (the poller's calls);
+    with 0 one may run up to that long past it.
     """
-    token = _deadline.set(deadline)
+    token = _deadline.set(None if deadline is None else deadline - attempt_seconds)
     try:
         yield
     finally:
@@ -116,8 +126,8 @@ def default_config() -> Config:
     from botocore.config import Config
 
     return Config(
-        connect_timeout=3,
-        read_timeout=10,
+        connect_timeout=CONNECT_TIMEOUT_SECONDS,
+        read_timeout=READ_TIMEOUT_SECONDS,
         retries={"mode": "standard", "max_attempts": 4},
         tcp_keepalive=True,
     )

@@ -4,6 +4,13 @@ outcomes too large for their queue or table.
 Two calls, PutObject and GetObject, on keys under the prefix a function is granted
 (``arn:aws:s3:::<bucket>/<prefix>/*``). The bucket encrypts every object (SSE-S3) and its
 lifecycle rule expires them: nothing here deletes.
+
+A missing object and a refused read are told apart: each function that reads objects may also list
+the prefixes it reads (``s3:ListBucket`` held by ``s3:prefix``), so S3 answers a missing key 404
+NoSuchKey (:class:`PayloadGoneError`, final: the object expired or was deleted) and keeps 403
+AccessDenied for a real permission fault (a :class:`PayloadError` naming it as configuration). Without
+that grant S3 answers a missing key 403 too ("If you don't have the s3:ListBucket permission, Amazon
+S3 returns an HTTP status code 403 Access Denied error", the GetObject API reference).
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from workerless._core.claimcheck import PayloadRef, digest
 
 # Declared in the one error tree (workerless.errors); re-exported where callers have always found it.
 from workerless.errors import PayloadError as PayloadError
+from workerless.errors import PayloadGoneError as PayloadGoneError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -63,6 +71,21 @@ class Payloads:
                 raise PayloadError(
                     f"S3 {operation} not sent: the invocation's deadline has passed", retryable=False
                 ) from exc
+            key, bucket = kwargs.get("Key"), kwargs.get("Bucket")
+            if code == "NoSuchKey":
+                raise PayloadGoneError(
+                    f"S3 object {key} is gone from bucket {bucket} ({code}): it expired with the bucket's "
+                    "lifecycle or was deleted, and no read will return it",
+                    code="NoSuchKey",
+                ) from exc
+            if code == "AccessDenied":
+                raise PayloadError(
+                    f"S3 {operation} of {key} in bucket {bucket} was refused (AccessDenied): a configuration fault "
+                    "(the function's role, the bucket's policy or an organisation policy does not allow it; "
+                    "a missing object answers NoSuchKey to these roles, so this is not one)",
+                    code="AccessDenied",
+                    retryable=False,
+                ) from exc
             if code:
                 raise PayloadError(
                     f"{what} failed: {code}", code=code, retryable=code not in FINAL_ERROR_CODES
@@ -86,8 +109,8 @@ class Payloads:
         except Exception as exc:  # a broken stream is a failed read, tried again
             raise PayloadError(f"S3 get_object of {ref.key}: reading the body failed: {type(exc).__name__}") from exc
         if len(data) != ref.size or digest(data) != ref.sha256:
-            raise PayloadError(
-                f"S3 object {ref.key} is {len(data)} bytes and does not match its pointer ({ref.size} bytes)",
-                retryable=False,
+            raise PayloadGoneError(
+                f"S3 object {ref.key} is {len(data)} bytes and does not match its pointer ({ref.size} bytes, "
+                "SHA-256 checked)"
             )
         return data
