@@ -14,7 +14,7 @@ from workerless.errors import LeaseLostError, RateLimitedError
 from workerless.lease import ACTIVATION_LEASE
 from workerless.model import JobRef
 from workerless.observer import observe_engine
-from workerless.testing import make_activated_job
+from workerless.testing import FakeEngine, make_activated_job
 from workerless_devkit.local import loop
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -491,3 +491,65 @@ def test_a_containers_wiring_applies_the_log_level_before_its_first_invocation()
         assert library.level == logging.ERROR
     finally:
         library.setLevel(saved)
+
+
+class _RecordingTracer:
+    """A Powertools Tracer stand-in recording the subsegments a job span opens."""
+
+    def __init__(self) -> None:
+        import contextlib
+
+        self.opened: list[str] = []
+        recorder = self
+
+        class Subsegment:
+            def put_annotation(self, key: str, value: str) -> None:
+                pass
+
+        class Provider:
+            @contextlib.contextmanager
+            def in_subsegment(self, name: str) -> Iterator[Subsegment]:
+                recorder.opened.append(name)
+                yield Subsegment()
+
+        self.provider = Provider()
+
+
+def test_xray_follows_the_wiring_s_setting_unless_configure_sets_the_process_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    """X-Ray is the wiring's ``xray_tracing`` (passed to each job's span), not a process switch the
+    settings write: the handler's per-batch ``configure_from_settings`` no longer undoes an explicit
+    ``configure(xray=True)`` (docs/operating.md's way to turn it on), nor does one function's setting
+    turn it on for another in the same process."""
+    from workerless.handler import JobProcessor
+    from workerless.settings import Settings
+
+    tracer = _RecordingTracer()
+    monkeypatch.setattr(observability.tracing, "_xray_tracer", lambda: tracer)
+    monkeypatch.setattr(observability.switches._Config, "xray", None)
+    with observability.job_span(make_activated_job("off", {})):
+        pass
+    with observability.job_span(make_activated_job("on", {}), xray=True):
+        pass
+    assert tracer.opened == ["## on"]
+
+    observability.configure(xray=True)
+    observability.configure_from_settings(Settings(xray_tracing=False))
+    with observability.job_span(make_activated_job("forced", {})):
+        pass
+    assert tracer.opened == ["## on", "## forced"], "the settings undid configure(xray=True)"
+    observability.configure(xray=False)
+    with observability.job_span(make_activated_job("refused", {}), xray=True):
+        pass
+    assert tracer.opened == ["## on", "## forced"]
+
+    processor = JobProcessor("t", lambda job: None)
+    job = make_activated_job("t", {})
+    kwargs: dict[str, Any] = {
+        "message_id": "m",
+        "receive_count": 1,
+        "context": None,
+        "engine": FakeEngine(),
+        "store": None,
+    }
+    assert processor.delivery(job, settings=Settings(xray_tracing=True), **kwargs).xray is True
+    assert processor.delivery(job, settings=Settings(), **kwargs).xray is False

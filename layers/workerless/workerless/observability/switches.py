@@ -15,7 +15,9 @@ class _Config:
     metrics: bool | None = None  # None: on, except while `quiet` says so (a local-mode invocation)
     quiet: Callable[[], bool] | None = None  # see suppress_metrics_while
     sink: Callable[[str], None] | None = None  # None: stdout (where Lambda's log capture reads EMF)
-    xray: bool = False
+    #: An explicit X-Ray switch for the process (:func:`configure`); None: each wiring's settings
+    #: decide (``WORKERLESS_XRAY_TRACING``, passed to each job's span, not kept here).
+    xray: bool | None = None
 
 
 def configure(
@@ -31,8 +33,10 @@ def configure(
             but inside a local-mode invocation.
         sink: where each EMF line goes (default: stdout, which Lambda sends to CloudWatch Logs).
             Tests pass a list's ``append``.
-        xray: add a Powertools Tracer (X-Ray) subsegment around each handler run. Needs the
-            function's ``Tracing: Active`` and ``aws-xray-sdk`` in the layer; off by default.
+        xray: add a Powertools Tracer (X-Ray) subsegment around each handler run (True), or never
+            (False), whatever the settings say; unset, the function's ``WORKERLESS_XRAY_TRACING``
+            decides (off by default). Needs the function's ``Tracing: Active`` and ``aws-xray-sdk``
+            in the layer.
     """
     _Config.metrics = metrics
     _Config.sink = sink
@@ -41,11 +45,11 @@ def configure(
 
 
 def configure_from_settings(settings: Settings) -> None:
-    """Apply the deployment's switches: ``xray_tracing`` (``WORKERLESS_XRAY_TRACING``), and its log
-    level over Lambda's (:func:`~workerless.observability.logs.apply_log_level`)."""
+    """Apply the deployment's log level over Lambda's (:func:`~workerless.observability.logs.apply_log_level`).
+    Its ``xray_tracing`` is not a process switch: the handler passes its wiring's to each job's span
+    (two functions in one process, as in local mode, each keep their own)."""
     from workerless.observability.logs import apply_log_level
 
-    _Config.xray = settings.xray_tracing
     apply_log_level(settings.log_level, settings.lambda_log_level)
 
 
