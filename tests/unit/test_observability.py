@@ -15,7 +15,6 @@ from workerless.lease import ACTIVATION_LEASE
 from workerless.model import JobRef
 from workerless.observer import observe_engine
 from workerless.testing import FakeEngine, make_activated_job
-from workerless_devkit.local import loop
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -103,19 +102,31 @@ def test_nothing_is_written_outside_an_invocation_or_when_empty(emitted: list[di
 
 
 def test_local_mode_invocations_write_no_metrics_by_default() -> None:
-    """Local mode runs many invocations in threads: they write none (the summary table is the view)."""
+    """Local mode runs many invocations in threads: they write none (the summary table is the view).
+    Its wirings' hooks say so (no process-wide predicate); configure(metrics=True) still forces them."""
+    from workerless.wiring import Hooks, Wiring
+    from workerless_devkit.local.engine_health import EngineHealth
+    from workerless_devkit.local.library import LibraryAttachments
+
+    hooks = LibraryAttachments(EngineHealth(), lambda: None).hooks()
+    assert hooks.metrics is False
+    local, deployed = Wiring(hooks=hooks), Wiring(hooks=Hooks())
     documents: list[str] = []
     observability.configure(metrics=None, sink=documents.append)
-    token = loop.enter_scope(loop.InvocationScope(tracker=None, function_id="F", depth=0))  # type: ignore[arg-type]
     try:
-        assert observability.metrics_enabled() is False
-        with observability.invocation_metrics() as buffer:
+        with local.observer.invocation() as buffer:
             observability.emit("t", "completed", job_id="1")
         assert buffer is None
+        assert documents == []
+        with deployed.observer.invocation() as buffer:
+            observability.emit("t", "completed", job_id="2")
+        assert buffer is not None and len(documents) == 1
+        observability.configure(metrics=True, sink=documents.append)
+        with local.observer.invocation() as buffer:
+            observability.emit("t", "completed", job_id="3")
+        assert buffer is not None and len(documents) == 2
     finally:
-        loop.exit_scope(token)
         observability.configure(metrics=None, sink=None)
-    assert documents == []
     assert observability.metrics_enabled() is True
 
 

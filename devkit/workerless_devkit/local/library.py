@@ -35,13 +35,14 @@ class LibraryAttachments:
     def hooks(self) -> Hooks:
         """The hooks every wiring local mode builds is given: an abandoned invocation's engine
         requests are refused, each answer tells the engine health it is up, each lifecycle step of
-        its invocations goes to the summary and the caller's listeners."""
+        its invocations goes to the summary and the caller's listeners; they write no metrics."""
         from workerless.wiring import Hooks
 
         return Hooks(
             request_guards=(refuse_abandoned_engine_call,),
             response_watchers=(self._engine_health.answered_by,),
             lifecycle_listeners=(self._on_lifecycle_event, *self._listeners),
+            metrics=False,  # a local invocation publishes no metrics (the summary table is the view)
         )
 
     def listen(self, on: bool) -> None:

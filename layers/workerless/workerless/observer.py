@@ -50,8 +50,9 @@ class Observer:
     through :func:`workerless.observability.emit` wherever they happen; it calls the ``listeners``
     given here (the wiring's hooks') for the steps of an invocation opened by :meth:`invocation`."""
 
-    def __init__(self, listeners: Sequence[observability.Listener] = ()) -> None:
+    def __init__(self, listeners: Sequence[observability.Listener] = (), *, metrics: bool = True) -> None:
         self.listeners = tuple(listeners)
+        self.metrics = metrics  # False: its invocations write no metrics (local mode's wirings)
 
     def engine(self, engine: Engine) -> Engine:
         """``engine`` as the pipeline calls it (:class:`ObservedEngine`, once)."""
@@ -61,7 +62,7 @@ class Observer:
     def invocation(self) -> Iterator[observability.MetricsBuffer | None]:
         """Collect one invocation's metrics (written as EMF lines when it ends) and call the listeners
         for its lifecycle steps."""
-        with observability.listening(self.listeners), observability.invocation_metrics() as buffer:
+        with observability.listening(self.listeners), observability.invocation_metrics(self.metrics) as buffer:
             yield buffer
 
     def poll_report(self, report: PollReport) -> None:

@@ -51,11 +51,14 @@ class Hooks:
     ``response_watchers`` get each of its responses and must not raise. ``lifecycle_listeners`` are
     called ``(job_type, event, fields)`` for every lifecycle step of an invocation run through the
     wiring (:func:`workerless.observability.emit`); one raising is logged, never fails the step.
+    ``metrics``: whether its invocations write EMF metrics (local mode's do not: nothing would bill
+    or read them), unless :func:`workerless.observability.configure` forces them on or off.
     """
 
     request_guards: tuple[Callable[[], None], ...] = ()
     response_watchers: tuple[Callable[[httpx.Response], None], ...] = ()
     lifecycle_listeners: tuple[Listener, ...] = ()
+    metrics: bool = True
 
     def engine(self) -> EngineHooks:
         """The engine client's part (:func:`workerless.engines.new_http_client`)."""
@@ -272,7 +275,8 @@ class Wiring:
             # over Lambda's ApplicationLogLevel (the handler wrapper applies it at each batch too).
             settings = self.settings
             apply_log_level(settings.log_level, settings.lambda_log_level)
-            return Observer(self.hooks.lifecycle_listeners if self.hooks is not None else ())
+            hooks = self.hooks if self.hooks is not None else Hooks()
+            return Observer(hooks.lifecycle_listeners, metrics=hooks.metrics)
 
         return self._once("_observer", build)
 

@@ -80,7 +80,6 @@ from workerless.observability.switches import (
     configure,
     configure_from_settings,
     metrics_enabled,
-    suppress_metrics_while,
 )
 from workerless.observability.tracing import JobSpan, correlation_keys, current_traceparent, job_span, trace_id_of
 
@@ -117,6 +116,5 @@ __all__ = [
     "logger",
     "metrics_enabled",
     "poll_report",
-    "suppress_metrics_while",
     "trace_id_of",
 ]
