@@ -181,6 +181,7 @@ def _scenario(engine: str, start: EmulatorFactory, monkeypatch: pytest.MonkeyPat
         route_settings=route_timings(10),
         schedule_seconds=1,
         engine_secret=True,
+        listeners=(listen,),
     )
     with topology as topo:
         assert topo.iam is not None, "local mode enforces IAM by default"
