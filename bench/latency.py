@@ -36,7 +36,6 @@ def pickup_latency(
     tick_seconds: int | None = None,
     seed: int = 6,
 ) -> dict[str, Any]:
-    from workerless import observability
     from workerless_devkit.emulators import start
     from workerless_devkit.local.runtime import LocalTopology
 
@@ -57,13 +56,12 @@ def pickup_latency(
 
     running = start("sheptra")
     emulator = running.emulator
-    observability.add_listener(listener)
     try:
         with tempfile.TemporaryDirectory(prefix="workerless-bench-") as tmp:
             env_file = running.write_env_file(Path(tmp) / "sheptra.env")
             parameters = {"EngineName": "sheptra", "LogLevel": "ERROR", "TickSeconds": str(tick)}
             # The template as written: the watchdog at its rate (1 minute), the tick at TickSeconds.
-            topology = LocalTopology(template, env_file, parameters=parameters)
+            topology = LocalTopology(template, env_file, parameters=parameters, listeners=(listener,))
             with topology:
                 # Let the first watchdog poll and the tick chain start, as a deployment that has been up a while.
                 time.sleep(2.0)
@@ -99,7 +97,6 @@ def pickup_latency(
                     idle_ids.append(job_id)
                     topology.run_until(lambda j=job_id: j in started, max_seconds=tick + 70)
     finally:
-        observability.remove_listener(listener)
         running.stop()
 
     load = [started[j] - created[j] for j in load_ids if j in started]
@@ -156,7 +153,6 @@ def dispatch_rate(*, jobs: int = 600, max_in_flight: int = 1000, sharded: bool =
     room never binds, jobs a second from the first dispatch to the last (the ``dispatched`` lifecycle
     step). The handlers run meanwhile in the same process, as local mode runs them. ``sharded``: each
     route in a poller shard of its own (PollerConcurrency 4), the deployment's rate with 3 pollers."""
-    from workerless import observability
     from workerless_devkit.emulators import start
     from workerless_devkit.local.runtime import LocalTopology
 
@@ -175,7 +171,6 @@ def dispatch_rate(*, jobs: int = 600, max_in_flight: int = 1000, sharded: bool =
     types = ("charge-payment", "send-receipt", "generate-report")
     for i in range(jobs):
         emulator.create_job(types[i % 3], {"orderId": f"rate-{i}", "amount": 1})
-    observability.add_listener(listener)
     try:
         with tempfile.TemporaryDirectory(prefix="workerless-bench-") as tmp:
             env_file = running.write_env_file(Path(tmp) / "sheptra.env")
@@ -185,14 +180,13 @@ def dispatch_rate(*, jobs: int = 600, max_in_flight: int = 1000, sharded: bool =
                 template = _sharded_template()
                 parameters["PollerConcurrency"] = "4"
             try:
-                with LocalTopology(template, env_file, parameters=parameters) as topology:
+                with LocalTopology(template, env_file, parameters=parameters, listeners=(listener,)) as topology:
                     topology.run_until(lambda: len(dispatched) >= jobs, max_seconds=180)
             finally:
                 if sharded:
                     template.unlink(missing_ok=True)
         activations = sum(v for k, v in emulator.router.stats.items() if "activate" in k)
     finally:
-        observability.remove_listener(listener)
         running.stop()
     span = dispatched[-1] - dispatched[0] if len(dispatched) > 1 else 0.0
     return {

@@ -3,28 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
-from workerless import observability, runtime
+from workerless import runtime
 from workerless.testing import FakeEngine
-from workerless.wiring import Wiring
+from workerless.wiring import Hooks, Wiring
 
 from tests.functional.aws import Aws, moto_aws
 from tests.functional.pipeline import Events
 
 
 @pytest.fixture
-def events() -> Iterator[Events]:
-    """Every lifecycle event the pipeline records while the test runs: (job type, event, fields)."""
-    seen: Events = []
-
-    def listener(job_type: str, event: str, fields: dict[str, Any]) -> None:
-        seen.append((job_type, event, fields))
-
-    observability.add_listener(listener)
-    yield seen
-    observability.remove_listener(listener)
+def events() -> Events:
+    """The lifecycle events of the runs it is given to as a listener (a local topology's
+    ``listeners``), and of the container's wiring, installed here with it as its listener: (job
+    type, event, fields)."""
+    seen = Events()
+    runtime.reset(Wiring(hooks=Hooks(lifecycle_listeners=(seen,))))
+    return seen
 
 
 @pytest.fixture
@@ -37,9 +33,10 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Aws]:
 
 
 @pytest.fixture
-def engine(aws: Aws) -> FakeEngine:
+def engine(aws: Aws, events: Events) -> FakeEngine:
     """An in-memory engine the pipeline's functions use instead of building an adapter: the
-    container's wiring is one built around it (store, queues and the rest from the environment)."""
+    container's wiring is one built around it (store, queues and the rest from the environment), with
+    :func:`events`' listener."""
     fake = FakeEngine()
-    runtime.reset(Wiring(engine=fake))
+    runtime.reset(Wiring(engine=fake, hooks=Hooks(lifecycle_listeners=(events,))))
     return fake

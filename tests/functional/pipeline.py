@@ -4,18 +4,28 @@ bounded wait for jobs to settle."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workerless_devkit.local import LocalTopology
 from workerless_devkit.local.template import route_timing_settings
+
+if TYPE_CHECKING:
+    from workerless.observability import Listener
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"
 FINAL = {"completed", "failed", "thrown"}
 
-Events = list[tuple[str, str, dict[str, Any]]]
+
+class Events(list[tuple[str, str, dict[str, Any]]]):
+    """The lifecycle events a run recorded, (job type, event, fields), and the listener recording
+    them: give it to the run's wiring (``LocalTopology(listeners=(events,))``, :func:`topology`'s
+    ``listeners``, ``Hooks(lifecycle_listeners=(events,))``)."""
+
+    def __call__(self, job_type: str, event: str, fields: dict[str, Any]) -> None:
+        self.append((job_type, event, fields))
 
 
 def job_timings(seconds: int) -> dict[str, str]:
@@ -41,6 +51,7 @@ def topology(
     job_visibility_seconds: int,
     template: Path = TEMPLATE,
     max_in_flight: int | None = None,
+    listeners: Sequence[Listener] = (),
 ) -> LocalTopology:
     """The template with test-sized timings, all template parameters but the schedule's: a 5 s lease
     makes "several lease lengths" a matter of seconds, a 1 s tick keeps pickup fast, and the job
@@ -56,6 +67,7 @@ def topology(
         parameters=parameters,
         route_settings=route_timings(job_visibility_seconds, template),
         schedule_seconds=1,
+        listeners=listeners,
     )
 
 

@@ -8,12 +8,10 @@ the side-effect ledger, the pipeline's lifecycle events — and assert the recov
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from workerless import observability
 from workerless_devkit.chaos.plan import Fault, FaultPlan
 from workerless_devkit.chaos.run import RunConfig, RunResult, run
 
@@ -27,36 +25,33 @@ ALL_ONCE = {kind: 1.0 for kind in Fault}
 
 
 @pytest.fixture(scope="module")
-def result() -> Iterator[tuple[RunResult, list[tuple[str, str, dict[str, Any]]]]]:
+def result() -> tuple[RunResult, list[tuple[str, str, dict[str, Any]]]]:
     events: list[tuple[str, str, dict[str, Any]]] = []
 
     def listener(job_type: str, event: str, fields: dict[str, Any]) -> None:
         events.append((job_type, event, dict(fields)))
 
-    observability.add_listener(listener)
-    try:
-        plan = FaultPlan(ALL_ONCE, seed=7, limits={kind: 1 for kind in Fault}, exclusive=True)
-        config = RunConfig(
-            engine="sheptra",
-            jobs=40,
-            plan=plan,
-            max_in_flight=3,  # small batches: each fault can find a job no other fault hit
-            template=ROOT / "template.yaml",
-            lease_seconds=LEASE,
-            long_reports=2,
-            large_jobs=1,  # through the claim check: S3 calls for the S3 fault to meet
-            # The run ends as soon as every job is final; a job that many faults hit in a row (each crash
-            # costs a claim and a lease) gets as long as the promise in docs/guarantees.md (90 s) on a
-            # busy machine: a CI pass once saw a StageNext job crash three attempts in a row and was
-            # stopped at 60 s while its third was under way.
-            max_seconds=240,
-            # Only a job never final counts as stuck here: how fast a job recovers is a wall-clock
-            # figure, which a busy CI machine stretches. `make chaos` holds the 90 s promise.
-            deadline_seconds=240,
-        )
-        yield run(config), events
-    finally:
-        observability.remove_listener(listener)
+    plan = FaultPlan(ALL_ONCE, seed=7, limits={kind: 1 for kind in Fault}, exclusive=True)
+    config = RunConfig(
+        engine="sheptra",
+        jobs=40,
+        plan=plan,
+        max_in_flight=3,  # small batches: each fault can find a job no other fault hit
+        template=ROOT / "template.yaml",
+        lease_seconds=LEASE,
+        long_reports=2,
+        large_jobs=1,  # through the claim check: S3 calls for the S3 fault to meet
+        # The run ends as soon as every job is final; a job that many faults hit in a row (each crash
+        # costs a claim and a lease) gets as long as the promise in docs/guarantees.md (90 s) on a
+        # busy machine: a CI pass once saw a StageNext job crash three attempts in a row and was
+        # stopped at 60 s while its third was under way.
+        max_seconds=240,
+        # Only a job never final counts as stuck here: how fast a job recovers is a wall-clock
+        # figure, which a busy CI machine stretches. `make chaos` holds the 90 s promise.
+        deadline_seconds=240,
+        listeners=(listener,),
+    )
+    return run(config), events
 
 
 def hit(result: RunResult, kind: Fault) -> list[str]:

@@ -49,7 +49,12 @@ def serve(workerless_emulator: EmulatorFactory) -> Callable[[str], tuple[Any, Pa
 
 
 def large_topology(
-    tmp_path: Path, env_file: Path, *, heartbeat: bool = True, parameters: dict[str, str] | None = None
+    tmp_path: Path,
+    env_file: Path,
+    *,
+    heartbeat: bool = True,
+    parameters: dict[str, str] | None = None,
+    listeners: tuple[Events, ...] = (),
 ) -> LocalTopology:
     replacements: dict[str, str] = {}
     if not heartbeat:
@@ -65,6 +70,7 @@ def large_topology(
         parameters={**PARAMETERS, **(parameters or {})},
         route_settings=route_timings(20, template),
         schedule_seconds=1,
+        listeners=listeners,
     )
 
 
@@ -133,7 +139,7 @@ def test_a_node_flow_task_with_a_5_mb_input_runs_through_the_claim_check(
     variables = {"orderId": "big", "blob": "n" * 5_000_000}
     job_id = emu.create_job("send-receipt", variables)
 
-    with large_topology(tmp_path, env_file) as topo:
+    with large_topology(tmp_path, env_file, listeners=(events,)) as topo:
         state = run_one(topo, emu, job_id)
         keys = objects(topo, "jobs/send-receipt/")
         grants = s3_grants(topo)
@@ -160,7 +166,7 @@ def test_a_sheptra_job_with_1_000_000_bytes_of_variables_completes(tmp_path: Pat
     emu, env_file = serve("sheptra")
     job_id = emu.create_job("send-receipt", variables, retries=3)
 
-    with large_topology(tmp_path, env_file) as topo:
+    with large_topology(tmp_path, env_file, listeners=(events,)) as topo:
         state = run_one(topo, emu, job_id)
 
     assert_first_attempt(state, {"receiptSent": True, **fingerprint(variables)})
@@ -178,7 +184,7 @@ def test_a_sheptra_handler_returning_900_kb_of_incompressible_variables_complete
     variables = {"orderId": "o2", "returnBytes": 900_000}
     job_id = emu.create_job("send-receipt", variables, retries=3)
 
-    with large_topology(tmp_path, env_file) as topo:
+    with large_topology(tmp_path, env_file, listeners=(events,)) as topo:
         state = run_one(topo, emu, job_id)
         [record] = records(topo)
         keys = objects(topo, "results/send-receipt/")
@@ -204,7 +210,7 @@ def test_a_stagenext_stage_with_a_900_kb_input_completes(tmp_path: Path, serve: 
     plain_id = emu.create_job("send-receipt", plain, retries=3)
     stage_id = emu.create_job("send-receipt", variables, retries=3)
 
-    with large_topology(tmp_path, env_file) as topo:
+    with large_topology(tmp_path, env_file, listeners=(events,)) as topo:
         wait_final(topo, emu.job_state, [stage_id, plain_id], 90)
         wait_counted(topo, {"send-receipt": {"completed": 2}}, 30)
 
@@ -230,7 +236,7 @@ def test_a_redelivered_job_whose_outcome_is_in_s3_is_rereported_not_rerun(
     variables = {"orderId": "o4", "returnBytes": 900_000}
     job_id = big_result_refused_once(emu, variables)
 
-    with large_topology(tmp_path, env_file, heartbeat=False) as topo:
+    with large_topology(tmp_path, env_file, heartbeat=False, listeners=(events,)) as topo:
         state = run_one(topo, emu, job_id)
         [record] = records(topo)
         grants = s3_grants(topo)
@@ -254,7 +260,7 @@ def test_an_owed_report_whose_outcome_is_in_s3_is_settled_by_the_heartbeat(
     variables = {"orderId": "o5", "returnBytes": 900_000}
     job_id = big_result_refused_once(emu, variables)
 
-    with large_topology(tmp_path, env_file, parameters={"LeaseSeconds": "15"}) as topo:
+    with large_topology(tmp_path, env_file, parameters={"LeaseSeconds": "15"}, listeners=(events,)) as topo:
         state = run_one(topo, emu, job_id)
         grants = s3_grants(topo)
 
@@ -274,7 +280,7 @@ def test_a_job_larger_than_workerless_carries_is_failed_naming_its_size_and_the_
     emu, env_file = serve("nodeflow")
     job_id = emu.create_job("send-receipt", {"blob": "h" * 100_000_000})
 
-    with large_topology(tmp_path, env_file) as topo:
+    with large_topology(tmp_path, env_file, listeners=(events,)) as topo:
         wait_final(topo, emu.job_state, [job_id], 90)
         keys = objects(topo, "jobs/")
         assert s3_grants(topo) == set()

@@ -16,6 +16,7 @@ from workerless._core.model import ActivatedJob, Demand, JobRef, Outcome
 from workerless._core.record import Status
 from workerless.errors import EngineError, EngineUnavailableError, RejectedError, ResponseShapeError
 from workerless.testing import FakeEngine
+from workerless.wiring import Hooks, Wiring
 
 from tests.functional.aws import Aws, FakeContext
 from tests.functional.pipeline import Events
@@ -183,7 +184,7 @@ def test_the_scheduled_drain_settles_each_letter_and_deletes_only_the_settled(
     after its visibility timeout, its record not settled."""
     url = aws.dlqs["charge-payment"]
     monkeypatch.setenv("WORKERLESS_DEAD_LETTER_QUEUE_URL", url)
-    runtime.reset()
+    runtime.reset(Wiring(hooks=Hooks(lifecycle_listeners=(events,))))
     engine = RefusingOne()
     runtime.set_engine(engine)
     settled, refused = activated(engine), activated(engine)

@@ -28,7 +28,6 @@ from typing import Any
 
 import httpx
 import pytest
-from workerless import observability
 from workerless.engines import ENGINE_NAMES
 from workerless_devkit.emulators.harness import RunningEmulator
 from workerless_devkit.local import IdleTimeout, LocalTopology
@@ -54,13 +53,18 @@ def engine(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def _start(engine: str, factory: EmulatorFactory, *, lease: int) -> tuple[RunningEmulator, LocalTopology]:
-    """The emulator, and the template's topology against it, with leases of ``lease`` seconds
-    (StageNext's: its emulator's; the others': the template's LeaseSeconds)."""
+def _start(engine: str, factory: EmulatorFactory, *, lease: int) -> tuple[RunningEmulator, LocalTopology, Watch]:
+    """The emulator, the template's topology against it, with leases of ``lease`` seconds
+    (StageNext's: its emulator's; the others': the template's LeaseSeconds), and its watch (which
+    hears the topology's lifecycle events)."""
     running = factory(engine, lease_seconds=lease) if engine == "stagenext" else factory(engine)
     assert running.env_file is not None
     parameters = {"LeaseSeconds": str(lease), "TickSeconds": "1", "MaxInFlight": str(MAX_IN_FLIGHT), **job_timings(60)}
-    return running, LocalTopology(TEMPLATE, running.env_file, parameters=parameters, schedule_seconds=1)
+    watch = Watch(running, engine)
+    topology = LocalTopology(
+        TEMPLATE, running.env_file, parameters=parameters, schedule_seconds=1, listeners=(watch.on_event,)
+    )
+    return running, topology, watch
 
 
 class Watch:
@@ -76,16 +80,14 @@ class Watch:
         self._sampler = threading.Thread(target=self._sample, daemon=True)
 
     def __enter__(self) -> Watch:
-        observability.add_listener(self._on_event)
         self._sampler.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._sampler.join()
-        observability.remove_listener(self._on_event)
 
-    def _on_event(self, job_type: str, event: str, fields: Mapping[str, Any]) -> None:
+    def on_event(self, job_type: str, event: str, fields: Mapping[str, Any]) -> None:
         if event == "started":
             self.started[str(fields.get("job_id"))] += 1
 
@@ -171,10 +173,10 @@ def test_an_outage_is_ridden_out(engine: str, workerless_emulator: EmulatorFacto
     take-work call (pull, activate, lease) only from 8 s in: work is taken while the calls that
     start, keep and finish it are refused (StageNext's lease service down, its gateway up)
     THEN the run goes idle only once every job is final, each run once, no delivery abandoned."""
-    running, topo = _start(engine, workerless_emulator, lease=LEASE)
+    running, topo, watch = _start(engine, workerless_emulator, lease=LEASE)
     ids = _jobs(running, long_seconds=4)
     take, *rest = JOB_LOOP[engine]
-    with topo, Watch(running, engine) as watch:
+    with topo, watch:
         assert topo.run_until(lambda: _first_final(running, ids), 120), "no job became final"
         start = running.emulator.now()
         running.emulator.router.add_outage(rest, start=start, end=start + 12)
@@ -189,9 +191,9 @@ def test_a_flapping_engine_is_ridden_out(engine: str, workerless_emulator: Emula
     """GIVEN 18 jobs, and once the first is final the engine down 2 s, up 2 s, for 24 s (every
     job-loop call answered 503 while down)
     THEN the run goes idle only once every job is final, each run once, no delivery abandoned."""
-    running, topo = _start(engine, workerless_emulator, lease=LEASE)
+    running, topo, watch = _start(engine, workerless_emulator, lease=LEASE)
     ids = _jobs(running, long_seconds=4)
-    with topo, Watch(running, engine) as watch:
+    with topo, watch:
         assert topo.run_until(lambda: _first_final(running, ids), 120), "no job became final"
         start = running.emulator.now()
         for window in range(6):
@@ -209,14 +211,14 @@ def test_a_slow_engine_is_ridden_out(engine: str, workerless_emulator: EmulatorF
     WHEN the run is asked to end after 2 s idle, at once
     THEN it ends only once every job is final (a poll in progress is work), each run once, no
     delivery abandoned."""
-    running, topo = _start(engine, workerless_emulator, lease=SHORT_LEASE)
+    running, topo, watch = _start(engine, workerless_emulator, lease=SHORT_LEASE)
     ids = _jobs(running, long_seconds=12)
     for path in JOB_LOOP[engine]:
         # First match wins: 40 % answered 0.5 s late, 30 % 1.5 s, the rest 2.5 s.
         for rate, delay in ((0.4, 0.5), (0.5, 1.5), (1.0, 2.5)):
             spec = {"method": "*", "path": path, "rate": rate, "delay": delay, "seed": 26}
             httpx.post(f"{running.server.url}/_admin/faults", json=spec).raise_for_status()
-    with topo, Watch(running, engine) as watch:
+    with topo, watch:
         _until_idle(topo, running, ids, 2)
         _judge(engine, running, ids, watch)
     delayed = sum(running.emulator.router.stats.values())

@@ -416,11 +416,9 @@ def test_a_refused_renewal_of_a_job_whose_result_is_stored_is_not_a_lost_lease(a
         if event == "lease_lost":
             lost.append(str(fields.get("job_id")))
 
-    observability.add_listener(listen)
-    try:
+    # process_ticket called directly, outside an entry point: the listener for this context.
+    with observability.listening([listen]):
         _run(_ticket((finished, time.time() + 1), (running, time.time() + 1)), engine, SpyQueues(runtime.get_queues()))
-    finally:
-        observability.remove_listener(listen)
 
     assert lost == [running.ref.job_id], "a lost lease is counted only for the job still running"
     kept = store.get(finished.record_key)

@@ -41,7 +41,6 @@ from typing import Any
 
 import httpx
 import pytest
-from workerless import observability
 from workerless._core.model import Demand
 from workerless._core.settings import parse_env_text
 from workerless.aws.sqs import QueueError, Queues
@@ -131,99 +130,96 @@ def _scenario(engine: str, start: EmulatorFactory, monkeypatch: pytest.MonkeyPat
     def listen(job_type: str, event: str, fields: dict[str, Any]) -> None:
         seen.append((event, str(fields.get("job_id"))))
 
-    observability.add_listener(listen)
-    try:
-        create = emulator.create_job
-        # Created and activated first and alone, so that the standalone activation takes this one.
-        dead = create("charge-payment", {"orderId": "o0", "amount": 5})
-        dead_message = _activate_one(engine, env_file, "charge-payment")
-        charge = create("charge-payment", {"orderId": "o1", "amount": 12})
-        declined = create("charge-payment", {"orderId": "o2", "amount": 0})
-        receipt = create("send-receipt", {"orderId": "o3"})
-        # Longer than a lease: it cannot finish before the heartbeat's first extension.
-        report = create("generate-report", {"seconds": 6})
-        others = [create(t, {"orderId": f"o-{t}"}) for t in JOB_TYPES if t not in EXAMPLES]
-        jobs = [charge, declined, receipt, report, *others]
-        # Every try of one delivery's report (the retry policy tries 4 times) of a job of each type:
-        # each report is left owed, for the heartbeat. The report's first extension: 409.
-        owed = [charge, receipt, report, *others]
-        if engine == "sheptra":
-            base = f"/cells/{emulator.cell}/v1/jobs"
-            for job in owed:
-                _fault(server.url, f"{base}/{job}/complete", status=503, times=4)
-            _fault(server.url, f"{base}/{report}/extend-lease", status=409, times=1)
-        elif engine == "nodeflow":
-            base = "/v1/ns/default/tasks"
-            for job in owed:
-                _fault(server.url, f"{base}/{job}/report", status=503, times=4)
-            _fault(server.url, f"{base}/{report}/heartbeat", status=409, times=1)
-        else:
-            acquire_fails = create("send-receipt", {"orderId": "o4"}, retries=3)
-            jobs.append(acquire_fails)
-            for job in owed:
-                _fault(server.url, f"/stages/{job}/result", status=503, times=4)
-            _fault(server.url, f"/stages/{report}/lease/renew", status=409, times=1)
-            _fault(server.url, f"/stages/{acquire_fails}/lease/acquire", status=503, times=4)
-        # The heartbeat's send and its one retry, for one ticket.
-        refuse = _RefuseHeartbeatTickets(times=2)
-        refuse.install(monkeypatch)
+    create = emulator.create_job
+    # Created and activated first and alone, so that the standalone activation takes this one.
+    dead = create("charge-payment", {"orderId": "o0", "amount": 5})
+    dead_message = _activate_one(engine, env_file, "charge-payment")
+    charge = create("charge-payment", {"orderId": "o1", "amount": 12})
+    declined = create("charge-payment", {"orderId": "o2", "amount": 0})
+    receipt = create("send-receipt", {"orderId": "o3"})
+    # Longer than a lease: it cannot finish before the heartbeat's first extension.
+    report = create("generate-report", {"seconds": 6})
+    others = [create(t, {"orderId": f"o-{t}"}) for t in JOB_TYPES if t not in EXAMPLES]
+    jobs = [charge, declined, receipt, report, *others]
+    # Every try of one delivery's report (the retry policy tries 4 times) of a job of each type:
+    # each report is left owed, for the heartbeat. The report's first extension: 409.
+    owed = [charge, receipt, report, *others]
+    if engine == "sheptra":
+        base = f"/cells/{emulator.cell}/v1/jobs"
+        for job in owed:
+            _fault(server.url, f"{base}/{job}/complete", status=503, times=4)
+        _fault(server.url, f"{base}/{report}/extend-lease", status=409, times=1)
+    elif engine == "nodeflow":
+        base = "/v1/ns/default/tasks"
+        for job in owed:
+            _fault(server.url, f"{base}/{job}/report", status=503, times=4)
+        _fault(server.url, f"{base}/{report}/heartbeat", status=409, times=1)
+    else:
+        acquire_fails = create("send-receipt", {"orderId": "o4"}, retries=3)
+        jobs.append(acquire_fails)
+        for job in owed:
+            _fault(server.url, f"/stages/{job}/result", status=503, times=4)
+        _fault(server.url, f"/stages/{report}/lease/renew", status=409, times=1)
+        _fault(server.url, f"/stages/{acquire_fails}/lease/acquire", status=503, times=4)
+    # The heartbeat's send and its one retry, for one ticket.
+    refuse = _RefuseHeartbeatTickets(times=2)
+    refuse.install(monkeypatch)
 
-        def state(job_id: str) -> str:
-            return str(emulator.job_state(job_id)["state"])
+    def state(job_id: str) -> str:
+        return str(emulator.job_state(job_id)["state"])
 
-        topology = LocalTopology(
-            TEMPLATE,
-            env_file,
-            parameters={
-                "EngineName": engine,
-                "LeaseSeconds": "5",
-                "TickSeconds": "1",
-                "MaxReceiveCount": "2",
-                **job_timings(10),
-            },
-            route_settings=route_timings(10),
-            schedule_seconds=1,
-            engine_secret=True,
+    topology = LocalTopology(
+        TEMPLATE,
+        env_file,
+        parameters={
+            "EngineName": engine,
+            "LeaseSeconds": "5",
+            "TickSeconds": "1",
+            "MaxReceiveCount": "2",
+            **job_timings(10),
+        },
+        route_settings=route_timings(10),
+        schedule_seconds=1,
+        engine_secret=True,
+        listeners=(listen,),
+    )
+    with topology as topo:
+        assert topo.iam is not None, "local mode enforces IAM by default"
+        # A job whose handler never claimed it, dead-lettered (the test plays SQS's redrive).
+        topo.client("sqs").send_message(QueueUrl=topo.queue_url("JobDeadLetterQueue"), MessageBody=dead_message)
+
+        def job_queues_empty() -> bool:
+            depths = topo.queue_depths()
+            return all(depths[q].visible + depths[q].in_flight == 0 for q in (f"{stem(t)}Queue" for t in JOB_TYPES))
+
+        topo.run_until(
+            lambda: (
+                all(state(j) in FINAL for j in jobs)
+                and ("dead_lettered", dead) in seen
+                and any(event == "lease_lost" and job == report for event, job in seen)
+                and all(("report_owed", j) in seen for j in owed)
+                and refuse.left == 0
+                and job_queues_empty()
+            ),
+            max_seconds=SCENARIO_SECONDS,
         )
-        with topology as topo:
-            assert topo.iam is not None, "local mode enforces IAM by default"
-            # A job whose handler never claimed it, dead-lettered (the test plays SQS's redrive).
-            topo.client("sqs").send_message(QueueUrl=topo.queue_url("JobDeadLetterQueue"), MessageBody=dead_message)
-
-            def job_queues_empty() -> bool:
-                depths = topo.queue_depths()
-                return all(depths[q].visible + depths[q].in_flight == 0 for q in (f"{stem(t)}Queue" for t in JOB_TYPES))
-
-            topo.run_until(
-                lambda: (
-                    all(state(j) in FINAL for j in jobs)
-                    and ("dead_lettered", dead) in seen
-                    and any(event == "lease_lost" and job == report for event, job in seen)
-                    and all(("report_owed", j) in seen for j in owed)
-                    and refuse.left == 0
-                    and job_queues_empty()
-                ),
-                max_seconds=SCENARIO_SECONDS,
-            )
-            enforcer = topo.iam
-            return Run(
-                engine=engine,
-                grants=enforcer.grants,
-                refusals=enforcer.refusals,
-                roles=enforcer.roles,
-                platform=enforcer.platform_needs(topo.template),
-                invocations=topo.invocations,
-                states={j: state(j) for j in jobs},
-                paths={
-                    "dead letter settled": ("dead_lettered", dead) in seen,
-                    "heartbeat lease lost": any(e == "lease_lost" and j == report for e, j in seen),
-                    "reports owed, settled by the heartbeat": all(("report_owed", j) in seen for j in owed)
-                    and job_queues_empty(),
-                    "a heartbeat ticket refused": refuse.left == 0,
-                },
-            )
-    finally:
-        observability.remove_listener(listen)
+        enforcer = topo.iam
+        return Run(
+            engine=engine,
+            grants=enforcer.grants,
+            refusals=enforcer.refusals,
+            roles=enforcer.roles,
+            platform=enforcer.platform_needs(topo.template),
+            invocations=topo.invocations,
+            states={j: state(j) for j in jobs},
+            paths={
+                "dead letter settled": ("dead_lettered", dead) in seen,
+                "heartbeat lease lost": any(e == "lease_lost" and j == report for e, j in seen),
+                "reports owed, settled by the heartbeat": all(("report_owed", j) in seen for j in owed)
+                and job_queues_empty(),
+                "a heartbeat ticket refused": refuse.left == 0,
+            },
+        )
 
 
 @pytest.fixture(scope="module")

@@ -224,7 +224,7 @@ def test_a_failed_stagenext_lease_acquire_gives_the_claim_back_and_the_redeliver
         f"{server.url}/_admin/faults",
         json={"method": "POST", "path": f"/stages/{stage_id}/lease/acquire", "status": 503, "times": 4},
     ).raise_for_status()
-    with topology(env_file, job_visibility_seconds=10) as topo:
+    with topology(env_file, job_visibility_seconds=10, listeners=(events,)) as topo:
         assert topo.iam is not None
         iam = topo.iam
         topo.run_until(lambda: emulator.job_state(stage_id)["state"] in FINAL or bool(iam.refusals), 60)

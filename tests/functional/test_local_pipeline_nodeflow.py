@@ -106,7 +106,7 @@ def test_example_tasks_complete_and_a_terminal_failure_is_never_retried(
     report = emulator.create_job("generate-report", {"seconds": 1})
     declined = emulator.create_job("charge-payment", {"orderId": "bad", "amount": 0}, retries=3)
 
-    with topology(env_file, job_visibility_seconds=10) as topo:
+    with topology(env_file, job_visibility_seconds=10, listeners=(events,)) as topo:
         wait_final(topo, emulator.job_state, [*charged, *receipts, report, declined], 25)
         # The engine shows a job final before the handler has counted it: wait for the count itself.
         summary = wait_counted(
@@ -161,7 +161,7 @@ def test_lease_stolen_mid_run_stops_the_handler_and_nothing_of_it_is_applied(
     task_id = emulator.create_job("generate-report", {"seconds": 20}, retries=1)
     # One job in flight per route: while the handler holds the message, the poller has no room to
     # lease the task again itself, so the only other holder is the worker below.
-    with topology(env_file, job_visibility_seconds=30, max_in_flight=1) as topo:
+    with topology(env_file, job_visibility_seconds=30, max_in_flight=1, listeners=(events,)) as topo:
         wait_for(topo, "handler started", lambda: seen(events, "started", task_id) == 1, 10)
         started_at = time.monotonic()
         wait_for(topo, "a heartbeat extended the lease", lambda: seen(events, "extended", task_id) >= 1, 5)
@@ -228,7 +228,7 @@ def test_lease_lapsed_mid_run_is_taken_back_by_the_pipeline_and_finished(
     task_id = emulator.create_job("generate-report", {"seconds": 3}, retries=1)
     # The new lease's message arrives while the first run still holds the claim: it comes back
     # after the visibility timeout (10 s, longer than the 3 s run) and then claims the LOST record.
-    with topology(env_file, job_visibility_seconds=10) as topo:
+    with topology(env_file, job_visibility_seconds=10, listeners=(events,)) as topo:
         wait_for(topo, "handler started", lambda: seen(events, "started", task_id) == 1, 10)
         wait_for(topo, "a heartbeat extended the lease", lambda: seen(events, "extended", task_id) >= 1, 5)
         emulator.advance(LAPSE_SECONDS)
@@ -259,7 +259,7 @@ def test_logs_reach_the_task_in_order_followed_by_the_failure_stack(
     lines = [f"step {i:02d}" for i in range(60)]
     task_id = emulator.create_job("generate-report", {"lines": lines, "error": "report exploded"}, retries=1)
 
-    with topology(env_file, job_visibility_seconds=10, template=template) as topo:
+    with topology(env_file, job_visibility_seconds=10, template=template, listeners=(events,)) as topo:
         wait_final(topo, emulator.job_state, [task_id], 20)
 
     state = emulator.task_state(task_id)
@@ -288,7 +288,7 @@ def test_a_terminal_failure_has_its_stack_in_the_task_log_before_it_is_reported(
     emulator, _url, env_file = serve()
     task_id = emulator.create_job("charge-payment", {"orderId": "bad", "amount": 10**7}, retries=3)
 
-    with topology(env_file, job_visibility_seconds=10) as topo:
+    with topology(env_file, job_visibility_seconds=10, listeners=(events,)) as topo:
         wait_final(topo, emulator.job_state, [task_id], 20)
 
     state = emulator.task_state(task_id)
@@ -320,7 +320,7 @@ def test_domain_route_leases_only_its_domain_queue(serve: Serve, tmp_path: Path,
     eu = [emulator.create_job("charge-payment", {"orderId": f"eu{i}", "amount": 5}, domain="eu-west") for i in range(2)]
     plain = [emulator.create_job("charge-payment", {"orderId": f"p{i}", "amount": 5}) for i in range(2)]
 
-    with topology(env_file, job_visibility_seconds=10, template=template) as topo:
+    with topology(env_file, job_visibility_seconds=10, template=template, listeners=(events,)) as topo:
         wait_final(topo, emulator.job_state, eu, 20)
         more_polls(topo)  # a few more polls of every route
         errors = topo.errors

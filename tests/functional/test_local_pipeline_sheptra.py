@@ -16,7 +16,7 @@ from workerless_devkit.devtools.scaffold import stem
 from workerless_devkit.emulators import RunningEmulator
 from workerless_devkit.local import LocalTopology
 
-from tests.functional.pipeline import TEMPLATE, job_timings, route_timings, topology, wait_counted, wait_final
+from tests.functional.pipeline import TEMPLATE, Events, job_timings, route_timings, topology, wait_counted, wait_final
 
 #: Runs the topology for seconds to minutes: `make test` runs it, `make test-fast` does not.
 pytestmark = pytest.mark.slow
@@ -34,14 +34,14 @@ def env_file(sheptra_emulator: RunningEmulator) -> Path:
 
 
 def test_example_handlers_complete_fail_terminally_and_are_summarised(
-    emulator: Any, env_file: Path, events: list[tuple[str, str, dict[str, Any]]]
+    emulator: Any, env_file: Path, events: Events
 ) -> None:
     charged = [emulator.create_job("charge-payment", {"orderId": f"o{i}", "amount": 10 + i}) for i in range(4)]
     receipts = [emulator.create_job("send-receipt", {"orderId": f"o{i}"}) for i in range(3)]
     report = emulator.create_job("generate-report", {"seconds": 1})
     declined = emulator.create_job("charge-payment", {"orderId": "bad", "amount": 0})
 
-    with topology(env_file, job_visibility_seconds=10) as topo:
+    with topology(env_file, job_visibility_seconds=10, listeners=(events,)) as topo:
         wait_final(topo, emulator.job_state, [*charged, *receipts, report, declined], 40)
         # The engine shows a job final before the handler has counted it: wait for the count itself.
         summary = wait_counted(
@@ -72,14 +72,14 @@ def test_example_handlers_complete_fail_terminally_and_are_summarised(
 
 
 def test_long_job_is_kept_alive_by_the_heartbeat_past_several_leases(
-    emulator: Any, env_file: Path, events: list[tuple[str, str, dict[str, Any]]]
+    emulator: Any, env_file: Path, events: Events
 ) -> None:
     """GIVEN a 5 s lease and a report that takes 17 s (more than three lease lengths)
     THEN the heartbeat extends the lease as it goes, the job completes on its first attempt with
     its retries untouched, and nobody else is handed it."""
     job_id = emulator.create_job("generate-report", {"seconds": 17}, retries=3)
 
-    with topology(env_file, job_visibility_seconds=60) as topo:
+    with topology(env_file, job_visibility_seconds=60, listeners=(events,)) as topo:
         wait_final(topo, emulator.job_state, [job_id], 45)
 
     state = emulator.job_state(job_id)
@@ -90,9 +90,7 @@ def test_long_job_is_kept_alive_by_the_heartbeat_past_several_leases(
     assert len(extends) >= 3, f"expected an extension per third of a lease, saw {len(extends)}"
 
 
-def test_redelivered_job_is_rereported_not_rerun(
-    emulator: Any, env_file: Path, events: list[tuple[str, str, dict[str, Any]]]
-) -> None:
+def test_redelivered_job_is_rereported_not_rerun(emulator: Any, env_file: Path, events: Events) -> None:
     """GIVEN the engine refuses the first delivery's report (503, every try)
     WHEN SQS redelivers the message after its visibility timeout
     THEN the stored result is reported, and the handler has run exactly once."""
@@ -103,7 +101,7 @@ def test_redelivered_job_is_rereported_not_rerun(
         json={"method": "POST", "path": f"/cells/{emulator.cell}/v1/jobs/{job_id}/complete", "status": 503, "times": 4},
     ).raise_for_status()
 
-    with topology(env_file, job_visibility_seconds=10) as topo:
+    with topology(env_file, job_visibility_seconds=10, listeners=(events,)) as topo:
         wait_final(topo, emulator.job_state, [job_id], 40)
 
     assert emulator.job_state(job_id)["state"] == "completed"
@@ -129,7 +127,7 @@ def _activate(env_file: Path, job_type: str) -> str:
 
 
 def test_every_routes_dead_letters_share_one_queue_and_each_is_settled_as_its_own_type(
-    emulator: Any, env_file: Path, events: list[tuple[str, str, dict[str, Any]]]
+    emulator: Any, env_file: Path, events: Events
 ) -> None:
     """GIVEN a charge-payment job in the send-receipt queue and a send-receipt job in the charge-payment
     queue (a handler refuses a job of another type: each delivery fails and SQS redelivers it)
@@ -143,7 +141,12 @@ def test_every_routes_dead_letters_share_one_queue_and_each_is_settled_as_its_ow
     receipt_message = _activate(env_file, "send-receipt")
     parameters = {"LeaseSeconds": "5", "TickSeconds": "1", "MaxReceiveCount": "2", **job_timings(3)}
     with LocalTopology(
-        TEMPLATE, env_file, parameters=parameters, route_settings=route_timings(3), schedule_seconds=1
+        TEMPLATE,
+        env_file,
+        parameters=parameters,
+        route_settings=route_timings(3),
+        schedule_seconds=1,
+        listeners=(events,),
     ) as topo:
         assert topo.iam is not None, "local mode enforces IAM by default"
         queues = {q.logical_id: q for q in topo.template.queues}
@@ -173,7 +176,7 @@ def test_every_routes_dead_letters_share_one_queue_and_each_is_settled_as_its_ow
 
 
 def test_a_letter_waiting_for_the_scheduled_drain_keeps_the_run_from_being_idle(
-    emulator: Any, env_file: Path, events: list[tuple[str, str, dict[str, Any]]]
+    emulator: Any, env_file: Path, events: Events
 ) -> None:
     """GIVEN the job dead-letter queue, which no event source reads (DeadLetterFunction drains it on
     its schedule, here every 4 s), and a letter put there after the first drain
@@ -183,7 +186,12 @@ def test_a_letter_waiting_for_the_scheduled_drain_keeps_the_run_from_being_idle(
     job = emulator.create_job("charge-payment", {"orderId": "i1", "amount": 5}, retries=1)
     message = _activate(env_file, "charge-payment")
     with LocalTopology(
-        TEMPLATE, env_file, parameters=job_timings(10), route_settings=route_timings(10), schedule_seconds=4
+        TEMPLATE,
+        env_file,
+        parameters=job_timings(10),
+        route_settings=route_timings(10),
+        schedule_seconds=4,
+        listeners=(events,),
     ) as topo:
         # The first drain has received from the queue (an invocation counts from its start, which on a
         # busy machine can be long before its ReceiveMessage): the letter is sent after it.

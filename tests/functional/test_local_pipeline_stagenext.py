@@ -80,7 +80,7 @@ def test_example_jobs_complete_and_every_result_is_applied_once(serve: Callable[
     declined = create("charge-payment", {"orderId": "bad", "amount": 0})
     every = [*charged, *receipts, report, declined]
 
-    with topology(emu.env_file, job_visibility_seconds=10) as topo:
+    with topology(emu.env_file, job_visibility_seconds=10, listeners=(events,)) as topo:
         wait_final(topo, emu.state, every, 30)
         # The engine shows a job final before the handler has counted it: wait for the count itself.
         summary = wait_counted(
@@ -131,7 +131,7 @@ def test_gateway_redelivery_of_a_running_job_is_acknowledged_without_running(
     emu = serve(lease_seconds=6, visibility_timeout=2)
     stage_id = emu.emulator.create_job("generate-report", {"seconds": 20})
 
-    with topology(emu.env_file, job_visibility_seconds=60) as topo:
+    with topology(emu.env_file, job_visibility_seconds=60, listeners=(events,)) as topo:
         wait_final(topo, emu.state, [stage_id], 120)
         # The redelivery was acknowledged: nothing comes back after another visibility period.
         settled = topo.run_until(lambda: emu.emulator.inflight() == [0, 0], max_seconds=60)
@@ -164,7 +164,7 @@ def test_long_job_is_kept_past_several_leases_by_renewals(serve: Callable[..., E
     emu = serve(lease_seconds=4)
     stage_id = emu.emulator.create_job("generate-report", {"seconds": 13}, retries=3)
 
-    with topology(emu.env_file, job_visibility_seconds=30) as topo:
+    with topology(emu.env_file, job_visibility_seconds=30, listeners=(events,)) as topo:
         wait_final(topo, emu.state, [stage_id], 30)
 
     state = emu.state(stage_id)
@@ -193,7 +193,7 @@ def test_failed_lease_acquire_leaves_the_stage_to_its_redelivery_not_to_the_hear
     stage_id = emu.emulator.create_job("generate-report", {"seconds": 5}, retries=3)
     emu.fault(path="/stages/{stageId}/lease/acquire", status=503, times=4)  # CALLS tries begin 4 times
 
-    with topology(emu.env_file, job_visibility_seconds=10) as topo:
+    with topology(emu.env_file, job_visibility_seconds=10, listeners=(events,)) as topo:
         wait_final(topo, emu.state, [stage_id], 40)
 
     state = emu.state(stage_id)
@@ -223,7 +223,7 @@ def test_unanswered_result_is_rereported_from_the_stored_outcome_on_redelivery(
     # Four drops: every try of the first delivery's report (the retry policy makes four).
     emu.fault(path=f"/stages/{stage_id}/result", drop=True, times=4)
 
-    with topology(emu.env_file, job_visibility_seconds=10) as topo:
+    with topology(emu.env_file, job_visibility_seconds=10, listeners=(events,)) as topo:
         wait_final(topo, emu.state, [stage_id], 30)
 
     state = emu.state(stage_id)
@@ -249,7 +249,7 @@ def test_result_accepted_but_unanswered_is_retried_with_the_same_identity(
     stage_id = emu.emulator.create_job("charge-payment", {"orderId": "u1", "amount": 5})
     emu.fault(path=f"/stages/{stage_id}/result", delay=1.5, times=2)
 
-    with topology(emu.env_file, job_visibility_seconds=10) as topo:
+    with topology(emu.env_file, job_visibility_seconds=10, listeners=(events,)) as topo:
         wait_final(topo, emu.state, [stage_id], 20)
         # The delayed posts land after the retry that succeeded: wait for all three.
         topo.run_until(lambda: len(emu.state(stage_id)["results"]) >= 3, max_seconds=60)

@@ -82,7 +82,7 @@ def handler(event, context):
             late["sqs"] = "sent"
         except Exception as exc:
             late["sqs"] = type(exc).__name__
-        client = new_http_client(1.0, runtime.current().hooks)
+        client = new_http_client(1.0, hooks.engine() if (hooks := runtime.current().hooks) is not None else None)
         try:
             client.get("http://127.0.0.1:9/")
             late["http"] = "answered"

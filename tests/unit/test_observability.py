@@ -14,8 +14,7 @@ from workerless._core.lease import ACTIVATION_LEASE
 from workerless._core.model import JobRef
 from workerless._core.observer import observe_engine
 from workerless.errors import LeaseLostError, RateLimitedError
-from workerless.testing import make_activated_job
-from workerless_devkit.local import loop
+from workerless.testing import FakeEngine, make_activated_job
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -103,19 +102,31 @@ def test_nothing_is_written_outside_an_invocation_or_when_empty(emitted: list[di
 
 
 def test_local_mode_invocations_write_no_metrics_by_default() -> None:
-    """Local mode runs many invocations in threads: they write none (the summary table is the view)."""
+    """Local mode runs many invocations in threads: they write none (the summary table is the view).
+    Its wirings' hooks say so (no process-wide predicate); configure(metrics=True) still forces them."""
+    from workerless.wiring import Hooks, Wiring
+    from workerless_devkit.local.engine_health import EngineHealth
+    from workerless_devkit.local.library import LibraryAttachments
+
+    hooks = LibraryAttachments(EngineHealth(), lambda: None).hooks()
+    assert hooks.metrics is False
+    local, deployed = Wiring(hooks=hooks), Wiring(hooks=Hooks())
     documents: list[str] = []
     observability.configure(metrics=None, sink=documents.append)
-    token = loop.enter_scope(loop.InvocationScope(tracker=None, function_id="F", depth=0))  # type: ignore[arg-type]
     try:
-        assert observability.metrics_enabled() is False
-        with observability.invocation_metrics() as buffer:
+        with local.observer.invocation() as buffer:
             observability.emit("t", "completed", job_id="1")
         assert buffer is None
+        assert documents == []
+        with deployed.observer.invocation() as buffer:
+            observability.emit("t", "completed", job_id="2")
+        assert buffer is not None and len(documents) == 1
+        observability.configure(metrics=True, sink=documents.append)
+        with local.observer.invocation() as buffer:
+            observability.emit("t", "completed", job_id="3")
+        assert buffer is not None and len(documents) == 2
     finally:
-        loop.exit_scope(token)
         observability.configure(metrics=None, sink=None)
-    assert documents == []
     assert observability.metrics_enabled() is True
 
 
@@ -491,3 +502,65 @@ def test_a_containers_wiring_applies_the_log_level_before_its_first_invocation()
         assert library.level == logging.ERROR
     finally:
         library.setLevel(saved)
+
+
+class _RecordingTracer:
+    """A Powertools Tracer stand-in recording the subsegments a job span opens."""
+
+    def __init__(self) -> None:
+        import contextlib
+
+        self.opened: list[str] = []
+        recorder = self
+
+        class Subsegment:
+            def put_annotation(self, key: str, value: str) -> None:
+                pass
+
+        class Provider:
+            @contextlib.contextmanager
+            def in_subsegment(self, name: str) -> Iterator[Subsegment]:
+                recorder.opened.append(name)
+                yield Subsegment()
+
+        self.provider = Provider()
+
+
+def test_xray_follows_the_wiring_s_setting_unless_configure_sets_the_process_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    """X-Ray is the wiring's ``xray_tracing`` (passed to each job's span), not a process switch the
+    settings write: the handler's per-batch ``configure_from_settings`` no longer undoes an explicit
+    ``configure(xray=True)`` (docs/operating.md's way to turn it on), nor does one function's setting
+    turn it on for another in the same process."""
+    from workerless._core.settings import Settings
+    from workerless._handler.handler import JobProcessor
+
+    tracer = _RecordingTracer()
+    monkeypatch.setattr(observability.tracing, "_xray_tracer", lambda: tracer)
+    monkeypatch.setattr(observability.switches._Config, "xray", None)
+    with observability.job_span(make_activated_job("off", {})):
+        pass
+    with observability.job_span(make_activated_job("on", {}), xray=True):
+        pass
+    assert tracer.opened == ["## on"]
+
+    observability.configure(xray=True)
+    observability.configure_from_settings(Settings(xray_tracing=False))
+    with observability.job_span(make_activated_job("forced", {})):
+        pass
+    assert tracer.opened == ["## on", "## forced"], "the settings undid configure(xray=True)"
+    observability.configure(xray=False)
+    with observability.job_span(make_activated_job("refused", {}), xray=True):
+        pass
+    assert tracer.opened == ["## on", "## forced"]
+
+    processor = JobProcessor("t", lambda job: None)
+    job = make_activated_job("t", {})
+    kwargs: dict[str, Any] = {
+        "message_id": "m",
+        "receive_count": 1,
+        "context": None,
+        "engine": FakeEngine(),
+        "store": None,
+    }
+    assert processor.delivery(job, settings=Settings(xray_tracing=True), **kwargs).xray is True
+    assert processor.delivery(job, settings=Settings(), **kwargs).xray is False

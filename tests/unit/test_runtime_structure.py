@@ -1,6 +1,7 @@
 """The runtime's structure, read from its source with an AST walk (issue 28): no import cycle
 counting the imports inside functions (not those under ``TYPE_CHECKING``, which never run), no
-``global`` statement, and few parameters or returns typed bare ``Any``."""
+``global`` statement, no module-level registry other code adds to, and few parameters or returns
+typed bare ``Any``."""
 
 from __future__ import annotations
 
@@ -152,6 +153,86 @@ def test_the_runtime_has_no_global_statement() -> None:
             if isinstance(node, ast.Global):
                 found.append(f"{name}:{node.lineno} global {', '.join(node.names)}")
     assert found == []
+
+
+#: Calls that change a list, dict, set or deque in place.
+_MUTATORS = frozenset(
+    {"append", "appendleft", "extend", "insert", "add", "update", "setdefault", "remove", "discard", "pop", "clear"}
+)
+_CONTAINERS = frozenset(
+    {"list", "dict", "set", "defaultdict", "OrderedDict", "deque", "WeakSet", "WeakValueDictionary"}
+)
+
+
+def _is_mutable_container(value: ast.expr | None) -> bool:
+    if isinstance(value, ast.List | ast.Dict | ast.Set | ast.ListComp | ast.DictComp | ast.SetComp):
+        return True
+    if isinstance(value, ast.Call):
+        func = value.func
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+        return name in _CONTAINERS
+    return False
+
+
+def module_registries(tree: ast.Module, module: str) -> list[str]:
+    """``module:name`` of each list, dict or set assigned at module scope that a function changes in
+    place (``name.append(...)``, ``name[key] = ...``, ``del name[key]``): a registry the rest of
+    the process adds to, whatever wiring it runs under (what the wiring's hooks are for)."""
+    containers: set[str] = set()
+    for node in tree.body:
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        if _is_mutable_container(getattr(node, "value", None)):
+            containers.update(t.id for t in targets if isinstance(t, ast.Name))
+    found: set[str] = set()
+    for function in ast.walk(tree):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(function):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in _MUTATORS
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id in containers
+            ):
+                found.add(f"{module}:{node.func.value.id}")
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign | ast.Delete)
+                else [node.target]
+                if isinstance(node, ast.AugAssign)
+                else []
+            )
+            for target in targets:
+                name = (
+                    target.value.id if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) else ""
+                )
+                if name in containers:
+                    found.add(f"{module}:{name}")
+    return sorted(found)
+
+
+def test_the_registry_finder_finds_a_list_a_function_appends_to() -> None:
+    # The walk itself, on made-up modules: the registries as lifecycle._listeners and a routes cache
+    # were; a constant table read (never changed) and a function's own list are not registries.
+    registry = ast.parse(
+        "_listeners: list[int] = []\n_cache = dict()\nTABLE = {'a': 1}\n"
+        "def add(x):\n    _listeners.append(x)\n"
+        "def put(k, v):\n    _cache[k] = v\n"
+        "def read(k):\n    mine = []\n    mine.append(TABLE[k])\n    return mine\n"
+    )
+    assert module_registries(registry, "m") == ["m:_cache", "m:_listeners"]
+
+
+def test_the_runtime_has_no_module_level_registry_other_code_adds_to() -> None:
+    """Lifecycle listeners, request guards and response watchers come from the hooks given to the
+    wiring (:class:`workerless.wiring.Hooks`), not from lists any code appends to (issue 28)."""
+    found = []
+    for name, path in _modules().items():
+        found += module_registries(ast.parse(path.read_text(encoding="utf-8")), name)
+    assert found == [], f"module-level registries changed from functions: {found}"
 
 
 def _is_bare_any(annotation: ast.expr | None) -> bool:

@@ -160,3 +160,52 @@ def _demand(job_type: str) -> Any:
     from workerless._core.model import Demand
 
     return Demand(job_type, 1)
+
+
+def test_each_wiring_s_lifecycle_listeners_hear_only_its_own_invocations() -> None:
+    """The hooks' lifecycle listeners are the wiring's (no process-wide list): an invocation opened
+    by a wiring's observer (as every entry point opens one) is heard by that wiring's listeners only,
+    on the threads the pipeline starts for it too, and by none once it ends."""
+    from workerless._core.threads import map_in_threads
+    from workerless.observability import Lifecycle, emit
+    from workerless.wiring import Hooks
+
+    heard: dict[str, list[tuple[str, str]]] = {"a": [], "b": []}
+
+    def listener(name: str) -> Any:
+        return lambda job_type, event, fields: heard[name].append((job_type, str(event)))
+
+    def failing(job_type: str, event: str, fields: dict[str, Any]) -> None:
+        raise RuntimeError("a listener's own bug")
+
+    a = Wiring(engine=FakeEngine(), hooks=Hooks(lifecycle_listeners=(failing, listener("a"))))
+    b = Wiring(engine=FakeEngine(), hooks=Hooks(lifecycle_listeners=(listener("b"),)))
+    emit("outside", Lifecycle.STARTED)
+    with a.observer.invocation():
+        emit("charge", Lifecycle.STARTED)
+        map_in_threads(lambda n: emit(f"thread-{n}", Lifecycle.COMPLETED), [1, 2], max_workers=2)
+        with b.observer.invocation():
+            emit("receipt", Lifecycle.ACTIVATED)
+        emit("charge", Lifecycle.FAILED)
+    emit("after", Lifecycle.STARTED)
+
+    assert sorted(heard["a"]) == [
+        ("charge", "failed"),
+        ("charge", "started"),
+        ("thread-1", "completed"),
+        ("thread-2", "completed"),
+    ]
+    assert heard["b"] == [("receipt", "activated")]
+
+
+def test_the_hooks_engine_part_guards_and_watches_the_engine_client() -> None:
+    from workerless.wiring import Hooks
+
+    def guard() -> None:
+        raise RuntimeError("refused")
+
+    hooks = Hooks(request_guards=(guard,), response_watchers=(print,), lifecycle_listeners=())
+    engine_hooks = hooks.engine()
+    assert engine_hooks.request_guards == (guard,) and engine_hooks.response_watchers == (print,)
+    with pytest.raises(RuntimeError, match="refused"):
+        engine_hooks.before_request(None)  # type: ignore[arg-type]

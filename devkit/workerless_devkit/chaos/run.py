@@ -74,6 +74,8 @@ class RunConfig:
     #: a run on a busy machine gets the work done that an idle one does in ``max_seconds``.
     at_least_completed: int = 0
     give_up_seconds: float | None = None
+    #: Called ``(job_type, event, fields)`` for every lifecycle step of the run's functions.
+    listeners: tuple[Callable[[str, str, dict[str, Any]], None], ...] = ()
 
 
 @dataclass
@@ -362,6 +364,7 @@ def run(config: RunConfig) -> RunResult:
                 # The engine's values in a Secrets Manager secret, read as the deployed stack reads
                 # them: a Secrets Manager fault (chaos.services) meets the real read.
                 engine_secret=True,
+                listeners=config.listeners,
             )
             state.duplicate_sender = topology.send_duplicate
             for index in range(config.jobs):

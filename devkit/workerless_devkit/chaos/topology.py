@@ -118,9 +118,7 @@ class ChaosTopology(LocalTopology):
         from workerless.wiring import Wiring
 
         state, polls = self.chaos, self.polls
-        return Wiring(
-            engine_decorator=lambda engine: polls.decorate(ChaosEngine(engine, state)), hooks=self.engine_hooks()
-        )
+        return Wiring(engine_decorator=lambda engine: polls.decorate(ChaosEngine(engine, state)), hooks=self.hooks())
 
     def _wrap_function(self, function_id: str, original: Callable[..., Any], kind: str, is_handler: bool) -> Any:
         @functools.wraps(original)

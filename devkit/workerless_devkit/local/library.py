@@ -8,7 +8,7 @@ and an abandoned invocation's engine requests are refused as its AWS calls are
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from workerless_devkit.local.engine_health import EngineHealth
@@ -16,35 +16,43 @@ from workerless_devkit.local.host import refuse_abandoned_engine_call
 from workerless_devkit.local.summary import get_summary
 
 if TYPE_CHECKING:
-    from workerless.engines import EngineHooks
+    from workerless.observability import Listener
+    from workerless.wiring import Hooks
 
 
 class LibraryAttachments:
-    """The engine client's hooks (each wiring's) and the lifecycle listener (once running)."""
+    """The hooks each wiring local mode builds is given: the engine client's, and the lifecycle
+    listeners (the summary's, while the topology runs, and the caller's ``listeners``)."""
 
-    def __init__(self, engine_health: EngineHealth, on_activated: Callable[[], None]) -> None:
+    def __init__(
+        self, engine_health: EngineHealth, on_activated: Callable[[], None], listeners: Sequence[Listener] = ()
+    ) -> None:
         self._engine_health = engine_health
         self._on_activated = on_activated
+        self._listeners = tuple(listeners)
+        self._listening = False
 
-    def engine_hooks(self) -> EngineHooks:
-        """The hooks every wiring local mode builds passes to its engine client: an abandoned
-        invocation's requests are refused, each answer tells the engine health it is up."""
-        from workerless.engines import EngineHooks
+    def hooks(self) -> Hooks:
+        """The hooks every wiring local mode builds is given: an abandoned invocation's engine
+        requests are refused, each answer tells the engine health it is up, each lifecycle step of
+        its invocations goes to the summary and the caller's listeners; they write no metrics."""
+        from workerless.wiring import Hooks
 
-        return EngineHooks(
-            request_guards=(refuse_abandoned_engine_call,), response_watchers=(self._engine_health.answered_by,)
+        return Hooks(
+            request_guards=(refuse_abandoned_engine_call,),
+            response_watchers=(self._engine_health.answered_by,),
+            lifecycle_listeners=(self._on_lifecycle_event, *self._listeners),
+            metrics=False,  # a local invocation publishes no metrics (the summary table is the view)
         )
 
     def listen(self, on: bool) -> None:
-        """Feed the pipeline's lifecycle events (workerless.observability) into the summary."""
-        from workerless import observability
-
-        if on:
-            observability.add_listener(self._on_lifecycle_event)
-        else:
-            observability.remove_listener(self._on_lifecycle_event)
+        """Feed the pipeline's lifecycle events into the summary from now on (or no longer): only
+        while the topology runs, so a straggler of a stopped run does not count in the next's."""
+        self._listening = on
 
     def _on_lifecycle_event(self, job_type: str, event: str, fields: Mapping[str, Any]) -> None:
+        if not self._listening:
+            return
         get_summary().record_lifecycle(job_type, event, fields)
         if event == "activated":
             self._on_activated()

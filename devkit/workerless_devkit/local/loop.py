@@ -28,8 +28,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from workerless import observability
-
 if TYPE_CHECKING:
     from workerless_devkit.local.iam.enforce import IamEnforcer
 
@@ -108,11 +106,6 @@ _install_lock = threading.Lock()
 
 def current_scope() -> InvocationScope | None:
     return _CURRENT.get()
-
-
-# A local invocation publishes no metrics (nothing would bill or read them); the runtime is told
-# through its hook rather than looking for this module.
-observability.suppress_metrics_while(lambda: _CURRENT.get() is not None)
 
 
 def enter_scope(scope: InvocationScope) -> contextvars.Token[InvocationScope | None]:

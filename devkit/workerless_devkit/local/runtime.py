@@ -37,7 +37,7 @@ import random
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,8 +64,8 @@ from workerless_devkit.local.template import STACK_NAME, FunctionSpec, LocalTemp
 from workerless_devkit.local.tracker import TopologyTracker
 
 if TYPE_CHECKING:
-    from workerless.engines import EngineHooks
-    from workerless.wiring import Wiring
+    from workerless.observability import Listener
+    from workerless.wiring import Hooks, Wiring
 
     from workerless_devkit.local.stack import StackView
 
@@ -153,6 +153,7 @@ class LocalTopology:
         memory_limits: bool = False,
         memory_baseline_mb: float | Mapping[str, float] = RUNTIME_BASELINE_MB,
         schedule_drift: bool = False,
+        listeners: Sequence[Listener] = (),
     ) -> None:
         if schedule_seconds is not None and schedule_seconds <= 0:
             raise ConfigurationError("schedule_seconds must be positive", key="schedule_seconds")
@@ -201,7 +202,8 @@ class LocalTopology:
         self.engine_health = EngineHealth()
         #: Polls in progress in the functions (workerless_devkit.local.polls): a run never ends in one.
         self.polls = PollWatch(self._promote_current)
-        self._library = LibraryAttachments(self.engine_health, self._promote_current)
+        #: ``listeners`` hear every lifecycle step of the functions (through each wiring's hooks).
+        self._library = LibraryAttachments(self.engine_health, self._promote_current, listeners)
         self._limits = limits.LimitState()
         self.seed = seed
         self.schedule_drift = schedule_drift
@@ -487,12 +489,13 @@ class LocalTopology:
         engine makes watched (:attr:`polls`)."""
         from workerless.wiring import Wiring
 
-        return Wiring(engine_decorator=self.polls.decorate, hooks=self.engine_hooks())
+        return Wiring(engine_decorator=self.polls.decorate, hooks=self.hooks())
 
-    def engine_hooks(self) -> EngineHooks:
-        """Around each request of the functions' engine client: refuse one from an invocation
-        abandoned at its Timeout; note each answer (the engine is up)."""
-        return self._library.engine_hooks()
+    def hooks(self) -> Hooks:
+        """The functions' wiring's hooks: around each request of its engine client (refuse one from
+        an invocation abandoned at its Timeout; note each answer: the engine is up), and its lifecycle
+        listeners (the summary's and ``listeners``)."""
+        return self._library.hooks()
 
     def _reset_library(self, *, stopping: bool = False) -> None:
         """Start the library's container over (engine, store, queues, boto3 clients, settings):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
@@ -36,8 +37,34 @@ if TYPE_CHECKING:
     from workerless.aws.clients import Clients
     from workerless.engines import EngineHooks
     from workerless.engines.base import Engine
+    from workerless.observability import Listener
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Hooks:
+    """What a wiring calls around its work (local mode's and the tests'; nothing in Lambda).
+
+    ``request_guards`` run before every request of the engine's HTTP client the wiring builds; one
+    raising stops it (local mode refuses the requests of an invocation it abandoned at its Timeout).
+    ``response_watchers`` get each of its responses and must not raise. ``lifecycle_listeners`` are
+    called ``(job_type, event, fields)`` for every lifecycle step of an invocation run through the
+    wiring (:func:`workerless.observability.emit`); one raising is logged, never fails the step.
+    ``metrics``: whether its invocations write EMF metrics (local mode's do not: nothing would bill
+    or read them), unless :func:`workerless.observability.configure` forces them on or off.
+    """
+
+    request_guards: tuple[Callable[[], None], ...] = ()
+    response_watchers: tuple[Callable[[httpx.Response], None], ...] = ()
+    lifecycle_listeners: tuple[Listener, ...] = ()
+    metrics: bool = True
+
+    def engine(self) -> EngineHooks:
+        """The engine client's part (:func:`workerless.engines.new_http_client`)."""
+        from workerless.engines import EngineHooks
+
+        return EngineHooks(request_guards=self.request_guards, response_watchers=self.response_watchers)
 
 
 class Wiring:
@@ -52,7 +79,8 @@ class Wiring:
     ``environ`` is the function's environment the settings (when not given) and the engine's
     overriding keys are read from: the process's unless given (local mode gives each function its
     own). ``clients`` are the boto3 clients (built on the settings' endpoint unless given). ``hooks``
-    run around each request of the engine's HTTP client this wiring builds (local mode's guards).
+    (:class:`Hooks`) run around each request of the engine's HTTP client this wiring builds (local
+    mode's guards) and hear the lifecycle steps of its invocations (through :attr:`observer`).
     """
 
     def __init__(
@@ -71,7 +99,7 @@ class Wiring:
         environ: Mapping[str, str] | None = None,
         clients: Clients | None = None,
         routes: RouteReader | None = None,
-        hooks: EngineHooks | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         self._settings = settings
         self._environ = environ
@@ -224,7 +252,7 @@ class Wiring:
         settings = self.settings
         values = self.engine_values()
         self._values, self._values_read_at = values, time.monotonic()
-        client = new_http_client(settings.http_timeout_seconds, self.hooks)
+        client = new_http_client(settings.http_timeout_seconds, None if self.hooks is None else self.hooks.engine())
         self._http = client  # owned here: closed by close(), whatever the adapter does
         engine = build_engine(
             settings.engine or infer_engine(values),
@@ -247,7 +275,8 @@ class Wiring:
             # over Lambda's ApplicationLogLevel (the handler wrapper applies it at each batch too).
             settings = self.settings
             apply_log_level(settings.log_level, settings.lambda_log_level)
-            return Observer()
+            hooks = self.hooks if self.hooks is not None else Hooks()
+            return Observer(hooks.lifecycle_listeners, metrics=hooks.metrics)
 
         return self._once("_observer", build)
 

@@ -9,8 +9,8 @@ forwarded blindly.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
 from workerless import observability
@@ -46,16 +46,24 @@ def observe_engine(engine: Engine) -> Engine:
 
 class Observer:
     """What the wiring's entry points observe through: the engine they call, one invocation's
-    metrics, a poller invocation's counts. The lifecycle steps themselves go through
-    :func:`workerless.observability.emit` wherever they happen."""
+    metrics and lifecycle listeners, a poller invocation's counts. The lifecycle steps themselves go
+    through :func:`workerless.observability.emit` wherever they happen; it calls the ``listeners``
+    given here (the wiring's hooks') for the steps of an invocation opened by :meth:`invocation`."""
+
+    def __init__(self, listeners: Sequence[observability.Listener] = (), *, metrics: bool = True) -> None:
+        self.listeners = tuple(listeners)
+        self.metrics = metrics  # False: its invocations write no metrics (local mode's wirings)
 
     def engine(self, engine: Engine) -> Engine:
         """``engine`` as the pipeline calls it (:class:`ObservedEngine`, once)."""
         return observe_engine(engine)
 
-    def invocation(self) -> AbstractContextManager[observability.MetricsBuffer | None]:
-        """Collect one invocation's metrics; written as EMF lines when it ends."""
-        return observability.invocation_metrics()
+    @contextmanager
+    def invocation(self) -> Iterator[observability.MetricsBuffer | None]:
+        """Collect one invocation's metrics (written as EMF lines when it ends) and call the listeners
+        for its lifecycle steps."""
+        with observability.listening(self.listeners), observability.invocation_metrics(self.metrics) as buffer:
+            yield buffer
 
     def poll_report(self, report: PollReport) -> None:
         """Count one poller invocation's report (nothing for an idle one)."""

@@ -131,8 +131,10 @@ class Delivery:
         payloads: PayloadStore | None = None,
         clock: Callable[[], float] = time.time,
         spec: HandlerSpec | None = None,
+        xray: bool = False,
     ) -> None:
         self.job = job
+        self.xray = xray  # an X-Ray subsegment around the run (the wiring's WORKERLESS_XRAY_TRACING)
         self.fn = fn
         self.spec = spec
         self.engine = engine
@@ -291,7 +293,7 @@ class Delivery:
             log_sink=functools.partial(self.engine.send_logs, activated.ref),
             logger=logger,
         )
-        return run_job(self.fn, job, backoff_seconds=self.backoff_seconds, spec=self.spec)
+        return run_job(self.fn, job, backoff_seconds=self.backoff_seconds, spec=self.spec, xray=self.xray)
 
     def store_outcome(self, outcome: Outcome) -> Outcome | None:
         """Store before reporting, so a lost report is re-sent, never re-computed. The outcome to

@@ -42,13 +42,16 @@ from workerless.observability import logger
 HandlerFunction = Callable[[Job], Any]
 
 
-def run_job(fn: HandlerFunction, job: Job[Any], *, backoff_seconds: int, spec: HandlerSpec | None = None) -> Outcome:
+def run_job(
+    fn: HandlerFunction, job: Job[Any], *, backoff_seconds: int, spec: HandlerSpec | None = None, xray: bool = False
+) -> Outcome:
     """Run ``fn`` once on ``job`` inside the job's span and return its :class:`Outcome`; the job's
     log lines are flushed to its sink before this returns, raised or not.
 
     ``backoff_seconds``: the backoff of a failure (the handler's, else its wiring's
     WORKERLESS_FAIL_BACKOFF_SECONDS). ``spec``: the function's input model and kind (default: read from its
-    annotations, cached). Exceptions are the function's business: every ``Exception`` becomes an
+    annotations, cached). ``xray``: an X-Ray subsegment around it (its wiring's ``xray_tracing``).
+    Exceptions are the function's business: every ``Exception`` becomes an
     outcome (a ``BaseException`` propagates: the process is going down).
     """
     activated = job.activated
@@ -56,7 +59,7 @@ def run_job(fn: HandlerFunction, job: Job[Any], *, backoff_seconds: int, spec: H
     retries_after_failure = None if activated.retries is None else max(0, activated.retries - 1)
     try:
         # A span whose parent is the engine's traceparent; pickup latency and run time metrics.
-        with observability.job_span(activated):
+        with observability.job_span(activated, xray=xray):
             job._set_input(spec.parse(activated.variables))
             result = asyncio.run(fn(job)) if spec.is_async else fn(job)
     except InputValidationError as exc:

@@ -127,7 +127,7 @@ class JobProcessor:
                 _record_queue_url.reset(token)
 
         try:
-            observability.configure_from_settings(wired.settings)  # X-Ray on or off (cached settings)
+            observability.configure_from_settings(wired.settings)  # its log level (cached settings)
         except Exception:
             logger.debug("settings not readable for observability", exc_info=True)
         # One invocation's metrics, written as EMF lines when the batch is done.
@@ -212,7 +212,7 @@ class JobProcessor:
         settings: Settings | None = None,
     ) -> Delivery:
         """The :class:`~workerless._handler.delivery.Delivery` of ``job`` to this processor's function, on
-        ``settings`` (the wiring's: its backoff unless the handler names one, its payload limit)."""
+        ``settings`` (the wiring's: its backoff unless the handler names one, its payload limit, X-Ray)."""
         settings = settings if settings is not None else Settings()
         return Delivery(
             job,
@@ -228,6 +228,7 @@ class JobProcessor:
             max_payload_bytes=settings.max_payload_bytes,
             payloads=payloads,
             spec=self.spec,
+            xray=settings.xray_tracing,
         )
 
 

@@ -43,7 +43,8 @@ a no-op otherwise), so one trace covers engine → poller → handler → the do
 handler makes (with an OpenTelemetry SDK and instrumentations configured by the function). X-Ray
 subsegments through Powertools Tracer are added only when :func:`configure` turns them on.
 
-Listeners (local mode's summary, tests) subscribe to lifecycle steps with :func:`add_listener`.
+Listeners (local mode's summary, tests) hear lifecycle steps through the hooks given to the wiring
+(:class:`workerless.wiring.Hooks`): its observer opens :func:`listening` around each invocation.
 """
 
 from __future__ import annotations
@@ -54,9 +55,8 @@ from workerless.observability.lifecycle import (
     STEPS,
     Lifecycle,
     Listener,
-    add_listener,
     emit,
-    remove_listener,
+    listening,
 )
 from workerless.observability.logs import JsonFormatter, apply_log_level, logger
 from workerless.observability.metrics import (
@@ -80,7 +80,6 @@ from workerless.observability.switches import (
     configure,
     configure_from_settings,
     metrics_enabled,
-    suppress_metrics_while,
 )
 from workerless.observability.tracing import JobSpan, correlation_keys, current_traceparent, job_span, trace_id_of
 
@@ -101,7 +100,6 @@ __all__ = [
     "Lifecycle",
     "Listener",
     "MetricsBuffer",
-    "add_listener",
     "add_metric",
     "apply_log_level",
     "configure",
@@ -114,10 +112,9 @@ __all__ = [
     "flush",
     "invocation_metrics",
     "job_span",
+    "listening",
     "logger",
     "metrics_enabled",
     "poll_report",
-    "remove_listener",
-    "suppress_metrics_while",
     "trace_id_of",
 ]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
+import contextvars
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from enum import StrEnum
 from typing import Any
 
@@ -44,25 +45,38 @@ OUTCOMES = frozenset(EVENTS) - STEPS - {Lifecycle.OFFLOADED}
 _INFO = OUTCOMES | {Lifecycle.OFFLOADED}
 
 Listener = Callable[[str, str, dict[str, Any]], None]
-_listeners: list[Listener] = []
-_lock = threading.Lock()
+#: The listeners of the invocation running in this context: its wiring's (a context variable, as
+#: the metrics buffer is, so local mode's functions running in threads of one process each reach
+#: their own wiring's; the pipeline's thread pools copy the context).
+_LISTENING: contextvars.ContextVar[tuple[Listener, ...]] = contextvars.ContextVar(
+    "workerless_lifecycle_listeners", default=()
+)
 
 
-def add_listener(listener: Listener) -> None:
-    """Call ``listener(job_type, event, fields)`` for every lifecycle event from now on."""
-    with _lock:
-        _listeners.append(listener)
+@contextmanager
+def listening(listeners: Sequence[Listener]) -> Iterator[None]:
+    """Call each of ``listeners(job_type, event, fields)`` for every lifecycle step emitted in this
+    context until it ends, instead of any listeners an enclosing context had (each invocation hears
+    only its own wiring's). The wiring's observer opens one per invocation with its hooks' listeners.
 
-
-def remove_listener(listener: Listener) -> None:
-    with _lock:
-        if listener in _listeners:
-            _listeners.remove(listener)
+    Example:
+        >>> heard = []
+        >>> with listening([lambda job_type, event, fields: heard.append(str(event))]):
+        ...     emit("charge", Lifecycle.STARTED)
+        >>> emit("charge", Lifecycle.EXTENDED)
+        >>> heard
+        ['started']
+    """
+    token = _LISTENING.set(tuple(listeners))
+    try:
+        yield
+    finally:
+        _LISTENING.reset(token)
 
 
 def emit(job_type: str, event: Lifecycle, **fields: Any) -> None:
     """Note one lifecycle step of one job: one log line (INFO for an outcome, DEBUG for a step on the
-    way), one count where the step has a metric, every listener.
+    way), one count where the step has a metric, every listener of this context (:func:`listening`).
 
     Never raises: observers must not fail a job.
     """
@@ -74,7 +88,7 @@ def emit(job_type: str, event: Lifecycle, **fields: Any) -> None:
             add_metric(metric, 1, "Count", job_type=job_type if metric in PER_TYPE else None)
     except Exception:  # an observer must never fail the step it observes
         logger.debug("lifecycle log or metric failed", exc_info=True)
-    for listener in list(_listeners):
+    for listener in _LISTENING.get():
         try:
             listener(job_type, event, fields)
         except Exception:

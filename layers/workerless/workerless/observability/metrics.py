@@ -189,12 +189,13 @@ def add_metric(name: str, value: float, unit: str = "Count", *, job_type: str | 
 
 
 @contextlib.contextmanager
-def invocation_metrics() -> Iterator[MetricsBuffer | None]:
-    """Collect the metrics of one invocation and write them as EMF lines when it ends.
+def invocation_metrics(enabled: bool = True) -> Iterator[MetricsBuffer | None]:
+    """Collect the metrics of one invocation and write them as EMF lines when it ends; ``enabled``:
+    whether its wiring writes any (:func:`~workerless.observability.switches.metrics_enabled`).
 
     Yields the buffer (None when metrics are off: nothing is collected). Never raises from the flush.
     """
-    buffer = MetricsBuffer() if metrics_enabled() else None
+    buffer = MetricsBuffer() if metrics_enabled(enabled) else None
     token = _BUFFER.set(buffer)
     try:
         yield buffer

@@ -1,4 +1,6 @@
-"""Process-wide observability switches: metrics on or off, where EMF lines go, X-Ray."""
+"""Process-wide observability overrides (the pytest plugin's, a function's ``app.py``): metrics
+forced on or off, where EMF lines go, X-Ray forced on or off. Unset, each wiring decides: its hooks'
+``metrics``, its settings' ``xray_tracing``."""
 
 from __future__ import annotations
 
@@ -12,10 +14,11 @@ if TYPE_CHECKING:
 class _Config:
     """Process-wide switches (see :func:`configure`)."""
 
-    metrics: bool | None = None  # None: on, except while `quiet` says so (a local-mode invocation)
-    quiet: Callable[[], bool] | None = None  # see suppress_metrics_while
+    metrics: bool | None = None  # None: as each invocation's wiring says (local mode's: off)
     sink: Callable[[str], None] | None = None  # None: stdout (where Lambda's log capture reads EMF)
-    xray: bool = False
+    #: An explicit X-Ray switch for the process (:func:`configure`); None: each wiring's settings
+    #: decide (``WORKERLESS_XRAY_TRACING``, passed to each job's span, not kept here).
+    xray: bool | None = None
 
 
 def configure(
@@ -27,12 +30,14 @@ def configure(
     """Set the observability switches for this process.
 
     Args:
-        metrics: True writes EMF metrics everywhere, False nowhere, None (the default) everywhere
-            but inside a local-mode invocation.
+        metrics: True writes EMF metrics everywhere, False nowhere, None (the default) as each
+            invocation's wiring says (all but local mode's: :class:`workerless.wiring.Hooks`).
         sink: where each EMF line goes (default: stdout, which Lambda sends to CloudWatch Logs).
             Tests pass a list's ``append``.
-        xray: add a Powertools Tracer (X-Ray) subsegment around each handler run. Needs the
-            function's ``Tracing: Active`` and ``aws-xray-sdk`` in the layer; off by default.
+        xray: add a Powertools Tracer (X-Ray) subsegment around each handler run (True), or never
+            (False), whatever the settings say; unset, the function's ``WORKERLESS_XRAY_TRACING``
+            decides (off by default). Needs the function's ``Tracing: Active`` and ``aws-xray-sdk``
+            in the layer.
     """
     _Config.metrics = metrics
     _Config.sink = sink
@@ -41,33 +46,23 @@ def configure(
 
 
 def configure_from_settings(settings: Settings) -> None:
-    """Apply the deployment's switches: ``xray_tracing`` (``WORKERLESS_XRAY_TRACING``), and its log
-    level over Lambda's (:func:`~workerless.observability.logs.apply_log_level`)."""
+    """Apply the deployment's log level over Lambda's (:func:`~workerless.observability.logs.apply_log_level`).
+    Its ``xray_tracing`` is not a process switch: the handler passes its wiring's to each job's span
+    (two functions in one process, as in local mode, each keep their own)."""
     from workerless.observability.logs import apply_log_level
 
-    _Config.xray = settings.xray_tracing
     apply_log_level(settings.log_level, settings.lambda_log_level)
 
 
-def suppress_metrics_while(predicate: Callable[[], bool] | None) -> Callable[[], bool] | None:
-    """Write no metrics while ``predicate()`` is true, unless :func:`configure` forces them on or off.
-    Returns the predicate it replaces (``None`` removes it).
-
-    Local mode (the devkit) registers "a local invocation is running", so its runs publish nothing a
-    deployment would be billed for; in Lambda nothing registers one.
+def metrics_enabled(wiring_says: bool = True) -> bool:
+    """Whether an invocation started now writes metrics: as :func:`configure` forces, else as its
+    wiring says (``wiring_says``: its hooks' ``metrics``; local mode's wirings write none, so its runs
+    publish nothing a deployment would be billed for; in Lambda every wiring writes them).
 
     Example:
-        >>> previous = suppress_metrics_while(lambda: True)
-        >>> metrics_enabled()
+        >>> metrics_enabled(wiring_says=False)
         False
-        >>> _ = suppress_metrics_while(previous)
     """
-    previous, _Config.quiet = _Config.quiet, predicate
-    return previous
-
-
-def metrics_enabled() -> bool:
-    """Whether an invocation started now writes metrics (see :func:`configure`)."""
     if _Config.metrics is not None:
         return _Config.metrics
-    return _Config.quiet is None or not _Config.quiet()
+    return wiring_says

@@ -98,14 +98,16 @@ class JobSpan:
 
 
 @contextlib.contextmanager
-def job_span(activated: ActivatedJob) -> Iterator[JobSpan]:
+def job_span(activated: ActivatedJob, *, xray: bool = False) -> Iterator[JobSpan]:
     """Run one handler call as a span whose parent is the engine's traceparent.
 
     Records ``PickupLatency`` (engine activation → now) on entry. The run time is the function's
     AWS/Lambda Duration (free; a batch's jobs run inside one invocation) and the span's own.
     With ``opentelemetry-api`` installed the span is started by the global tracer provider (a no-op
     one unless the function configures an SDK; the trace id is the engine's either way); without it,
-    only the ids are parsed from the traceparent. Exceptions from the handler pass through.
+    only the ids are parsed from the traceparent. ``xray`` (the wiring's ``xray_tracing``, unless
+    :func:`~workerless.observability.configure` set the process's) adds an X-Ray subsegment.
+    Exceptions from the handler pass through.
     """
     ref = activated.ref
     started = time.time()
@@ -123,7 +125,7 @@ def job_span(activated: ActivatedJob) -> Iterator[JobSpan]:
                 logger.debug("could not start the handler span", exc_info=True)
         if span_info is None:
             span_info = JobSpan(trace_id_of(traceparent), traceparent)
-        if _Config.xray:
+        if _Config.xray if _Config.xray is not None else xray:
             tracer = _xray_tracer()
             if tracer is not None:
                 try:
