@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from workerless import entrypoints, observability, runtime
 from workerless._core.model import ActivatedJob, Demand, JobRef, Outcome
+from workerless._core.ports import JobStore
 from workerless._core.record import Status
 from workerless.errors import EngineError, EngineUnavailableError, RejectedError, ResponseShapeError
 from workerless.testing import FakeEngine
@@ -113,12 +114,10 @@ def test_a_retryable_error_leaves_the_letter_for_the_queues_next_delivery(aws: A
     assert runtime.get_store().get(job.record_key) is None
 
 
-def test_a_stored_result_in_the_claim_check_is_reported_from_the_dead_letter_queue(
-    aws: Aws, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """GIVEN a dead-lettered job whose handler stored a 900 KB incompressible result (too large for
-    its record: in the claim check's S3 bucket, moto's) THEN the dead-letter function reads it back
-    and reports exactly that outcome, and settles the record."""
+def _result_in_the_claim_check(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeEngine, ActivatedJob, JobStore, Outcome]:
+    """A charge-payment job taken from a fake engine whose handler stored a 900 KB incompressible
+    result (too large for its record: in the claim check's bucket on moto): the engine, the job, the
+    store and the outcome."""
     import base64
     import random
 
@@ -134,6 +133,16 @@ def test_a_stored_result_in_the_claim_check_is_reported_from_the_dead_letter_que
     big = Outcome.complete({"blob": base64.b64encode(random.Random(7).randbytes(675_000)).decode()})
     assert store.claim(job.record_key, owner="o", claim_seconds=-1, job_type="charge-payment") == (True, None)
     assert store.store_outcome(job.record_key, owner="o", outcome=big, job_type="charge-payment") is None
+    return engine, job, store, big
+
+
+def test_a_stored_result_in_the_claim_check_is_reported_from_the_dead_letter_queue(
+    aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GIVEN a dead-lettered job whose handler stored a 900 KB incompressible result (too large for
+    its record: in the claim check's S3 bucket, moto's) THEN the dead-letter function reads it back
+    and reports exactly that outcome, and settles the record."""
+    engine, job, store, big = _result_in_the_claim_check(monkeypatch)
     stored = store.get(job.record_key)
     assert stored is not None and stored.outcome is None and stored.outcome_ref is not None
     assert stored.outcome_ref.key.startswith("results/charge-payment/")
@@ -283,25 +292,14 @@ def test_a_stored_result_whose_object_is_gone_fails_the_job_once_not_every_360_s
     THEN the letter is settled at once: the job is failed at the engine with a message naming the
     lost result and the record is settled; before, the letter was handed back every 360 s for the
     queue's 14 days."""
-    import base64
-    import random
-
     import boto3
 
-    monkeypatch.setenv("WORKERLESS_PAYLOAD_BUCKET", "payloads")
-    s3 = boto3.client("s3", region_name="us-east-1")
-    s3.create_bucket(Bucket="payloads")
-    runtime.reset()
-    engine = FakeEngine()
-    runtime.set_engine(engine)
-    job = activated(engine)
-    store = runtime.get_store()
-    big = Outcome.complete({"blob": base64.b64encode(random.Random(7).randbytes(675_000)).decode()})
-    assert store.claim(job.record_key, owner="o", claim_seconds=-1, job_type="charge-payment") == (True, None)
-    assert store.store_outcome(job.record_key, owner="o", outcome=big, job_type="charge-payment") is None
+    engine, job, store, _ = _result_in_the_claim_check(monkeypatch)
     stored = store.get(job.record_key)
     assert stored is not None and stored.outcome_ref is not None
-    s3.delete_object(Bucket="payloads", Key=stored.outcome_ref.key)  # the lifecycle's expiry
+    boto3.client("s3", region_name="us-east-1").delete_object(
+        Bucket="payloads", Key=stored.outcome_ref.key
+    )  # the lifecycle's expiry
 
     response = entrypoints.deadletter(letter(job), FakeContext())
 
@@ -321,23 +319,10 @@ def test_a_stored_result_s3_refuses_to_read_keeps_the_letter_and_fails_nothing(
     NoSuchKey) THEN the job is not failed as if its result had expired: nothing is reported, the
     record stays STORED, the letter is a batch item failure (back in 360 s, when the read may be
     allowed) and an ERROR line names the configuration fault. Before, it was failed at the engine."""
-    import base64
-    import random
-
-    import boto3
     from botocore.exceptions import ClientError
     from workerless.aws.payloads import Payloads
 
-    monkeypatch.setenv("WORKERLESS_PAYLOAD_BUCKET", "payloads")
-    boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="payloads")
-    runtime.reset()
-    engine = FakeEngine()
-    runtime.set_engine(engine)
-    job = activated(engine)
-    store = runtime.get_store()
-    big = Outcome.complete({"blob": base64.b64encode(random.Random(7).randbytes(675_000)).decode()})
-    assert store.claim(job.record_key, owner="o", claim_seconds=-1, job_type="charge-payment") == (True, None)
-    assert store.store_outcome(job.record_key, owner="o", outcome=big, job_type="charge-payment") is None
+    engine, job, store, _ = _result_in_the_claim_check(monkeypatch)
 
     class Refusing:
         def get_object(self, **kwargs: Any) -> Any:

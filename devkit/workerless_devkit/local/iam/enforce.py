@@ -187,10 +187,7 @@ class IamEnforcer:
                     principal=role.principal,
                     explicit=decision.explicit_deny,
                 )
-                with self._lock:
-                    first = refusal not in self._refusals
-                    self._refusals.append(refusal)
-                if first:
+                if self._record(refusal):
                     # Loud once per distinct refusal: the caller's own handling may only log a code.
                     _log().warning("IAM: %s: %s", function_id, refusal.message)
                 return refusal
@@ -227,12 +224,16 @@ class IamEnforcer:
             principal=role.principal,
             explicit=decision.explicit_deny,
         )
+        if self._record(refusal):
+            _log().warning("IAM: %s: a missing S3 object reads as AccessDenied: %s", function_id, refusal.message)
+        return refusal
+
+    def _record(self, refusal: Refusal) -> bool:
+        """Keep ``refusal``; whether it is the first of its kind (the one to log)."""
         with self._lock:
             first = refusal not in self._refusals
             self._refusals.append(refusal)
-        if first:
-            _log().warning("IAM: %s: a missing S3 object reads as AccessDenied: %s", function_id, refusal.message)
-        return refusal
+        return first
 
     # -- what the platform does with the role ----------------------------------------------------
     def platform_needs(self, template: LocalTemplate) -> dict[str, list[tuple[str, Need]]]:
