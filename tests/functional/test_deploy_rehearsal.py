@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 from workerless_devkit.local.template import parse_template_text
 from workerless_devkit.rehearsal import (
     RehearsalOptions,
@@ -39,6 +40,7 @@ from workerless_devkit.rehearsal.bundle import (
     STACK_FILE,
     TRANSFORMED_FILE,
 )
+from workerless_devkit.rehearsal.changeset import transforming_change_sets
 from workerless_devkit.rehearsal.run import default_parameters
 from workerless_devkit.rehearsal.sam import build
 from workerless_devkit.rehearsal.server import moto_server
@@ -319,16 +321,54 @@ def test_every_function_s_layer_is_checked_from_the_template(first: StackRehears
     assert sorted(first.checks["function_layers_checked"]) == functions
 
 
-def test_sam_deploy_s_change_set_on_moto_is_recorded_as_it_went(first: StackRehearsal) -> None:
-    # moto's CloudFormation does not run AWS::LanguageExtensions: its CreateChangeSet takes the
-    # packaged template's Fn::ForEach for a resource and fails (docs/assumptions.md). Should moto
-    # learn the transform, this fails: then make the change set a step that must pass.
+def test_sam_deploy_s_change_set_adds_every_resource_the_stack_creates(first: StackRehearsal) -> None:
+    # CloudFormation runs the transforms before it computes a change set; moto runs none, so the
+    # rehearsal's server does (changeset.py). The change set sam deploy made under the stack's own
+    # name then adds every resource the created stack holds, skipped types included.
     attempt = first.deploy
-    assert attempt is not None and not attempt.succeeded
-    assert "Failed to create changeset" in attempt.sam_said
-    assert attempt.server_said, "moto's server raised nothing: read the attempt's output again"
+    assert attempt is not None and attempt.succeeded, attempt
+    adds = set(first.checks["change_set_adds"])
+    transformed = _json(first.bundle, TRANSFORMED_FILE)["Resources"]
+    assert {r.logical_id for r in first.stack.resources} <= adds
+    assert set(first.stack.skipped) <= adds
+    assert adds <= set(transformed), sorted(adds - set(transformed))
+    assert not [lid for lid in adds if lid.startswith("Fn::ForEach")]
     report = _json(first.bundle, "rehearsal.json")["sam_deploy"]
-    assert report["returncode"] == attempt.returncode != 0
+    assert report["returncode"] == 0 and report["succeeded"] is True
+
+
+def test_a_change_set_whose_transform_fails_is_refused_naming_the_cause(sam: SamCli, tmp_path: Path) -> None:
+    # A Fn::ForEach over a list parameter the template does not declare: CloudFormation's
+    # transform fails and so does the change set. moto alone answers a 500 (it reads the
+    # Fn::ForEach key as a resource), which botocore cannot even parse as an error.
+    template = {
+        "Transform": ["AWS::LanguageExtensions", "AWS::Serverless-2016-10-31"],
+        "Resources": {
+            "Fn::ForEach::Route": [
+                "JobType",
+                {"Ref": "NoSuchParameter"},
+                {"Queue${JobType}": {"Type": "AWS::SQS::Queue"}},
+            ]
+        },
+    }
+    with moto_server() as endpoint:
+        env = loopback_env(sam_config_dir(tmp_path), "us-east-1", endpoint.url, endpoint.s3_url)
+        cloudformation = endpoint.client("cloudformation", "us-east-1")
+        transformed: list[str] = []
+        with (
+            transforming_change_sets(sam, env, work_dir=tmp_path, transformed=transformed),
+            pytest.raises(ClientError) as refused,
+        ):
+            cloudformation.create_change_set(
+                StackName="broken",
+                ChangeSetName="first",
+                ChangeSetType="CREATE",
+                TemplateBody=json.dumps(template),
+                Capabilities=["CAPABILITY_IAM", "CAPABILITY_AUTO_EXPAND"],
+            )
+    assert refused.value.response["Error"]["Code"] == "ValidationError"
+    assert "Transform failed" in refused.value.response["Error"]["Message"]
+    assert transformed == []
 
 
 # ----------------------------------------------------------------------------- the artifacts

@@ -38,6 +38,7 @@ from workerless_devkit.rehearsal.bundle import (
     prepare,
     write_bundle,
 )
+from workerless_devkit.rehearsal.changeset import check_change_set, transforming_change_sets
 from workerless_devkit.rehearsal.conditions import created_resources
 from workerless_devkit.rehearsal.errors import RehearsalError
 from workerless_devkit.rehearsal.lint import Finding, lint
@@ -186,15 +187,22 @@ def _rehearse_stack(
     if try_deploy:
         with _timed(seconds, "deploy"):
             say(f"[{name} {region}] sam deploy --no-execute-changeset against moto's CloudFormation")
-            attempt = deploy_without_executing(
-                sam,
-                packaged.template,
-                stack_name=f"{name}-sam-deploy",
-                bucket=bucket,
-                region=region,
-                parameters=parameters,
-                env=env,
-            )
+            transformed_by_server: list[str] = []
+            with transforming_change_sets(sam, env, work_dir=work, transformed=transformed_by_server):
+                attempt = deploy_without_executing(
+                    sam,
+                    packaged.template,
+                    stack_name=name,
+                    bucket=bucket,
+                    region=region,
+                    parameters=parameters,
+                    env=env,
+                )
+            if not attempt.succeeded:
+                said = f"{attempt.sam_said} {attempt.server_said}".strip()
+                raise RehearsalError(f"sam deploy --no-execute-changeset failed (exit {attempt.returncode}): {said}")
+            if not transformed_by_server:
+                raise RehearsalError("sam deploy made its change set without the server transforming the template")
             say(f"[{name} {region}]   exit {attempt.returncode}: {attempt.sam_said} {attempt.server_said}".rstrip())
 
     with _timed(seconds, "transform"):
@@ -207,6 +215,15 @@ def _rehearse_stack(
         transformed = translate(expanded.template, parameters, region)
         absent = set(transformed["Resources"]) - set(created_resources(transformed, parameters))
         findings += lint("transformed", json.dumps(transformed), [region], not_created=absent)
+
+    change_set: list[str] = []
+    if attempt is not None:
+        created = set(created_resources(transformed, parameters))
+        cloudformation = endpoint.client("cloudformation", region)
+        change_set = check_change_set(cloudformation, name, created)
+        # The change set is reviewed, not executed: its stack (REVIEW_IN_PROGRESS, no resources) goes,
+        # as `aws cloudformation delete-stack` removes it, and the stack is created under that name.
+        cloudformation.delete_stack(StackName=name)
 
     with _timed(seconds, "stack"):
         say(f"[{name} {region}] create_stack on moto's CloudFormation")
@@ -237,6 +254,7 @@ def _rehearse_stack(
         "layer_modules_with_bytecode": layers,
         "artifacts": [f"{a.bucket}/{a.key}" for a in saved.values()],
         "moto_warned_types": list(stack.warned),
+        "change_set_adds": sorted(change_set),
     }
     report = {
         "sam_cli_version": sam.version,
