@@ -45,3 +45,31 @@ def test_each_command_is_a_module_of_the_cli_package_that_registers_its_parser()
         else:
             runs = [run]
         assert {r.__module__ for r in runs} == {f"workerless_devkit.cli.{module}"}, name
+
+
+def test_only_sdk_hooks_touches_botocore_s_process_wide_handlers() -> None:
+    # One module installs the devkit's handlers for every botocore session, and says why there.
+    touching = sorted(
+        str(path.relative_to(ROOT)) for path in DEVKIT.rglob("*.py") if "BUILTIN_HANDLERS" in path.read_text("utf-8")
+    )
+    assert touching == ["devkit/workerless_devkit/sdk_hooks.py"]
+
+
+def test_a_part_s_handlers_are_installed_once_and_reach_a_client_built_after() -> None:
+    import boto3
+    from botocore.handlers import BUILTIN_HANDLERS
+    from workerless_devkit import sdk_hooks
+
+    seen: list[str] = []
+
+    def handler(**kwargs: object) -> None:
+        seen.append(str(kwargs["event_name"]))
+
+    # An event no real call emits: the handler stays in this process and never runs again.
+    event = "workerless-devkit-layout-test.sqs"
+    assert sdk_hooks.install("tests.layout", [(event, handler)]) is True
+    assert sdk_hooks.install("tests.layout", [(event, handler)]) is False
+    assert sum(1 for entry in BUILTIN_HANDLERS if entry[0] == event and entry[1] is handler) == 1
+    client = boto3.session.Session().client("sqs", region_name="us-east-1")
+    client.meta.events.emit(event)
+    assert seen == [event]

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from workerless._core.lease import BeforeRun
 from workerless.engines.decorator import EngineDecorator
 
+from workerless_devkit import sdk_hooks
 from workerless_devkit.chaos.ledger import Ledger
 from workerless_devkit.chaos.plan import Fault, FaultPlan, Recorder, SimulatedCrash
 
@@ -82,8 +83,6 @@ class ChaosState:
 
 
 _ACTIVE: ChaosState | None = None
-_installed = False
-_install_lock = threading.Lock()
 
 
 def activate(state: ChaosState | None) -> None:
@@ -261,17 +260,9 @@ HOOKS: tuple[tuple[str, Callable[..., None]], ...] = (
 def install_hooks() -> None:
     """Register the hooks for every botocore session created from now on (idempotent). They do
     nothing unless a chaos run is :func:`activate`-d."""
-    global _installed
-    with _install_lock:
-        if _installed:
-            return
-        from botocore.handlers import BUILTIN_HANDLERS
+    from workerless_devkit.chaos import services
 
-        from workerless_devkit.chaos import services
-
-        BUILTIN_HANDLERS.extend(HOOKS)
-        BUILTIN_HANDLERS.extend(services.HOOKS)
-        _installed = True
+    sdk_hooks.install("chaos", (*HOOKS, *services.HOOKS))
 
 
 # ------------------------------------------------------------------------------------------------

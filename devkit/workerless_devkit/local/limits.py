@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from workerless_devkit import sdk_hooks
+
 #: SQS: the largest message (and SendMessageBatch total) since 2025, and every queue's default.
 SQS_MAX_MESSAGE_BYTES = 1_048_576
 SQS_MIN_MESSAGE_SIZE_SETTING = 1_024
@@ -109,7 +111,6 @@ class LimitState:
 
 _active: list[LimitState] = []
 _active_lock = threading.Lock()
-_installed = False
 
 
 def activate(state: LimitState) -> None:
@@ -496,14 +497,7 @@ HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
 def install_hooks() -> None:
     """Register the hooks for every botocore session created from now on (idempotent); they do
     nothing until a :class:`LimitState` is activated."""
-    global _installed
-    with _active_lock:
-        if _installed:
-            return
-        from botocore.handlers import BUILTIN_HANDLERS
-
-        BUILTIN_HANDLERS.extend(HOOKS)
-        _installed = True
+    sdk_hooks.install("local.limits", HOOKS)
 
 
 # --------------------------------------------------------------------------------------------------

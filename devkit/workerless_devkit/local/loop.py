@@ -28,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from workerless_devkit import sdk_hooks
+
 if TYPE_CHECKING:
     from workerless_devkit.local.iam.enforce import IamEnforcer
 
@@ -100,8 +102,6 @@ _CURRENT: contextvars.ContextVar[InvocationScope | None] = contextvars.ContextVa
 )
 _CONTEXT_KEY = "workerless_local_loop"
 _tokens = itertools.count(1)
-_installed = False
-_install_lock = threading.Lock()
 
 
 def current_scope() -> InvocationScope | None:
@@ -237,14 +237,7 @@ def install_hooks() -> None:
     client cached by the library across two local runs keeps being tracked. Clients built before
     this call lack them: the runtime clears the library's client cache after installing.
     """
-    global _installed
-    with _install_lock:
-        if _installed:
-            return
-        from botocore.handlers import BUILTIN_HANDLERS
+    from workerless_devkit.local.iam.enforce import HOOKS as IAM_HOOKS
 
-        from workerless_devkit.local.iam.enforce import HOOKS as IAM_HOOKS
-
-        # The IAM check answers a refused call at before-call, after the stopped-topology guard.
-        BUILTIN_HANDLERS.extend((*HOOKS, *IAM_HOOKS))
-        _installed = True
+    # The IAM check answers a refused call at before-call, after the stopped-topology guard.
+    sdk_hooks.install("local.loop", (*HOOKS, *IAM_HOOKS))

@@ -32,11 +32,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from workerless_devkit import sdk_hooks
+
 COUNTS = ("ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible", "ApproximateNumberOfMessagesDelayed")
 
 _lock = threading.Lock()
 _active: CountLag | None = None
-_installed = False
 
 
 class CountLag:
@@ -109,16 +110,10 @@ def _remember_queue(params: dict[str, Any], context: dict[str, Any], **_: Any) -
 
 def install_hooks() -> None:
     """Register the hooks for every botocore session created from now on (idempotent)."""
-    global _installed
-    with _lock:
-        if _installed:
-            return
-        from botocore.handlers import BUILTIN_HANDLERS
-
-        BUILTIN_HANDLERS.extend(
-            [
-                ("before-parameter-build.sqs.GetQueueAttributes", _remember_queue),
-                ("after-call.sqs.GetQueueAttributes", _after_call),
-            ]
-        )
-        _installed = True
+    sdk_hooks.install(
+        "local.sqs_lag",
+        (
+            ("before-parameter-build.sqs.GetQueueAttributes", _remember_queue),
+            ("after-call.sqs.GetQueueAttributes", _after_call),
+        ),
+    )
