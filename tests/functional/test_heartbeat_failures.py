@@ -14,6 +14,7 @@ in-memory engine, one hop at a time:
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -280,15 +281,15 @@ def test_a_ticket_that_cannot_be_sent_comes_back_in_a_third_of_a_lease(
 def test_no_extend_starts_past_the_invocations_deadline_and_the_rest_is_carried_on(
     aws: Aws, flaky: FlakyEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """GIVEN a batch of 10 tickets of 30 jobs each and extends that take at least 50 ms, in an
-    invocation with 20 s left (the template's 60 s with 200 ms extends, scaled down): its engine
-    calls must stop 8.5 s in, where at most 170 extends fit however slow the machine
+    """GIVEN a batch of 10 tickets of 30 jobs each and extends that take at least 250 ms, in an
+    invocation with 20 s left: its engine calls must stop 8.5 s in, where at most 272 extends fit
+    (8 at a time, WORKERLESS_EXTEND_CONCURRENCY's default) however slow the machine
     THEN the heartbeat stops starting extends at its deadline (before 300 of them) and sends every
     job it did not reach on in a ticket due in a second: each job is in exactly one ticket."""
     jobs = [flaky.add_job("generate-report", {}) for _ in range(300)]
     activated = flaky.activate([Demand("generate-report", 300)], 60)
     assert len(activated) == len(jobs)
-    flaky.extend_pause = 0.05
+    flaky.extend_pause = 0.25
     spy = SpyQueues(runtime.get_queues())
     wiring = _spied(flaky, spy)
     records = []
@@ -307,6 +308,64 @@ def test_no_extend_starts_past_the_invocations_deadline_and_the_rest_is_carried_
     unvisited = [job_id for job_id, delay in carried if job_id not in flaky.extensions]
     assert len(unvisited) == 300 - extended
     assert all(delay == 1 for job_id, delay in carried if job_id in unvisited)
+
+
+def test_a_round_extends_its_leases_side_by_side(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN a ticket of 4 jobs and an engine whose extend returns only once 4 extends are in flight
+    at once (a barrier; one after another, the first would wait out the barrier's bound and fail)
+    THEN every lease is extended in the one round and the ticket goes on with all 4."""
+    barrier = threading.Barrier(4, timeout=20)
+
+    @dataclass
+    class TogetherEngine(FakeEngine):
+        def extend(self, ref: JobRef, lease_seconds: int) -> float:
+            barrier.wait()  # BrokenBarrierError (not an engine error) fails the round loudly
+            return super().extend(ref, lease_seconds)
+
+    engine = TogetherEngine()
+    for _ in range(4):
+        engine.add_job("generate-report", {})
+    activated = engine.activate([Demand("generate-report", 4)], 60)
+    spy = SpyQueues(runtime.get_queues())
+    # Due now: expiring within two thirds of the lease.
+    body = _ticket(*((j, time.time() + 1) for j in activated))
+
+    sent = _run(body, engine, spy)
+
+    assert engine.extensions == {j.ref.job_id: 1 for j in activated}
+    assert [sorted(e.ref.job_id for e in t.entries) for t in sent] == [sorted(j.ref.job_id for j in activated)]
+    assert not barrier.broken
+
+
+def test_one_extension_at_a_time_when_so_configured(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN WORKERLESS_EXTEND_CONCURRENCY=1 (an engine that rate-limits concurrent calls)
+    THEN no two extends of a round are ever in flight at once, and every lease is extended."""
+    monkeypatch.setenv("WORKERLESS_EXTEND_CONCURRENCY", "1")
+    in_flight = {"now": 0, "most": 0}
+    lock = threading.Lock()
+
+    @dataclass
+    class CountingEngine(FakeEngine):
+        def extend(self, ref: JobRef, lease_seconds: int) -> float:
+            with lock:
+                in_flight["now"] += 1
+                in_flight["most"] = max(in_flight["most"], in_flight["now"])
+            try:
+                return super().extend(ref, lease_seconds)
+            finally:
+                with lock:
+                    in_flight["now"] -= 1
+
+    engine = CountingEngine()
+    for _ in range(6):
+        engine.add_job("generate-report", {})
+    activated = engine.activate([Demand("generate-report", 6)], 60)
+    body = _ticket(*((j, time.time() + 1) for j in activated))
+
+    _run(body, engine, SpyQueues(runtime.get_queues()))
+
+    assert engine.extensions == {j.ref.job_id: 1 for j in activated}
+    assert in_flight["most"] == 1
 
 
 # ------------------------------------------------------------------------- whole-invocation failures

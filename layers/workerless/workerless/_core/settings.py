@@ -107,6 +107,10 @@ class Settings(BaseModel):
     #: The heartbeat stops extending a job held longer than this (a stuck handler must not hold
     #: a job forever); the engine's own lease lapse then hands it to the next activation.
     max_hold_seconds: int = Field(default=3600, alias="WORKERLESS_MAX_HOLD_SECONDS", ge=10)
+    #: How many of a heartbeat ticket's leases are extended at once (engine calls side by side): a
+    #: round's renewals take about one answer's time per this many jobs instead of one per job.
+    #: Lower it for an engine that rate-limits a worker's concurrent calls.
+    extend_concurrency: int = Field(default=8, alias="WORKERLESS_EXTEND_CONCURRENCY", ge=1, le=64)
     #: Every engine call's timeout: shorter than any Lambda timeout in the template.
     http_timeout_seconds: float = Field(default=10.0, alias="WORKERLESS_HTTP_TIMEOUT_SECONDS", gt=0, le=60)
     #: How long one poller invocation keeps polling while work keeps arriving.

@@ -11,7 +11,8 @@ remaining lease::
       acquire not landed yet)                   (a stored, unreported result still renews: see below)
       report owed (the handler gave up on it) ► re-report the stored outcome; landed → mark REPORTED,
                                                 delete the job message the handler left in flight
-      otherwise ─► extend the lease (re-anchored to now + lease by the engine)
+      otherwise ─► extend the lease (re-anchored to now + lease by the engine; a round's
+                    extensions run side by side, WORKERLESS_EXTEND_CONCURRENCY at a time)
                     409 / refusal ─► mark LOST: the running handler sees job.lease_lost() and stops
                     retryable ──────► keep it, and stop calling the engine for the rest of this
                                       ticket: it is down or refusing, and every call would spend
@@ -47,6 +48,7 @@ second chain.
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -56,6 +58,7 @@ from workerless._core.record import JobRecord, Status
 from workerless._core.report import report_stored
 from workerless._core.retry import CALLS
 from workerless._core.settings import Settings
+from workerless._core.threads import map_in_threads
 from workerless._heartbeat.ticket import Ticket, TicketEntry, backoff_seconds
 from workerless.aws.clients import call_deadline
 from workerless.errors import (
@@ -173,6 +176,9 @@ def _visit(
     model = engine.lease
     # An early round (a backoff): extend only what a normal round would, leases a third gone.
     early = ticket.retry > 0
+    # The leases to extend, with whether the job's report is still owed: extended side by side
+    # after every entry has been looked at (_extend_all).
+    extends: list[tuple[TicketEntry, bool]] = []
     for entry in ticket.entries:
         ref = entry.ref
         record = records.get(ref.record_key)
@@ -218,7 +224,7 @@ def _visit(
             if result == "owed":
                 if due:
                     # Keep the lease the report needs (reports refused, extends perhaps not).
-                    _extend(entry, visit, settings=settings, engine=engine, store=store, deadline=deadline, owed=True)
+                    extends.append((entry, True))
                 else:
                     visit.engine_down = True
                     visit.failing.append(entry)
@@ -227,8 +233,57 @@ def _visit(
         if early and not due:
             visit.keep.append(entry)  # plenty of lease left: no call
             continue
-        _extend(entry, visit, settings=settings, engine=engine, store=store, deadline=deadline)
+        extends.append((entry, False))
+    _extend_all(extends, visit, settings=settings, engine=engine, store=store, deadline=deadline)
     return visit
+
+
+def _extend_all(
+    extends: list[tuple[TicketEntry, bool]],
+    visit: _Round,
+    *,
+    settings: Settings,
+    engine: Engine,
+    store: JobStore,
+    deadline: float,
+) -> None:
+    """Extend the round's due leases, up to ``settings.extend_concurrency`` at a time.
+
+    One after another, a ticket's leases would be renewed a call's answer time apart: a ticket of
+    MaxInFlight jobs against an engine answering in 2.5 s would renew its last lease 2.5 s x jobs
+    after its first, past a 10 s lease from four jobs on, and that job would run again. Side by
+    side, a round takes about one answer's time per ``extend_concurrency`` jobs. Each extension
+    notes what it decided in a round of its own, merged in the ticket's order; once one is refused
+    with a retryable error (the engine down), the ones not started yet make no call this round.
+    Up to ``extend_concurrency`` calls may already be in flight then: each is refused the same way.
+    """
+    if not extends:
+        return
+    # Not set by a re-report refused earlier in the round: the entries looked at before it are
+    # extended, as they were when each call came in the ticket's order (those after it are not here).
+    down = threading.Event()
+
+    def one(item: tuple[TicketEntry, bool]) -> _Round:
+        entry, owed = item
+        mine = _Round()
+        if down.is_set():
+            mine.again.append(entry)  # the engine refused a call just now: not again this round
+        elif time.monotonic() >= deadline:
+            mine.unvisited.append(entry)
+        else:
+            _extend(entry, mine, settings=settings, engine=engine, store=store, deadline=deadline, owed=owed)
+            if mine.engine_down:
+                down.set()
+        return mine
+
+    width = min(len(extends), settings.extend_concurrency)
+    rounds = [one(item) for item in extends] if width == 1 else map_in_threads(one, extends, max_workers=width)
+    for mine in rounds:
+        visit.keep += mine.keep
+        visit.again += mine.again
+        visit.failing += mine.failing
+        visit.unvisited += mine.unvisited
+        visit.engine_down = visit.engine_down or mine.engine_down
 
 
 def _give_up(entry: TicketEntry, *, store: JobStore, lease: str) -> bool:
