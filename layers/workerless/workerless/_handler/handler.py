@@ -22,7 +22,7 @@ from workerless._core.model import ActivatedJob
 from workerless._core.settings import Settings
 from workerless._handler.delivery import Delivery
 from workerless._handler.execution import HandlerFunction
-from workerless._handler.startgate import HAND_BACK_VISIBILITY_SECONDS, RunTimes, StartGate
+from workerless._handler.startgate import HAND_BACK_VISIBILITY_SECONDS, RunTimes, StartGate, Watchdog
 from workerless._handler.typed import spec_of
 from workerless._handler.verdict import Ack, Redeliver
 from workerless.errors import MessageFormatError
@@ -74,6 +74,8 @@ class JobProcessor:
         )
         #: The longest run of this type's jobs in this container: a job starts only with that much time left.
         self.run_times = RunTimes()
+        #: The watchdog thread of this type's batches in this container (started at the first batch of two or more).
+        self.watchdog = Watchdog()
 
     # -- the Lambda entry point ---------------------------------------------------------------------
     def handle_batch(
@@ -107,6 +109,7 @@ class JobProcessor:
             runs=self.run_times,
             hand_back=hand_back,
             message_ids=[m for m in receipts if isinstance(m, str)],
+            watchdog=self.watchdog,
         )
 
         def record_handler(record: SqsRecord) -> None:
