@@ -253,7 +253,7 @@ class Pipeline:
         from workerless._core.settings import get_settings
         from workerless.aws.dynamo import DynamoState, JobStore
         from workerless.aws.sqs import Queues
-        from workerless.engines import build_engine
+        from workerless.engines import build_engine, new_http_client
         from workerless.wiring import Wiring
 
         for key, value in self.env.items():
@@ -262,7 +262,7 @@ class Pipeline:
         runtime.reset()
         settings = get_settings()
         store = JobStore(TABLE, ttl_seconds=settings.record_ttl_seconds, client=self.dynamo)
-        client = httpx.Client(transport=self.transport, timeout=10)
+        client = new_http_client(10, transport=self.transport)  # the client as shipped, in front of the emulator
         values = self.emulator.engine_values(FAKE_BASE_URL)
         # The deployment's wiring, on fakes: every function of it shares one (one container each in
         # AWS; the benchmark's functions run in this process). The virtual poller's clock and pauses

@@ -135,14 +135,20 @@ class EngineHooks:
             watcher(response)
 
 
-def new_http_client(timeout_seconds: float, hooks: EngineHooks | None = None) -> httpx.Client:
-    """The HTTP client every adapter gets: explicit timeouts shorter than any Lambda's, and a
-    small keep-alive pool (a warm container reuses its connection to the engine); ``hooks``
-    around each request (none unless given)."""
+def new_http_client(
+    timeout_seconds: float, hooks: EngineHooks | None = None, *, transport: httpx.BaseTransport | None = None
+) -> httpx.Client:
+    """The HTTP client every adapter gets: explicit timeouts shorter than any Lambda's, a small
+    keep-alive pool (a warm container reuses its connection to the engine), and no cookie jar
+    (:mod:`workerless.engines.kit.client`); ``hooks`` around each request (none unless given);
+    ``transport``: httpx's default unless given (a test's or the bench's in-process engine)."""
     import httpx
 
+    from workerless.engines.kit.client import EngineHttpClient
+
     connect = min(3.0, timeout_seconds)
-    return httpx.Client(
+    return EngineHttpClient(
+        transport=transport,
         timeout=httpx.Timeout(timeout_seconds, connect=connect),
         limits=httpx.Limits(max_connections=20, max_keepalive_connections=10),
         follow_redirects=False,
