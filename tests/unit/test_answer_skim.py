@@ -68,13 +68,48 @@ def test_a_value_over_the_limit_is_dropped_with_its_size_and_the_budget_hands_ba
 
 
 def test_a_truncated_answer_or_one_whose_fields_alone_are_too_large_is_a_named_error() -> None:
-    s = Skimmer("variables", 3, limit=100, budget=100)
+    s = Skimmer("variables", 3, limit=100, budget=100, inline=8)
     s.feed(b'{"jobs":[{"id":"a","variables":{"x":"unfinished')
     with pytest.raises(ResponseShapeError, match="truncated"):
         s.skeleton()
     s = Skimmer("variables", 3, limit=100, budget=100)
     with pytest.raises(ResponseShapeError, match=f"more than {SKELETON_BYTES} bytes"):
         s.feed(json.dumps({"jobs": [{"id": "a" * (SKELETON_BYTES + 1)}]}).encode())
+
+
+def test_an_answer_no_longer_than_a_value_kept_whole_is_its_own_skeleton_without_a_scan(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """GIVEN an answer of at most ``inline`` bytes (nothing in it could be cut) THEN its skeleton is
+    the answer as it came, and the tokenizer never runs (issue 29: it was most of the poller's
+    activation CPU); truncated, it is left to the answer's decoder, which every adapter translates
+    (a shape error; StageNext's garbled answer)."""
+
+    def no_scan(self: Skimmer, chunk: bytes) -> None:
+        raise AssertionError("scanned")
+
+    monkeypatch.setattr(Skimmer, "_scan", no_scan)
+    answer = json.dumps({"jobs": [{"id": str(n), "variables": {"x": "é" * n}} for n in range(10)]}).encode()
+    s = Skimmer("variables", 3, limit=100, budget=100, inline=len(answer))
+    for i in range(0, len(answer), 7):
+        s.feed(answer[i : i + 7])
+    assert s.skeleton() == answer
+    assert s.values == [] and s.left == 100
+    truncated = Skimmer("variables", 3, limit=100, budget=100)
+    truncated.feed(b'{"jobs":[{"id":"a","variables":{"x":"unfinished')
+    with pytest.raises(json.JSONDecodeError, match="Unterminated string"):
+        json.loads(truncated.skeleton())
+
+
+def test_an_answer_longer_than_a_value_kept_whole_is_scanned_from_its_first_byte() -> None:
+    """GIVEN an answer that passes ``inline`` only in a later chunk THEN the bytes held until then
+    are scanned too: a value over ``inline`` in the first chunk is cut all the same."""
+    value = b'{"x":"' + b"0123456789" * 4 + b'"}'  # 48 bytes: begins at byte 31, cut at inline 40
+    answer = b'{"jobs":[{"id":"a","variables":' + value + b'},{"id":"b","variables":{}}]}'
+    s, got = skim(answer, 8, inline=40)  # 40 bytes held (the value's first 9 among them), then scanned
+    cut = s.resolve(got["jobs"][0]["variables"])
+    assert cut is not None and cut.raw == value
+    assert got["jobs"][1]["variables"] == {}
 
 
 def test_a_cut_value_that_is_not_json_reads_as_malformed() -> None:
