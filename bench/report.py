@@ -104,6 +104,82 @@ CPU_MOVE = {
 #: twice without it for one-message batches, interleaved, on this machine (2 cores, loaded alike).
 GATE_MOVE = {"before_ms": 0.814, "after_ms": 0.748, "jobs_per_invocation": 1.16}
 
+#: Issue 29's CPU moves, each side by side with the commit before it: bench.measure.cpu_per_job(1000,
+#: repeats=1) in a fresh process per run, four runs each way alternated, the medians (a 2-core machine
+#: shared with other work: single runs spread by up to 40%). Figures in ms a job (ratio: to the
+#: minimal worker measured in the same run).
+CPU_MOVES_29 = [
+    {
+        "move": "one start-gate watchdog thread per route per container, started at its first batch of two "
+        "or more (a daemon; its deadlines on one condition), not a threading.Timer per batch",
+        "figure": "adapter CPU a job; handler",
+        "before": "1.268; 0.868",
+        "after": "1.226; 0.838",
+    },
+    {
+        "move": "the engine HTTP client keeps no cookies (no engine needs a client-wide jar: StageNext's affinity "
+        "cookie rides in the delivery's handle), which httpx parsed from every response; the bench drives the "
+        "client as shipped (new_http_client)",
+        "figure": "adapter CPU a job; handler; ratio",
+        "before": "0.990; 0.681; 4.96x",
+        "after": "0.898; 0.600; 4.32x",
+    },
+    {
+        "move": "the take-work answer's skimmer keeps an answer of at most 64 KiB (nothing in it could be cut) as "
+        "it comes, without its tokenizer (a Python loop per structural character: ~85 µs a job of a 10-job "
+        "answer; 37 µs for the whole answer now, json.loads alone 35 µs)",
+        "figure": "adapter CPU a job; poller; ratio",
+        "before": "0.866; 0.258; 4.43x",
+        "after": "0.808; 0.213; 4.10x",
+    },
+    {
+        "move": "the three together (main, c696d82, before)",
+        "figure": "adapter CPU a job; handler; poller; ratio",
+        "before": "1.256; 0.868; 0.348; 5.73x",
+        "after": "1.001; 0.693; 0.263; 4.37x",
+    },
+]
+
+#: Issue 29's CPU candidates measured and not made (microbenchmarks on the same machine, thread CPU).
+CPU_REFUSED_29 = [
+    (
+        "log records built and dropped",
+        "a DEBUG lifecycle step: 2.2-3.7 µs (the message string and extras, then Powertools' wrapper; stdlib "
+        "drops it before a record is made); about 3 a job",
+        "**refused**: under 10 µs a job, below the runs' spread; no record is built for a dropped line",
+    ),
+    (
+        "JSON encoded more than once",
+        "the handler's result is encoded 4 times a job (the serialisable check, the stored outcome, the "
+        "report's size cap, the request body): 2.7 µs each for the bench's `{\"ok\": true}`, 165 µs each at 8.8 KB",
+        "**open**: ~8 µs a job here, ~0.5 ms a job for 9 KB results; encoding once means carrying the bytes "
+        "from the handler's result through the store to the engine adapters' report, which issue 28's lease "
+        "work is rewriting now",
+    ),
+    (
+        "pydantic validation done twice",
+        "model_validate calls a job in the bench's handler, poller and heartbeat: 0 (settings are validated once "
+        "a container; a typed handler's input once, by its own model)",
+        "**refused**: nothing to remove",
+    ),
+    (
+        "contextvars copied per job",
+        "copy_context calls a job: 0.2 (one per batch of two or more, for the watchdog; none per job)",
+        "**refused**: one per batch is what the watchdog's hand-back needs (the invocation's clients)",
+    ),
+    (
+        "the engine request's URL parsed by httpx",
+        "22-28 µs a request (httpx's urlparse scans every character); 1.1 requests a job",
+        "**open**: httpx offers no cheaper way to a new path on a parsed base URL (copy_with re-parses: 32 µs)",
+    ),
+    (
+        "the outcome's INFO line",
+        "33-50 µs a line: Powertools' format 19-27 µs (its keys 6-11, json.dumps 6), the record 4-6, the caller's "
+        "frame 1-2",
+        "**kept**: the one line a job the docs promise; a formatter of our own would save perhaps 10 µs of it",
+    ),
+]
+
 #: Issue 29's lock-item move: `make bench` on main (8eabad9, with the cold-start fix) before the send log
 #: and the tracked keys were written short (bench/results.json of that run, kept in the notes).
 LOCK_ITEM_BEFORE = {"commit": "8eabad9", "units_per_write": 3.007, "poller_wu": 4.131, "cost": 8.56, "backlog": 5.47}
@@ -659,6 +735,10 @@ def _moves(r: dict[str, Any], add: Any) -> None:
         f"always starts (about {g['jobs_per_invocation']:.2f} jobs an invocation at 2 jobs/s; issue 29) "
         f"| handler CPU an invocation at 2 jobs/s (median of two, interleaved) | {g['before_ms']:.3f} ms | {g['after_ms']:.3f} ms |"
     )
+    for m in CPU_MOVES_29:
+        add(f"| {m['move']} (issue 29) | {m['figure']} (median of 4, interleaved) | {m['before']} | {m['after']} |")
+    for candidate, measured, verdict in CPU_REFUSED_29:
+        add(f"| not made: {candidate} (issue 29) | {measured} | — | {verdict} |")
     dispatch = r.get("dispatch_rate_jobs_per_s") or {}
     one, sharded = dispatch.get("on_paper_one_shard"), dispatch.get("local_sharded")
     if one and sharded:
@@ -804,22 +884,24 @@ def _gaps(r: dict[str, Any], t: dict[str, bool | None]) -> list[str]:
             f"{cpu['direct_ms']:.2f} ms; target 3x).** Per function: "
             + ", ".join(f"{k} {v:.2f} ms" for k, v in fn.items())
             + f". The library writes {lines:.1f} log lines a job at INFO (the job's outcome, and EMF lines). Where the "
-            "handler wrapper's CPU goes (sampled, net of the fakes and the emulator): the engine report's HTTP request "
-            "through httpx about a third (the same request the minimal worker makes, which is nearly all of its CPU a "
-            "job; URL parsing, header merging and the cookie jar are over half of it), the outcome's INFO line through "
-            "Powertools' Logger and stdlib logging about 15%, the handler span and its metric values about 9% (before HandlerDuration went), the "
-            "three conditional writes' requests about 8%, the message's parse 5%, the invocation's EMF lines 4%. Done: "
-            "partial batch responses from a plain loop (not Powertools' batch processor), EMF lines built without a "
-            "Powertools provider per line, the handler span without the tracer machinery when no SDK is configured, "
-            f"the logger formatter's two costly steps made cheap ({CPU_MOVE['before_ms']:.3f} -> "
+            "CPU goes (cProfile per function under the bench's driver, net of the fakes and the emulator; the profiler "
+            "inflates code that loops per character, so the shares are a guide, the moves' figures measured without "
+            "it): in the handler wrapper, the engine report through httpx 38% (httpx building the request 29%, its "
+            "URL parse alone 12%; the cookie jar's 9.5% is gone), the outcome's INFO line 12%, the message's parse 3%, "
+            "the delivery's set-up 3%, the invocation's metrics 3%; in the poller, its activation request 20% "
+            "(34% before the skimmer's short-answer path). Done in issue 29: one watchdog thread per route, no cookie "
+            "jar, no tokenizer for an answer of at most 64 KiB (main before them, side by side, median of four "
+            "interleaved runs: adapter 1.256 -> 1.001 ms a job, handler 0.868 -> 0.693, poller 0.348 -> 0.263); "
+            "before that, in issue 13: partial batch responses from a plain loop, EMF lines without a Powertools "
+            "provider per line, the handler span without the tracer machinery when no SDK is configured, the logger "
+            f"formatter's two costly steps made cheap ({CPU_MOVE['before_ms']:.3f} -> "
             f"{CPU_MOVE['after_ms']:.3f} ms a job, ratio {CPU_MOVE['before_ratio']:.2f} -> "
-            f"{CPU_MOVE['after_ratio']:.2f}, side by side in one run; see the moves). What is left is mostly the "
-            "per-job work the docs promise (one INFO line with its correlation keys, three conditional writes, a span, "
-            "two metric values) on top of a request that costs what the minimal worker's whole job does: 3x leaves "
-            "about two such requests' worth for the poller, the heartbeat and all of that. Closing the rest: the "
-            "poller's intent-log records (a compact row a job since the intent batches moved into the lock's item, two "
-            "writes a batch; their JSON was about a fifth of the poller's CPU before that, not sampled since), and a "
-            "lighter per-request path to the engine than httpx.Client.post in the adapters."
+            f"{CPU_MOVE['after_ratio']:.2f}). What is left is mostly the per-job work the docs promise (one INFO line "
+            "with its correlation keys, three conditional writes, a span, two metric values) on top of a request that "
+            "costs what the minimal worker's whole job does: 3x leaves about two such requests' worth for the poller, "
+            "the heartbeat and all of that. Measured and not made (see the moves): the outcome's JSON encoded four "
+            "times (small here, 0.5 ms a job at 9 KB), httpx's URL parse (22-28 µs a request), a formatter of our "
+            "own for the INFO line (perhaps 10 µs of its 33-50)."
         )
     if not t["cold"]:
         out.append("**Cold start.** The entry module is over 2x a bare boto3 import; see the heaviest imports above.")
