@@ -10,12 +10,32 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 from workerless._handler.startgate import WATCHDOG_MARGIN_SECONDS, HandedBackError, RunTimes, StartGate, Watchdog
 
 LAMBDA_TIMEOUT = 900.0
+_WATCHDOGS: list[Watchdog] = []
+
+
+@pytest.fixture(autouse=True)
+def _watchdogs_closed() -> Iterator[None]:
+    """Each test's watchdog threads end with it (none left to wake in a later test)."""
+    yield
+    while _WATCHDOGS:
+        watchdog = _WATCHDOGS.pop()
+        thread = watchdog.thread
+        watchdog.close()
+        if thread is not None:
+            thread.join(timeout=60)
+            assert not thread.is_alive()
+
+
+def _watchdog(steps: Steps) -> Watchdog:
+    watchdog = Watchdog(clock=steps.clock, wait=steps.wait)
+    _WATCHDOGS.append(watchdog)
+    return watchdog
 
 
 class Steps:
@@ -27,33 +47,42 @@ class Steps:
         self.now = 0.0
         self._stepped = False
         self._condition: threading.Condition | None = None
-        self._entered: queue.Queue[float | None] = queue.Queue()
+        self._entered: queue.Queue[float] = queue.Queue()
 
     def clock(self) -> float:
         return self.now
 
-    def wait(self, condition: threading.Condition, timeout: float | None) -> bool:
+    def wait(self, condition: threading.Condition, timeout: float) -> bool:
         self._condition = condition
         self._entered.put(timeout)
-        notified = condition.wait(timeout=60)  # the real wait: released by a notify (a step is one)
-        assert notified, "neither a batch nor the test woke the watchdog"
+        condition.wait(timeout=60)  # the real wait: released by a notify (a step, a batch, the close)
         if self._stepped:
             self._stepped = False
-            if timeout is not None:
-                self.now += timeout
+            self.now += timeout
         return True
 
-    def waiting(self) -> float | None:
-        """Until the thread waits again; what it waits for (seconds, or None: a change)."""
+    def waiting(self) -> float:
+        """Until the thread waits again; how long it waits for."""
         return self._entered.get(timeout=60)
 
-    def step(self) -> float | None:
-        """Let the thread wake once, do its round and wait again; what it then waits for."""
+    def step(self) -> float:
+        """Let the thread wake once, do its round and wait again; how long it then waits for."""
+        self.wake()
+        return self.waiting()
+
+    def wake(self) -> None:
+        """Let the thread wake once (its wait ending at its timeout)."""
         assert self._condition is not None
         with self._condition:
             self._stepped = True
             self._condition.notify()
-        return self.waiting()
+
+
+def _ended(watchdog: Watchdog, thread: threading.Thread | None) -> bool:
+    """Whether the watchdog's thread has ended (it ends when it has nothing left to watch)."""
+    assert thread is not None
+    thread.join(timeout=60)
+    return not thread.is_alive() and watchdog.thread is None
 
 
 def _gate(steps: Steps, watchdog: Watchdog, message_ids: list[str], handed: list[str]) -> StartGate:
@@ -93,7 +122,7 @@ def test_a_batch_of_one_message_starts_no_watchdog_thread() -> None:
     """GIVEN a batch of one message THEN no watchdog thread starts: its only job always starts, so
     there is nothing to hand back (a thread and a context copy spared per such invocation)."""
     steps = Steps()
-    watchdog = Watchdog(clock=steps.clock, wait=steps.wait)
+    watchdog = _watchdog(steps)
     started = _threads_started(lambda: _run_batch(_gate(steps, watchdog, ["m1"], []), ["m1"]))
     assert started == []
 
@@ -102,7 +131,7 @@ def test_one_watchdog_thread_serves_every_batch_of_a_route() -> None:
     """GIVEN five batches of two messages, one after another, on one route's watchdog THEN one
     thread is started (at the first), not one per batch, and no batch's watch fires."""
     steps = Steps()
-    watchdog = Watchdog(clock=steps.clock, wait=steps.wait)
+    watchdog = _watchdog(steps)
     handed: list[str] = []
 
     def batches() -> None:
@@ -118,8 +147,10 @@ def test_one_watchdog_thread_serves_every_batch_of_a_route() -> None:
 
     started = _threads_started(batches)
     assert [t.name for t in started] == ["workerless-watchdog"]
-    # Its deadline, every batch having ended, finds nothing to fire: it waits for the next batch.
-    assert steps.step() is None
+    # Its deadline, every batch having ended, finds nothing to fire: the thread ends (the next
+    # batch of two or more starts another), none left behind.
+    steps.wake()
+    assert _ended(watchdog, started[0])
     assert steps.now == LAMBDA_TIMEOUT - WATCHDOG_MARGIN_SECONDS
     assert handed == []
 
@@ -129,16 +160,19 @@ def test_the_watchdog_hands_back_the_jobs_not_started_when_a_job_runs_past_its_d
     the watchdog's margin before the timeout THEN the two jobs not started are handed back, and
     the gate refuses them afterwards."""
     steps = Steps()
-    watchdog = Watchdog(clock=steps.clock, wait=steps.wait)
+    watchdog = _watchdog(steps)
     handed: list[str] = []
     ids = ["m1", "m2", "m3"]
     gate = _gate(steps, watchdog, ids, handed)
     seen_while_running: list[str] = []
 
     def long_job() -> None:
-        # The job runs past the deadline: the watchdog thread's wait moves the clock there.
+        # The job runs past the deadline: the watchdog thread's wait moves the clock there; having
+        # fired, it has nothing left to watch and ends.
         assert steps.waiting() == LAMBDA_TIMEOUT - WATCHDOG_MARGIN_SECONDS
-        steps.step()
+        thread = watchdog.thread
+        steps.wake()
+        assert _ended(watchdog, thread)
         seen_while_running.extend(handed)
 
     with gate:
@@ -157,7 +191,7 @@ def test_each_batch_is_fired_at_its_own_deadline_by_the_shared_thread() -> None:
     with less time left WHEN its deadline comes THEN only its jobs not started are handed back; the
     first's are handed back at its own, later, deadline."""
     steps = Steps()
-    watchdog = Watchdog(clock=steps.clock, wait=steps.wait)
+    watchdog = _watchdog(steps)
     first_handed: list[str] = []
     second_handed: list[str] = []
     first = _gate(steps, watchdog, ["a1", "a2"], first_handed)
@@ -176,5 +210,7 @@ def test_each_batch_is_fired_at_its_own_deadline_by_the_shared_thread() -> None:
             assert steps.waiting() == 100.0 - WATCHDOG_MARGIN_SECONDS  # woken, no time passed
             assert steps.step() == LAMBDA_TIMEOUT - 100.0  # the second fired; now the first's
             assert (second_handed, first_handed) == (["b2"], [])
-            assert steps.step() is None  # the first fired; nothing left
+            thread = watchdog.thread
+            steps.wake()  # the first fires; nothing is left to watch: the thread ends
+            assert _ended(watchdog, thread)
             assert (second_handed, first_handed) == (["b2"], ["a2"])

@@ -72,7 +72,7 @@ class Watchdog:
     batches of a route in this container (local mode runs several at once).
 
     ``clock`` gives monotonic seconds and ``wait(condition, timeout)`` waits on the held condition
-    (None: until notified): both injectable, so a test can move time on without sleeping. A
+    until notified or ``timeout`` seconds have passed: both injectable, so a test can move time on without sleeping. A
     deadline is absolute on ``clock``: the Lambda's remaining time, read when the batch starts,
     less :data:`WATCHDOG_MARGIN_SECONDS`."""
 
@@ -80,7 +80,7 @@ class Watchdog:
         self,
         *,
         clock: Callable[[], float] = time.monotonic,
-        wait: Callable[[threading.Condition, float | None], object] | None = None,
+        wait: Callable[[threading.Condition, float], object] | None = None,
     ) -> None:
         self._clock = clock
         self._wait = wait or (lambda condition, timeout: condition.wait(timeout))
@@ -91,6 +91,7 @@ class Watchdog:
         self._next_id = 0
         #: The deadline the thread sleeps until (inf: until notified): a later one needs no wake-up.
         self._sleeps_until = float("inf")
+        self._closed = False
 
     def register(self, deadline: float, fire: Callable[[], None]) -> int:
         """Call ``fire`` once at ``deadline`` (on ``clock``) unless :meth:`cancel` comes first."""
@@ -111,6 +112,16 @@ class Watchdog:
     def now(self) -> float:
         return self._clock()
 
+    def close(self) -> None:
+        """End the thread (at once if it waits; a container never needs to: it is a daemon)."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify()
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        return self._thread
+
     def _start(self) -> None:  # the lock held
         self._sleeps_until = float("-inf")
         self._thread = threading.Thread(target=self._serve, name="workerless-watchdog", daemon=True)
@@ -119,12 +130,21 @@ class Watchdog:
     def _serve(self) -> None:
         for _ in range(WATCHDOG_MAX_ROUNDS):
             with self._changed:
+                if self._closed:
+                    self._thread = None
+                    return
                 now = self._clock()
                 fired = [k for k, (deadline, _fire) in self._due.items() if deadline <= now]
                 calls = [self._due.pop(k)[1] for k in fired]
                 if not calls:
-                    self._sleeps_until = min((d for d, _f in self._due.values()), default=float("inf"))
-                    self._wait(self._changed, None if not self._due else self._sleeps_until - now)
+                    if not self._due:
+                        # Nothing to watch: the thread ends (the next batch of two or more starts one).
+                        # A cancelled deadline still wakes it first, so batches that follow each other
+                        # within a timeout share one thread, and none lingers past the last.
+                        self._thread = None
+                        return
+                    self._sleeps_until = min(d for d, _f in self._due.values())
+                    self._wait(self._changed, self._sleeps_until - now)
                     # Awake: it reads the deadlines again before it next waits; no register need wake it.
                     self._sleeps_until = float("-inf")
                     continue
@@ -135,7 +155,7 @@ class Watchdog:
                     logger.warning("the start gate's watchdog failed", exc_info=True)
         with self._changed:  # the bound reached: a fresh thread for what is still registered
             self._thread = None
-            if self._due:
+            if self._due and not self._closed:
                 self._start()
 
 
