@@ -133,10 +133,10 @@ CPU_MOVES_29 = [
         "after": "0.808; 0.213; 4.10x",
     },
     {
-        "move": "the three together (main, c696d82, before)",
+        "move": "the three together (main, 5eac7e3, before)",
         "figure": "adapter CPU a job; handler; poller; ratio",
-        "before": "1.256; 0.868; 0.348; 5.73x",
-        "after": "1.001; 0.693; 0.263; 4.37x",
+        "before": "1.020; 0.702; 0.285; 5.35x",
+        "after": "0.847; 0.591; 0.223; 3.98x",
     },
 ]
 
@@ -891,7 +891,7 @@ def _gaps(r: dict[str, Any], t: dict[str, bool | None]) -> list[str]:
             "the delivery's set-up 3%, the invocation's metrics 3%; in the poller, its activation request 20% "
             "(34% before the skimmer's short-answer path). Done in issue 29: one watchdog thread per route, no cookie "
             "jar, no tokenizer for an answer of at most 64 KiB (main before them, side by side, median of four "
-            "interleaved runs: adapter 1.256 -> 1.001 ms a job, handler 0.868 -> 0.693, poller 0.348 -> 0.263); "
+            "interleaved runs: adapter 1.020 -> 0.847 ms a job, handler 0.702 -> 0.591, poller 0.285 -> 0.223); "
             "before that, in issue 13: partial batch responses from a plain loop, EMF lines without a Powertools "
             "provider per line, the handler span without the tracer machinery when no SDK is configured, the logger "
             f"formatter's two costly steps made cheap ({CPU_MOVE['before_ms']:.3f} -> "
