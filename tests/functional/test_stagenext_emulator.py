@@ -254,6 +254,80 @@ def test_visibility_sweep_requeues_and_forgets_the_token(http: httpx.Client, emu
     assert emu.job_state(stage_id)["state"] == "leased"
 
 
+def _requeue_by(http: httpx.Client, emu: StageNextEmulator, how: str, *delivered: httpx.Response) -> None:
+    """Hand ``delivered`` back to the broker: an ack with requeue, or the gateway's visibility sweep."""
+    if how == "ack":
+        for response in delivered:
+            assert ack(http, response.json()["ackToken"], replica_cookie(response), requeue=True).status_code == 200
+    else:
+        emu.advance(emu.visibility_timeout + 1)
+    events = [h["event"] for r in delivered for h in emu.job_state(r.json()["stageId"])["history"]]
+    assert events.count("requeued" if how == "ack" else "visibility_requeue") == len(delivered)
+
+
+def _drain(http: httpx.Client, queue: str = "billing-charge") -> list[str]:
+    """Every stage id the queue hands out, in order (each delivery acknowledged)."""
+    order: list[str] = []
+    for _ in range(20):  # bounded: the tests queue at most a handful
+        response = pull(http, queue)
+        if response.status_code == 204:
+            return order
+        assert response.status_code == 200, response.text
+        order.append(response.json()["stageId"])
+        assert ack(http, response.json()["ackToken"], replica_cookie(response)).status_code == 200
+    raise AssertionError(f"the queue did not drain: {order}")
+
+
+@pytest.mark.parametrize("how", ["ack", "sweep"])
+def test_a_requeued_delivery_goes_back_to_its_original_place(
+    http: httpx.Client, emu: StageNextEmulator, how: str
+) -> None:
+    """GIVEN stages A, B, C queued in that order WHEN A is pulled and handed back (ack requeue:true,
+    or left for the visibility sweep) THEN the next pull is A again, not B: RabbitMQ requeues a
+    message at its original position (docs/assumptions.md), not behind the backlog."""
+    a, b, c = (emu.create_job("billing-charge", {"n": n}) for n in range(3))
+    first = pull(http)
+    assert first.json()["stageId"] == a
+    _requeue_by(http, emu, how, first)
+    assert _drain(http) == [a, b, c]
+
+
+@pytest.mark.parametrize("how", ["ack", "sweep"])
+def test_requeued_deliveries_keep_their_order_ahead_of_later_publishes(
+    http: httpx.Client, emu: StageNextEmulator, how: str
+) -> None:
+    """GIVEN A, B, C queued, A and B pulled, then D published WHEN B and A are handed back (B first)
+    THEN they are handed out again in their publish order A, B, still ahead of C and D."""
+    a, b, c = (emu.create_job("billing-charge", {"n": n}) for n in range(3))
+    first, second = pull(http), pull(http)
+    assert [first.json()["stageId"], second.json()["stageId"]] == [a, b]
+    d = emu.create_job("billing-charge", {"n": 3})
+    _requeue_by(http, emu, how, second, first)
+    assert _drain(http) == [a, b, c, d]
+
+
+@pytest.mark.parametrize("how", ["ack", "sweep"])
+def test_requeue_position_back_models_a_broker_that_requeues_at_the_tail(
+    http: httpx.Client, emu: StageNextEmulator, how: str
+) -> None:
+    """GIVEN ``requeue_position="back"`` WHEN A is pulled and handed back THEN it comes out after
+    B and C, and it is still the same execution (no new attempt)."""
+    emu.reset(handler_patterns=("billing-*",), requeue_position="back")
+    a, b, c = (emu.create_job("billing-charge", {"n": n}) for n in range(3))
+    first = pull(http)
+    assert first.json()["stageId"] == a
+    _requeue_by(http, emu, how, first)
+    assert _drain(http) == [b, c, a]
+    assert len(emu.job_state(a)["executions"]) == 1
+    assert emu.job_state(a)["deliveries"] == 2
+
+
+def test_requeue_position_is_original_or_back() -> None:
+    assert stagenext.create().requeue_position == "original"
+    with pytest.raises(ValueError, match="requeue_position"):
+        stagenext.create(requeue_position="front")
+
+
 # ------------------------------------------------------------------------------------ leases
 
 

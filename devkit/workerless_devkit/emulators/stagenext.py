@@ -15,6 +15,9 @@ in docs/assumptions.md, prefixed "Emulator:"):
   GATEWAY_VISIBILITY_TIMEOUT. Lease renewal does not extend that timeout.
 - ``POST /jobs/ack`` (no auth header): 404 when the replica does not hold the token; a second ack
   of the same token is 404 (not idempotent).
+- A requeued delivery (ack with ``requeue: true``, or the visibility sweep) goes back to its
+  original place in its queue (publish order), as RabbitMQ requeues; ``requeue_position="back"``
+  puts it at the tail instead.
 - Every dispatch of a stage creates an *execution* (executionId, attempt). Lease acquire turns the
   dispatched execution Running (a ``lease_seconds`` lease, the seed's 60 s by default; tests shorten
   it), owned by the worker record; it is not reentrant. A Running execution whose lease lapses is
@@ -50,6 +53,7 @@ from workerless_devkit.emulators.stagenext_state import (
     LEASE_SECONDS,
     MAX_WAIT_SECONDS,
     PULL_POLL_INTERVAL,
+    REQUEUE_POSITIONS,
     RESULT_BODY_CAP,
     RESULT_STRING_CAP,
     Application,
@@ -98,11 +102,14 @@ class StageNextEmulator(StageNextState):
         replicas: int = 2,
         events_max_batch: int = 100,
         lease_seconds: int = LEASE_SECONDS,
+        requeue_position: str = "original",
     ) -> None:
         """Forget every stage, worker and delivery and apply ``options`` (one server can serve many
         tests). Faults and request stats live in the router: clear them over the admin API."""
         if replicas < 1:
             raise ValueError("replicas must be at least 1")
+        if requeue_position not in REQUEUE_POSITIONS:
+            raise ValueError(f"requeue_position must be one of {REQUEUE_POSITIONS}, not {requeue_position!r}")
         with self._lock:
             self.api_key = api_key
             self.application = application
@@ -113,6 +120,8 @@ class StageNextEmulator(StageNextState):
             self.replicas = int(replicas)
             self.events_max_batch = int(events_max_batch)
             self.lease_seconds = int(lease_seconds)
+            self.requeue_position = requeue_position
+            self._published = 0
             self.clock.reset()
             self._apps: dict[str, Application] = {}
             self._workers: dict[str, Worker] = {}
@@ -431,11 +440,11 @@ class StageNextEmulator(StageNextState):
                 }
             )
             if requeue:
-                # Back to the broker as it was: no new execution, the lease (if any) untouched.
-                delivery.message.visible_at = self.now()
-                self._queues.setdefault(stage.queue, []).append(delivery.message)
+                # Back to the broker as it was (at its original place by default): no new
+                # execution, the lease (if any) untouched.
+                self._requeue(delivery.message, stage.queue)
                 self._event(stage, "requeued", executionId=delivery.message.execution_id)
-                self._changed.notify_all()
+                self._changed.notify_all()  # a parked pull takes it now
             else:
                 self._event(stage, "acked", executionId=delivery.message.execution_id)
             return json_response({"acknowledged": True, "requeued": requeue})
@@ -591,5 +600,8 @@ class StageNextEmulator(StageNextState):
 def create(**options: Any) -> StageNextEmulator:
     """Build a StageNext emulator (options: api_key, application, handler_patterns, instance_id,
     session_ttl, visibility_timeout (GATEWAY_VISIBILITY_TIMEOUT, 60 s), max_inflight, replicas,
-    events_max_batch, lease_seconds (the execution lease, 60 s))."""
+    events_max_batch, lease_seconds (the execution lease, 60 s), requeue_position ("original", the
+    default: a requeued delivery, by ack or by the visibility sweep, goes back to its place in its
+    queue, as RabbitMQ requeues; "back": at the tail, behind the backlog, to test against a broker
+    that requeues so))."""
     return StageNextEmulator(**options)

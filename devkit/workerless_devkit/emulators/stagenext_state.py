@@ -6,6 +6,7 @@ reset() sets the attributes; its routes and Python API are there."""
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import fnmatch
 import json
@@ -26,6 +27,9 @@ RESULT_BODY_CAP = 327_680
 AFFINITY_COOKIE = "gw_replica"
 PULL_POLL_INTERVAL = 0.25
 MAX_WAIT_SECONDS = 20
+#: Where a requeued delivery goes back in its queue: "original" (its place by publish order, as
+#: RabbitMQ requeues; the default) or "back" (the tail, as a broker that re-publishes would).
+REQUEUE_POSITIONS = ("original", "back")
 
 
 def _iso(epoch: float) -> str:
@@ -106,6 +110,8 @@ class Message:
     execution_id: str
     attempt: int
     visible_at: float
+    #: publish order in its queue: a requeue at the "original" position puts it back by this.
+    seq: int = 0
     delivery_count: int = 0
 
 
@@ -155,6 +161,8 @@ class StageNextState(EngineEmulator):
     replicas: int
     events_max_batch: int
     lease_seconds: int
+    requeue_position: str
+    _published: int
     _apps: dict[str, Application]
     _workers: dict[str, Worker]
     _stages: JobRegistry[Stage]
@@ -207,10 +215,29 @@ class StageNextState(EngineEmulator):
         """Create a new execution of ``stage`` and publish its message (after ``delay``)."""
         execution = Execution(execution_id=f"exe_{uuid.uuid4().hex[:16]}", attempt=len(stage.executions) + 1)
         stage.executions.append(execution)
-        message = Message(stage.id, execution.execution_id, execution.attempt, visible_at=self.now() + delay)
+        self._published += 1
+        message = Message(
+            stage.id, execution.execution_id, execution.attempt, visible_at=self.now() + delay, seq=self._published
+        )
+        # The newest publish: the tail, so every queue stays in publish (seq) order.
         self._queues.setdefault(stage.queue, []).append(message)
         self._event(stage, "dispatched", executionId=execution.execution_id, attempt=execution.attempt)
         self._changed.notify_all()  # a parked pull takes it now
+
+    def _requeue(self, message: Message, queue_name: str) -> None:
+        """Return a delivered message to the broker, visible now (an ack with requeue, or the
+        gateway's visibility sweep). The seed says only that it "returns a delivery to the broker";
+        StageNext's broker is AMQP, and RabbitMQ places a requeued message "to its original position
+        in its queue, if possible" (docs/assumptions.md, "Emulator: a requeued delivery keeps its
+        place"): by default it goes back among the messages by its publish order, ahead of
+        everything published after it. ``requeue_position="back"`` models a broker that requeues at
+        the tail instead (behind the whole backlog)."""
+        message.visible_at = self.now()
+        queue = self._queues.setdefault(queue_name, [])
+        if self.requeue_position == "back":
+            queue.append(message)
+        else:
+            bisect.insort(queue, message, key=lambda m: m.seq)
 
     def _tick(self) -> None:
         """Run the sweeps due at the current clock. Called under the lock."""
@@ -221,9 +248,7 @@ class StageNextState(EngineEmulator):
             for token, delivery in list(held.items()):
                 if delivery.pulled_at + self.visibility_timeout <= now:
                     del held[token]
-                    delivery.message.visible_at = now
-                    queue = self._queues.setdefault(self._stages[delivery.message.stage_id].queue, [])
-                    queue.append(delivery.message)
+                    self._requeue(delivery.message, self._stages[delivery.message.stage_id].queue)
                     self._event(
                         self._stages[delivery.message.stage_id],
                         "visibility_requeue",
