@@ -9,7 +9,7 @@ from typing import Any
 from workerless_devkit.chaos.inject import ChaosState
 from workerless_devkit.chaos.ledger import Ledger
 from workerless_devkit.chaos.plan import Fault, FaultPlan, Recorder
-from workerless_devkit.chaos.run import RunResult, explain
+from workerless_devkit.chaos.run import RunConfig, RunResult, explain, start_emulator
 
 
 def test_sure_fires_the_first_chances_of_each_armed_kind_then_rolls() -> None:
@@ -203,3 +203,15 @@ def test_a_chaos_topologys_engine_has_its_polls_watched() -> None:
     poll.join(30)
     assert seen == [True], "the poll in progress was not seen by the topology's poll watch"
     assert not topo.polls.in_progress
+
+
+def test_a_chaos_run_can_model_a_stagenext_broker_that_requeues_at_the_tail() -> None:
+    """`--stagenext-requeue back` (RunConfig.stagenext_requeue) reaches the StageNext emulator; the
+    default is the original place, as RabbitMQ requeues."""
+    for position in ("back", "original"):
+        emulator = start_emulator("stagenext", lease_seconds=5, stagenext_requeue=position)
+        try:
+            assert emulator.emulator.requeue_position == position
+        finally:
+            emulator.stop()
+    assert RunConfig(engine="stagenext").stagenext_requeue == "original"

@@ -29,6 +29,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--large-jobs", type=int, default=3, help="jobs over the queue's message size: the claim check, S3 (default 3)"
     )
+    parser.add_argument(
+        "--stagenext-requeue",
+        choices=("original", "back"),
+        default="original",
+        help="where StageNext's emulator requeues a delivery: its original place (default, as RabbitMQ) or the back",
+    )
     parser.add_argument("--template", type=Path, default=Path("template.yaml"))
     parser.add_argument("--ledger", type=Path, default=None, help="append the side-effect ledger here (JSONL)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
@@ -58,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             large_jobs=min(args.large_jobs, args.jobs),
             ledger_path=args.ledger,
             log_level=args.log_level.upper(),
+            stagenext_requeue=args.stagenext_requeue,
         )
         result = run(config)
         figures = result.figures

@@ -48,6 +48,9 @@ class RunConfig:
     plan: FaultPlan = field(default_factory=FaultPlan)
     template: Path = Path("template.yaml")
     lease_seconds: int = 5
+    #: Where the StageNext emulator puts a requeued delivery: "original" (its place, as RabbitMQ
+    #: does) or "back" (the tail: a broker that requeues behind the backlog; docs/guarantees.md).
+    stagenext_requeue: str = "original"
     handler_timeout: float = 8.0
     max_seconds: float = 60.0
     #: A job is stuck when it is not final this long after its first activation.
@@ -189,7 +192,7 @@ class Emulator:
         self.running.stop()
 
 
-def start_emulator(engine: str, *, lease_seconds: int) -> Emulator:
+def start_emulator(engine: str, *, lease_seconds: int, stagenext_requeue: str = "original") -> Emulator:
     """Serve ``engine``'s emulator on loopback and the env file that reaches it."""
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; one of {', '.join(ENGINES)}")
@@ -212,7 +215,11 @@ def start_emulator(engine: str, *, lease_seconds: int) -> Emulator:
         ready = {"401": lambda: emu.tokens_minted > 0}
         # Discovery mode, so a cell move (421) is re-resolved as in production.
         return Emulator(running, {"SHEPTRA_MODE": "discovery"}, hooks, ready)
-    running = start(engine, lease_seconds=lease_seconds) if engine == "stagenext" else start(engine)
+    running = (
+        start(engine, lease_seconds=lease_seconds, requeue_position=stagenext_requeue)
+        if engine == "stagenext"
+        else start(engine)
+    )
     return Emulator(running, {}, {})
 
 
@@ -319,7 +326,9 @@ def run(config: RunConfig) -> RunResult:
     from workerless_devkit.chaos.topology import ChaosTopology
 
     install_hooks()
-    emulator = start_emulator(config.engine, lease_seconds=config.lease_seconds)
+    emulator = start_emulator(
+        config.engine, lease_seconds=config.lease_seconds, stagenext_requeue=config.stagenext_requeue
+    )
     if config.on_emulator is not None:
         config.on_emulator(emulator.emulator)
     recorder = Recorder()
