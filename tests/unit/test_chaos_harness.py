@@ -39,6 +39,37 @@ def _result(jobs: dict[str, dict[str, Any]], recorder: Recorder, *, late: tuple[
     return RunResult(figures, state, jobs, {}, emulator=None)
 
 
+#: Issue 26, section 1: AWS's bad days, each a fault the chaos suite injects.
+SECTION_1 = {
+    Fault.LAMBDA_OUT_OF_MEMORY,
+    Fault.LAMBDA_THROTTLE,
+    Fault.DYNAMODB_THROTTLE,
+    Fault.DYNAMODB_ERROR,
+    Fault.DYNAMODB_WRITE_LOST,
+    Fault.SQS_BATCH_ERROR,
+    Fault.SQS_BATCH_PARTIAL,
+    Fault.SQS_BATCH_LOST,
+    Fault.S3_ERROR,
+    Fault.SSM_ERROR,
+    Fault.SECRETS_ERROR,
+    Fault.SQS_COUNT_LAG,
+    Fault.SCHEDULE_DRIFT,
+}
+
+
+def test_the_mixed_run_arms_every_fault_of_awss_bad_days() -> None:
+    """GIVEN `make chaos`'s plan (FaultPlan.mixed) THEN every fault of issue 26's section 1 has a
+    positive rate, so its figures include it (before, SQS's lagging counts were armed only by the
+    one-of-each test, never by the mixed run whose figures docs/guarantees.md quotes)."""
+    rates = FaultPlan.mixed(seed=1).rates
+    assert {kind for kind in SECTION_1 if rates.get(kind, 0.0) <= 0.0} == set()
+
+
+def test_the_mixed_run_always_arms_lagging_counts() -> None:
+    """SQS's counts lag on every day, not on some: the run's one roll for it fires on every seed."""
+    assert all(FaultPlan.mixed(seed=seed).roll(Fault.SQS_COUNT_LAG) for seed in range(1, 6))
+
+
 def test_explain_tells_the_story_of_each_job_that_is_not_final_in_time_order() -> None:
     recorder = Recorder()
     recorder.note(Fault.ENGINE_401, job_ids=["stg_1"], where="SendReceiptFunction:begin")
