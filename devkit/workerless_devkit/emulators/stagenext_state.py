@@ -175,6 +175,46 @@ class StageNextState(EngineEmulator):
         with self._lock:
             self._apps[app_id] = Application(app_id, api_key, tuple(handler_patterns))
 
+    # ------------------------------------------------------------------------ what tests read
+
+    def job_state(self, job_id: str) -> dict[str, Any]:
+        """One stage as tests see it. ``state``: ready | leased (a Running execution) | completed | failed."""
+        with self._lock:
+            self._tick()
+            stage = self._stages.get(job_id)
+            if stage is None:
+                raise KeyError(job_id)
+            return self._state_of(stage)
+
+    def jobs(self) -> list[dict[str, Any]]:
+        with self._lock:
+            self._tick()
+            return [self._state_of(stage) for stage in self._stages.values()]
+
+    def workers(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [w.public() for w in self._workers.values()]
+
+    def inflight(self) -> list[int]:
+        """Pending (unacknowledged) deliveries per replica."""
+        with self._lock:
+            self._tick()
+            return [len(held) for held in self._held]
+
+    def held_by_queue(self) -> dict[str, int]:
+        """Pending (unacknowledged) deliveries per handler queue, every replica's together: what
+        a route's MaxInFlight bounds at the gateway."""
+        with self._lock:
+            self._tick()
+            counts: dict[str, int] = {}
+            for held in self._held:
+                for delivery in held.values():
+                    queue = self._stages[delivery.message.stage_id].queue
+                    counts[queue] = counts.get(queue, 0) + 1
+            return counts
+
+    # ------------------------------------------------------------------------ state machinery
+
     def _public_state(self, stage: Stage) -> str:
         current = stage.current
         if stage.state in ("completed", "failed"):
