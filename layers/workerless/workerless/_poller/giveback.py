@@ -18,6 +18,7 @@ from workerless.observability import Lifecycle, logger
 if TYPE_CHECKING:
     from workerless._core.lease import LeaseModel
     from workerless._core.ports import JobStore
+    from workerless._core.settings import Route
     from workerless._poller.poller_lock import Dispatches
     from workerless.engines.base import Engine
 
@@ -118,6 +119,31 @@ def fence(
             "jobs of an unfinished batch were queued after all: ticketed, not handed back", extra={"jobs": len(queued)}
         )
     return back, queued
+
+
+#: A route whose tracked jobs leave room has its SQS count (and its tracked records) read again at
+#: least this often all the same: for what reaches its queue from elsewhere (a dead-letter redrive),
+#: and so that the final records leave the lock's item.
+DEPTH_MAX_AGE_SECONDS = 300.0
+
+
+def depth_due(
+    store: JobStore | None, dispatches: Dispatches, route: Route, *, now: float, horizon: float, age: float
+) -> bool:
+    """Whether ``route``'s SQS count, read ``age`` seconds ago, must be read again (with its tracked
+    records: :func:`tracked`'s ``refresh``) before its room is known.
+
+    Not while the jobs the poller itself tracks leave room under the route's MaxInFlight: they are an
+    exact upper bound on what it holds once every job of the last ``horizon`` seconds is tracked (a
+    record not re-read since only over-counts: a job that finished meanwhile still counts), so the
+    count could only confirm room already there. A GetQueueAttributes a route every poll cycle while
+    work flows was 0.74 SQS requests a job (bench/RESULTS.md). Due when they leave none (the count,
+    or the records re-read, may show room they do not), when tracking is not complete (a store-less
+    poller, an item written by a poller that predates the tracking: SQS's count is the bound), and
+    at least every :data:`DEPTH_MAX_AGE_SECONDS`."""
+    if age >= DEPTH_MAX_AGE_SECONDS or store is None or not dispatches.complete(now, horizon=horizon):
+        return True
+    return len(dispatches.live(route.type)) >= route.max_in_flight
 
 
 def tracked(
