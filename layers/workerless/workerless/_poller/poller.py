@@ -138,9 +138,10 @@ class Poller:
         self._wall_clock = wall or time.time
         #: Jobs sent per route recently: the lock's record (handed on between invocations) or our own.
         self.dispatches: Dispatches = lock.dispatches if lock is not None else Dispatches(settings.sqs_lag_seconds)
-        # Each route's SQS count as last read and when (``clock``), reused while not due (see demands):
-        # it can only over-count (handlers finish jobs meanwhile), so capacity is never over-estimated.
+        # Each route's SQS count as last read and when (``clock``; it can only over-count: handlers
+        # finish jobs meanwhile), and when its tracked records were last re-read (see demands).
         self._depths: dict[str, tuple[int, float]] = {}
+        self._refreshed: dict[str, float] = {}
         #: When a job was last dispatched (epoch seconds; a relay carries it to the next invocation).
         self.last_dispatch: float | None = None
         #: The poll budget ran out while work was still arriving.
@@ -169,28 +170,27 @@ class Poller:
                 self._depths[str(job_type)] = (count, read_wall - offset)
 
     def demands(self) -> list[Demand]:
-        """Each route's room: MaxInFlight minus what it holds (see the module docstring). Its SQS count
-        is read again only when due (:func:`workerless._poller.giveback.depth_due`)."""
+        """Each route's room: MaxInFlight minus what it holds (module docstring). Its tracked records
+        are re-read every DEPTH_REFRESH_SECONDS, its SQS count only when due (giveback.depth_due)."""
         demands = []
         now, wall = self.clock(), self._wall_clock()
         horizon = float(self.settings.max_hold_seconds + self.settings.lease_seconds)
         for route in self.settings.routes:
-            cached = self._depths.get(route.type)
-            if cached is None or (
-                now - cached[1] >= DEPTH_REFRESH_SECONDS
-                and giveback.depth_due(
-                    self.store, self.dispatches, route, now=wall, horizon=horizon, age=now - cached[1]
-                )
-            ):
-                cached = self._depths[route.type] = self._depth(route.type, route.queue_url, now)
-            count, read_at = cached
+            if route.type not in self._depths:
+                self._depths[route.type] = self._depth(route.type, route.queue_url, now)
+            refresh = now - self._refreshed.get(route.type, -math.inf) >= DEPTH_REFRESH_SECONDS
+            self._refreshed[route.type] = now if refresh else self._refreshed[route.type]
+            count, read_at = self._depths[route.type]
+            bounds = (self.store, self.dispatches, route.type, wall, horizon)
+            bound = giveback.tracked(*bounds, count, self._wall(read_at), refresh=refresh)
+            if refresh and read_at != now and giveback.depth_due(bound, route.max_in_flight, age=now - read_at):
+                count, read_at = self._depths[route.type] = self._depth(route.type, route.queue_url, now)
+                bound = giveback.tracked(*bounds, count, self._wall(read_at), refresh=False)
             # Not yet in SQS's count: every job sent after (read time - lag), after the read included;
             # the lock keeps the sends that long only for a count under DEPTH_REFRESH_SECONDS old.
             recent = self.dispatches.since(route.type, self._wall(read_at) - self.dispatches.window)
             estimate = count + recent if now - read_at < DEPTH_REFRESH_SECONDS else math.inf
-            bounds = (self.store, self.dispatches, route.type, wall, horizon, count, self._wall(read_at))
-            held = int(min(estimate, giveback.tracked(*bounds, refresh=read_at == now)))
-            capacity = max(0, route.max_in_flight - held)
+            capacity = max(0, route.max_in_flight - int(min(estimate, bound)))
             limits = (self.settings.max_payload_bytes, self.settings.answer_budget_bytes)
             demands.append(Demand(route.type, capacity, route.engine_queue, *limits))
         return demands
