@@ -20,10 +20,9 @@ Only one invocation polls at a time: the entry point takes the poller lock
 (:mod:`workerless._poller.poller_lock`) first, and each cycle renews it when due. What a route holds is
 SQS's approximate count plus every job sent in the last WORKERLESS_SQS_LAG_SECONDS before that
 count was read (the lock hands that record on), or, smaller, the jobs activated whose record is
-not final (exact; tracked in the same record). While those tracked jobs alone leave room, the
-count is not read again (at least every 5 minutes: :func:`workerless._poller.giveback.depth_due`).
-A route read empty, with nothing sent to it since, is marked so in that record and not read again
-for EMPTY_RECHECK_SECONDS (only the poller sends to it): an idle tick reads no queue.
+not final (exact; tracked in the same record; while they leave room, SQS is read every 5 minutes
+only: giveback.depth_due). A route read empty, with nothing sent to it since, is marked so in that
+record and not read again for EMPTY_RECHECK_SECONDS (only the poller sends to it): an idle tick reads no queue.
 
 Why dispatch before the ticket: if the poller dies between the two, the jobs still run and a short
 job finishes inside its lease; the other order would have the heartbeat keep alive jobs no handler
@@ -183,7 +182,8 @@ class Poller:
             count, read_at = self._depths[route.type]
             bounds = (self.store, self.dispatches, route.type, wall, horizon)
             bound = giveback.tracked(*bounds, count, self._wall(read_at), refresh=refresh)
-            if refresh and read_at != now and giveback.depth_due(bound, route.max_in_flight, age=now - read_at):
+            age = now - read_at
+            if age >= DEPTH_REFRESH_SECONDS and giveback.depth_due(bound, route.max_in_flight, age=age):
                 count, read_at = self._depths[route.type] = self._depth(route.type, route.queue_url, now)
                 bound = giveback.tracked(*bounds, count, self._wall(read_at), refresh=False)
             # Not yet in SQS's count: every job sent after (read time - lag), after the read included;
