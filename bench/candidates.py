@@ -15,12 +15,28 @@ from bench.cost import (
     DDB_PER_RRU,
     DDB_PER_WRU,
     ESM_IDLE_POLLERS,
+    ESM_LONG_POLL_SECONDS,
+    ESM_OPTIMISED_POLLERS,
     LAMBDA_PER_GB_S,
     LAMBDA_PER_REQUEST,
     LATENCY_MS,
     MEMORY_MB,
+    SECONDS_PER_MONTH,
     SQS_PER_REQUEST,
 )
+
+#: main's figures before issue 29's idle-cost moves (the ticker's event source uncapped, the depth read
+#: only when the tracked jobs leave no room): bench/RESULTS.md at c696d82, the same model.
+BEFORE_IDLE_CAPS = {
+    "commit": "c696d82",
+    "cost": 7.34,
+    "backlog": 4.78,
+    "idle": 1.96,
+    "break_even": 0.71,
+    "get_queue_attributes_per_job": 0.738,
+    "p50": 0.63,
+    "p99": 1.12,
+}
 
 #: The handlers' functions in the billable run (bench.measure.TEMPLATE_TYPES).
 HANDLERS = ("charge-payment", "send-receipt", "generate-report")
@@ -35,10 +51,6 @@ LEASE_SECONDS = 60
 #: Bytes one open job takes in the poller lock's intent batch, and the item's own header: the
 #: figures bench/run.py's dispatch-on-paper model uses for a Sheptra job.
 INTENT_ENTRY_BYTES, INTENT_HEADER_BYTES = 75, 550
-#: AWS's low-traffic optimisation of an SQS event source: "can optimize to as few as 2 concurrent
-#: batches to reduce the SQS calls ... not available when you enable the maximum concurrency setting"
-#: (Lambda developer guide, "Configuring scaling behavior for SQS event source mappings").
-ESM_OPTIMISED_POLLERS = 2
 #: A relay's own overhead in the relayed invocation beyond the poll it makes either way: its send
 #: (SQS) and the lock takeover (DynamoDB), and Lambda's 1 ms rounding (half on average).
 RELAY_OVERHEAD_MS = LATENCY_MS["sqs"] + LATENCY_MS["dynamodb"] + 0.5
@@ -157,22 +169,21 @@ def lock_item_size(run: dict[str, Any]) -> dict[str, Any]:
 def idle_event_sources(r: dict[str, Any]) -> dict[str, Any]:
     """The idle figure under each event-source candidate: the routes' mappings disabled while idle,
     one control queue (ticks, relays and tickets on one event source), and AWS's 2-poller
-    optimisation (mappings without MaximumConcurrency), alone and together."""
-    idle = r["idle_cost_detail"]
+    optimisation (a mapping without MaximumConcurrency) for the heartbeat's event source too. A
+    queue's long polls a month: five idle pollers where the mapping is capped, two where not
+    (bench.cost.ESM_IDLE_POLLERS, ESM_OPTIMISED_POLLERS); the ticker's is uncapped at the defaults."""
     total = r["idle_cost_per_month_usd"]["value"]
-    esm = idle["parts"]["event_source_long_polls"]
-    sources = r["template_shape"]["sqs_event_sources"]
     routes = r["template_shape"]["routes"]
-    per_queue = esm / sources if sources else 0.0
-    two = per_queue * ESM_OPTIMISED_POLLERS / ESM_IDLE_POLLERS
-    tick = idle["parts"]["tick_chain"]
+    polls = SECONDS_PER_MONTH / ESM_LONG_POLL_SECONDS * SQS_PER_REQUEST
+    capped, uncapped = ESM_IDLE_POLLERS * polls, ESM_OPTIMISED_POLLERS * polls
+    ticker = uncapped if r["template_shape"].get("sqs_event_sources_uncapped") else capped
     return {
-        "per_queue_month": round(per_queue, 3),
-        "routes_disabled_idle": round(total - routes * per_queue, 3),
-        "one_control_queue": round(total - per_queue, 3),
-        "two_pollers": round(total - esm + sources * two, 3),
-        "control_queue_and_two_pollers": round(total - esm + (sources - 1) * two, 3),
-        "control_queue_two_pollers_tick_60": round(total - esm + (sources - 1) * two - tick + tick / 3, 3),
+        "per_queue_month": round(capped, 3),
+        "per_uncapped_queue_month": round(uncapped, 3),
+        "routes_disabled_idle": round(total - routes * capped, 3),
+        # the ticker's event source goes; the tickets' (capped: the heartbeat's reservation) stays
+        "one_control_queue": round(total - ticker, 3),
+        "heartbeat_uncapped": round(total - capped + uncapped, 3),
     }
 
 
@@ -297,29 +308,50 @@ def markdown(r: dict[str, Any]) -> list[str]:
             "SQS event sources; idle $ a month",
             f"{r['template_shape']['sqs_event_sources']}; ${idle_now:.2f}",
             f"{r['template_shape']['sqs_event_sources'] - 1}; ${idle['one_control_queue']:.2f}",
-            "**open**, not made in this session: the poller and the heartbeat differ in timeout, concurrency and "
-            "role, so one queue means one function dispatching on the message kind (an entry-point change, in the "
-            "area issue 28 is restructuring)",
+            "**refused**: a queue's visibility timeout must be at least the timeout of every function it feeds "
+            "(\"Your function's timeout must be less than or equal to the queue's visibility timeout. Lambda "
+            'validates this requirement when you create or update an event source mapping", Lambda developer guide, '
+            '"Creating and configuring an Amazon SQS event source mapping"). The poller\'s timeout is 60 s (a 20 s '
+            "poll budget, a 10 s engine call, the dispatch after it); a ticket queue's visibility must end within "
+            "the 40 s of lease a ticket arrives with, less a call (HeartbeatVisibilityTimeout 30 s): no one "
+            "visibility serves both consumers",
         ),
         (
-            "event sources without ScalingConfig MaximumConcurrency (AWS's low-traffic optimisation to 2 pollers)",
+            "the ticker's event source without ScalingConfig MaximumConcurrency (AWS's low-traffic optimisation to "
+            "2 pollers), the poller capped by its reserved concurrency (PollerReservedConcurrency 3) instead",
+            "idle $ a month; the ticker's idle long polls a month",
+            f"${BEFORE_IDLE_CAPS['idle']:.2f}; ${idle['per_queue_month']:.2f} (5 pollers)",
+            f"${idle_now:.2f}; ${idle['per_uncapped_queue_month']:.2f} (2 pollers; this run)",
+            '**made**: AWS says an SQS event source "can optimize to as few as 2 concurrent batches ... not '
+            'available when you enable the maximum concurrency setting" (Lambda developer guide, "Configuring '
+            'scaling behavior for SQS event source mappings"): "can", so the 2 pollers are a best case, to confirm '
+            "on an account. With ReserveConcurrency false, PollerConcurrency still caps the mapping (Fn::If)",
+        ),
+        (
+            "the heartbeat's event source uncapped as well",
             "idle $ a month",
             f"${idle_now:.2f}",
-            f"${idle['two_pollers']:.2f}; with one control queue ${idle['control_queue_and_two_pollers']:.2f}; "
-            f"and TickSeconds 60 ${idle['control_queue_two_pollers_tick_60']:.2f}",
-            '**open**: AWS says an SQS event source "can optimize to as few as 2 concurrent batches ... not available '
-            'when you enable the maximum concurrency setting" (Lambda developer guide, "Configuring scaling behavior '
-            "for SQS event source mappings\"): a possibility, not a bound. The routes' MaxInFlight already caps their "
-            "handlers' concurrency; the ticker's and heartbeat's caps would go. To confirm on an account first",
+            f"${idle['heartbeat_uncapped']:.2f}",
+            "**refused**: an uncapped mapping invokes past the function's reservation (\"Event source mappings don't "
+            'account for reserved concurrency", AWS knowledge center, lambda-sqs-scaling; "do not configure maximum '
+            'concurrency higher than the reserved concurrency ... Otherwise, Lambda may throttle your messages", '
+            '"Configuring scaling behavior for SQS event source mappings"), and a throttled ticket batch comes back '
+            "only after the heartbeat queue's 30 s visibility, with 10 s of a 60 s lease left: leases at risk "
+            "(guarantees.md). The routes' mappings (3 x $0.16 a month) stay capped by HandlerMaximumConcurrency: "
+            "open, not tried in this session",
         ),
         (
-            "a route's SQS depth read only when its estimated room binds (not every 2 s while work flows)",
-            "GetQueueAttributes a job; $ per million jobs",
-            f"{gqa:.2f}; ${cost:.2f}",
-            f"at most -{gqa:.2f}: ${cost - gqa * 0.4:.2f} at best",
-            "**open**, not made: the estimate (the count read plus the sends since) is an upper bound only while the "
-            "lock's send log covers the read's age plus SQS's lag window (60 s); a longer log makes the lock's "
-            "item larger, which the lock-size row shows is what keeps its writes at one unit",
+            "a route's SQS depth read only when the jobs the poller tracks leave no room under MaxInFlight (and "
+            "at least every 5 minutes)",
+            "GetQueueAttributes a job; $ per million jobs, 2 jobs/s",
+            f"{BEFORE_IDLE_CAPS['get_queue_attributes_per_job']:.2f}; ${BEFORE_IDLE_CAPS['cost']:.2f}",
+            f"{gqa:.2f}; ${cost:.2f} (this run)",
+            "**made**: the tracked jobs (exact: their records re-read every 2 s as before, a BatchGetItem) bound "
+            "what a route holds without the count; a count not read again is never added to sends the lock no "
+            "longer logs. Deferring the records' reads too was measured and dropped: their final keys stayed in "
+            "every lock write (4.23 write units a job, $8.54 per million) "
+            "(workerless._poller.giveback.depth_due; tests/unit/test_poller_depth_reads.py, the lagging-count "
+            "bound relayed in tests/unit/test_poller_lagging_counts.py)",
         ),
     ]
     lines = [

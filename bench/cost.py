@@ -73,6 +73,13 @@ LATENCY_MS = {"sqs": 10.0, "dynamodb": 5.0, "engine": 20.0}
 #: parallel long-polling connections" at idle) = 15 billed ReceiveMessage requests a minute per queue.
 ESM_IDLE_POLLERS = 5
 ESM_LONG_POLL_SECONDS = 20
+#: An event source without ScalingConfig MaximumConcurrency: AWS's low-traffic optimisation "can
+#: optimize to as few as 2 concurrent batches to reduce the SQS calls and corresponding costs.
+#: However, this optimization is not available when you enable the maximum concurrency setting"
+#: (Lambda developer guide, "Configuring scaling behavior for SQS event source mappings",
+#: https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html). Modelled at those 2
+#: pollers: AWS says "can", not "does" (docs/assumptions.md), so the idle figure is a best case there.
+ESM_OPTIMISED_POLLERS = 2
 #: The poller reads its routes (GetParametersByPath, one page of 10 per call) at a container's first
 #: poll and every WORKERLESS_ROUTES_REFRESH_SECONDS (300) after; at most two poller containers.
 ROUTES_REFRESH_SECONDS = 300
@@ -277,6 +284,10 @@ def template_shape(template: Path) -> dict[str, Any]:
     schedules = [s for f in loaded.functions for s in f.schedule_events if s.enabled]
     return {
         "sqs_event_sources": sum(1 for f in loaded.functions for e in f.sqs_events if e.enabled),
+        # those without MaximumConcurrency (the poller's ticker while ReserveConcurrency is true)
+        "sqs_event_sources_uncapped": sum(
+            1 for f in loaded.functions for e in f.sqs_events if e.enabled and e.maximum_concurrency is None
+        ),
         "event_sources_by_function": {f.logical_id: len(f.sqs_events) for f in loaded.functions if f.sqs_events},
         "schedule_seconds": [s.seconds for s in schedules],
         "schedule_seconds_by_function": {
@@ -319,7 +330,9 @@ def idle_monthly(
     if drains and per_drain is None:
         raise ValueError(f"the template schedules {sorted(set(by_function) - {POLLER_FUNCTION})}: per_drain is needed")
     drain = per_drain or {"cpu_s": 0.0, "sqs_calls": 0, "ddb_calls": 0, "engine_calls": 0}
-    esm_requests = shape["sqs_event_sources"] * ESM_IDLE_POLLERS * SECONDS_PER_MONTH / ESM_LONG_POLL_SECONDS
+    uncapped = shape.get("sqs_event_sources_uncapped", 0)
+    pollers = (shape["sqs_event_sources"] - uncapped) * ESM_IDLE_POLLERS + uncapped * ESM_OPTIMISED_POLLERS
+    esm_requests = pollers * SECONDS_PER_MONTH / ESM_LONG_POLL_SECONDS
     routes_reads = (
         POLLER_CONTAINERS * SECONDS_PER_MONTH / ROUTES_REFRESH_SECONDS * math.ceil(max(1, shape.get("routes", 1)) / 10)
     )

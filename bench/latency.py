@@ -152,7 +152,7 @@ def dispatch_rate(*, jobs: int = 600, max_in_flight: int = 1000, sharded: bool =
     emulator over loopback HTTP): a backlog of ``jobs`` at the engine, MaxInFlight high enough that
     room never binds, jobs a second from the first dispatch to the last (the ``dispatched`` lifecycle
     step). The handlers run meanwhile in the same process, as local mode runs them. ``sharded``: each
-    route in a poller shard of its own (PollerConcurrency 4), the deployment's rate with 3 pollers."""
+    route in a poller shard of its own (PollerReservedConcurrency 5), the deployment's rate with 3 pollers."""
     from workerless_devkit.emulators import start
     from workerless_devkit.local.runtime import LocalTopology
 
@@ -178,7 +178,9 @@ def dispatch_rate(*, jobs: int = 600, max_in_flight: int = 1000, sharded: bool =
             template = ROOT / "template.yaml"
             if sharded:
                 template = _sharded_template()
-                parameters["PollerConcurrency"] = "4"
+                # 3 shards' ticker batches side by side and the watchdog beside them: the reservation caps
+                # the poller (its ticker event source sets no MaximumConcurrency while it is reserved).
+                parameters["PollerReservedConcurrency"] = "5"
             try:
                 with LocalTopology(template, env_file, parameters=parameters, listeners=(listener,)) as topology:
                     topology.run_until(lambda: len(dispatched) >= jobs, max_seconds=180)

@@ -544,7 +544,9 @@ def write_results_md(r: dict[str, Any], path: Path) -> None:
         f"{idle['watchdog_invocations_per_month']:,} watchdog runs, {idle.get('dead_letter_drains_per_month') or 0:,} "
         "dead-letter drains, and Lambda's SQS event sources long-polling "
         f"{r['template_shape']['sqs_event_sources']} queues ({idle['event_source_requests_per_month']:,} billed receives, "
-        "assuming five idle pollers per event source, each a 20 s long poll); the custom metrics an idle invocation "
+        "assuming five idle pollers per event source with MaximumConcurrency and two for one without, "
+        f"{r['template_shape'].get('sqs_event_sources_uncapped', 0)} here: AWS's low-traffic optimisation, a best "
+        "case; each a 20 s long poll); the custom metrics an idle invocation "
         f"publishes: {', '.join(idle.get('custom_metrics') or []) or 'none'}. Parts, $ per month: "
         + ", ".join(f"{k.replace('_', ' ')} {v:.2f}" for k, v in idle["parts"].items())
         + "."
@@ -739,6 +741,25 @@ def _moves(r: dict[str, Any], add: Any) -> None:
         add(f"| {m['move']} (issue 29) | {m['figure']} (median of 4, interleaved) | {m['before']} | {m['after']} |")
     for candidate, measured, verdict in CPU_REFUSED_29:
         add(f"| not made: {candidate} (issue 29) | {measured} | — | {verdict} |")
+    from bench.candidates import BEFORE_IDLE_CAPS as ic
+
+    be = (cost.get("break_even_jobs_per_month_vs_fargate") or 0) / 1e6
+    backlog = cost.get("backlog") or 0.0
+    add(
+        "| the ticker's event source without MaximumConcurrency while ReserveConcurrency is true (the poller "
+        "capped by PollerReservedConcurrency; AWS's idle optimisation to 2 pollers), and a route's SQS depth read "
+        "only when the poller's tracked jobs leave no room under MaxInFlight, at least every 5 minutes (issue 29; "
+        f"before: main at {ic['commit']}, its bench/RESULTS.md) | poller GetQueueAttributes a job; $ per million "
+        "jobs, 2 jobs/s; backlog; idle $/month; break-even (million jobs a month) "
+        f"| {ic['get_queue_attributes_per_job']:.2f}; ${ic['cost']:.2f}; ${ic['backlog']:.2f}; ${ic['idle']:.2f}; "
+        f"{ic['break_even']:.2f} | {gqa:.2f}; ${cost['value']:.2f}; ${backlog:.2f}; "
+        f"${r['idle_cost_per_month_usd']['value']:.2f}; {be:.2f} |"
+    )
+    if lat.get("p50_load") is not None:
+        add(
+            f"| (same) | pickup p50 / p99 at 2 jobs/s | {ic['p50']:.2f} s / {ic['p99']:.2f} s "
+            f"| {lat['p50_load']:.2f} s / {lat['p99_load']:.2f} s |"
+        )
     dispatch = r.get("dispatch_rate_jobs_per_s") or {}
     one, sharded = dispatch.get("on_paper_one_shard"), dispatch.get("local_sharded")
     if one and sharded:
@@ -840,7 +861,9 @@ def _gaps(r: dict[str, Any], t: dict[str, bool | None]) -> list[str]:
             f"**Idle cost (${r['idle_cost_per_month_usd']['value']:.2f}/month, target ${IDLE_TARGET:.2f}).** "
             f"${idle['parts']['event_source_long_polls']:.2f} of it is Lambda's SQS event sources long-polling "
             f"{shape['sqs_event_sources']} queues (≈ ${ESM_MONTHLY_PER_QUEUE:.2f} a month each, whatever the code "
-            "does): one per route, the tick and the heartbeat tickets. The job dead-letter queue every route shares "
+            f"does; ≈ ${ESM_MONTHLY_PER_QUEUE * 2 / 5:.2f} for each of the {shape.get('sqs_event_sources_uncapped', 0)} "
+            "without MaximumConcurrency, AWS's 2 idle pollers, a best case): one per route, the tick and the "
+            "heartbeat tickets. The job dead-letter queue every route shares "
             "has none: the dead-letter function drains it on a 1-minute schedule "
             f"(${idle['parts'].get('dead_letter_drain', 0):.2f} a month for its {idle.get('dead_letter_drains_per_month') or 0:,} "
             "empty short polls, plus its schedule's share of the EventBridge line; "
@@ -850,10 +873,11 @@ def _gaps(r: dict[str, Any], t: dict[str, bool | None]) -> list[str]:
             "with nothing sent to it since, is not read again for 5 minutes "
             f"(before: {BEFORE_IDLE_MOVES['tick_sqs']:.0f} SQS requests a tick, ${BEFORE_IDLE_MOVES['tick_chain'] + BEFORE_IDLE_MOVES['watchdog']:.2f} "
             "a month); what is left of it is the next tick, its delete, and the ticker state's and the poller lock's "
-            "writes (three a tick) and reads (two). The changes that close the rest, in order: (1) carry the poller's "
-            "ticks on the heartbeat queue (one control queue, one event source, the function dispatching on the message "
-            f"kind: -${ESM_MONTHLY_PER_QUEUE:.2f}); (2) fewer lock and ticker writes an idle tick (the lock taken and "
-            f"released is two of them). With (1) {shape['sqs_event_sources'] - 1} event sources remain (one per route + "
+            "writes (three a tick) and reads (two). The changes that close the rest, in order: (1) one control queue "
+            "is refused (a queue's visibility must cover every consumer's timeout: the candidates' table), and the "
+            "ticker's event source already goes without MaximumConcurrency (two idle pollers, a best case); (2) fewer "
+            "lock and ticker writes an idle tick (the lock taken and released is two of them). Had (1) been possible, "
+            f"{shape['sqs_event_sources'] - 1} event sources would remain (one per route + "
             f"control): ≈ ${(shape['sqs_event_sources'] - 1) * ESM_MONTHLY_PER_QUEUE:.2f} + "
             f"${idle['parts']['tick_chain'] + idle['parts']['watchdog_schedule']:.2f} — still above $1.00 with a "
             "20 s tick, so the last step is the tick itself: TickSeconds 60 (the watchdog alone) meets $1.00 at the "

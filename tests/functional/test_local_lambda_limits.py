@@ -21,6 +21,12 @@ Transform: AWS::Serverless-2016-10-31
 Parameters:
   RecordDir:
     Type: String
+  # As template.yaml's poller: "false" sets no MaximumConcurrency, the reservation alone caps it.
+  Capped:
+    Type: String
+    Default: "true"
+Conditions:
+  IsCapped: !Equals [!Ref Capped, "true"]
 Resources:
   WorkQueue:
     Type: AWS::SQS::Queue
@@ -49,9 +55,9 @@ Resources:
           Properties:
             Queue: !GetAtt WorkQueue.Arn
             BatchSize: 1
-            # Over the reservation, as AWS warns against: the second concurrent batch is throttled.
-            ScalingConfig:
-              MaximumConcurrency: 2
+            # Over the reservation, as AWS warns against (or none at all: up to local mode's default
+            # of 10): the second concurrent batch is throttled.
+            ScalingConfig: !If [IsCapped, {MaximumConcurrency: 2}, !Ref AWS::NoValue]
   TickFunction:
     Type: AWS::Serverless::Function
     Properties:
@@ -175,12 +181,18 @@ def test_an_invocation_past_its_memory_size_is_killed_and_its_batch_comes_back(a
     ]
 
 
-def test_a_throttled_sqs_batch_stays_in_flight_until_its_visibility_timeout(app: Path) -> None:
-    """GIVEN ReservedConcurrentExecutions 1 under a MaximumConcurrency of 2
+@pytest.mark.parametrize("capped", ["true", "false"], ids=["maximum-concurrency-2", "no-maximum-concurrency"])
+def test_a_throttled_sqs_batch_stays_in_flight_until_its_visibility_timeout(app: Path, capped: str) -> None:
+    """GIVEN ReservedConcurrentExecutions 1 under a MaximumConcurrency of 2, or under none (the
+    ticker's event source in template.yaml while ReserveConcurrency is true: the reservation alone
+    caps the poller)
     WHEN one invocation holds the reservation and a second message arrives
     THEN the second batch is throttled: the function never sees its first receive; it comes back
     after the visibility timeout (receive count 2 or more) and runs once the first one ends."""
-    with LocalTopology(app / "template.yaml", parameters={"RecordDir": str(app / "records")}) as top:
+    parameters = {"RecordDir": str(app / "records"), "Capped": capped}
+    with LocalTopology(app / "template.yaml", parameters=parameters) as top:
+        (event,) = next(f for f in top.template.functions if f.logical_id == "WorkFunction").sqs_events
+        assert event.maximum_concurrency == (2 if capped == "true" else None)
         send(top, {"id": "first", "block": True})
         assert top.run_until(lambda: bool(lines(app, "deliveries.jsonl")), max_seconds=60, poll_seconds=0.05)
         send(top, {"id": "second"})

@@ -664,10 +664,33 @@ def test_the_functions_that_hold_leases_have_concurrency_reserved(
     assert mappings
     limit = int(cfn["Parameters"][reserved]["Default"])
     for queue, mapping in mappings.items():
+        if function == "PollerFunction":
+            continue  # its reservation alone caps it (the next test)
         maximum = _default(cfn, mapping["ScalingConfig"]["MaximumConcurrency"])
-        # The poller's schedule (the watchdog) invokes it beside its ticker event source.
-        spare = 1 if function == "PollerFunction" else 0
-        assert maximum + spare <= limit, (queue, maximum, limit)
+        assert maximum <= limit, (queue, maximum, limit)
+
+
+def test_the_poller_is_capped_by_its_reservation_or_else_by_its_event_source(cfn: dict[str, Any]) -> None:
+    """ReserveConcurrency true (the default): the ticker event source sets no MaximumConcurrency (AWS
+    scales such a mapping down to 2 pollers when traffic is low, an optimisation "not available when
+    you enable the maximum concurrency setting"), and PollerReservedConcurrency (3: two ticker
+    batches and the watchdog schedule) caps the poller, Lambda throttling past it. False: nothing
+    reserved, and PollerConcurrency (Lambda's minimum 2) caps the event source instead, through the
+    same condition."""
+    params = cfn["Parameters"]
+    (mapping,) = _event_source_queues(cfn, "PollerFunction").values()
+    assert mapping["ScalingConfig"] == {
+        "Fn::If": ["ReservesConcurrency", {"Ref": "AWS::NoValue"}, {"MaximumConcurrency": {"Ref": "PollerConcurrency"}}]
+    }
+    reserved = cfn["Resources"]["PollerFunction"]["Properties"]["ReservedConcurrentExecutions"]
+    assert reserved == {
+        "Fn::If": ["ReservesConcurrency", {"Ref": "PollerReservedConcurrency"}, {"Ref": "AWS::NoValue"}]
+    }
+    assert params["ReserveConcurrency"]["Default"] == "true"
+    assert params["PollerReservedConcurrency"]["Default"] == 3
+    # Lambda's event source takes 2 batches at least: with the watchdog beside them, 3.
+    assert params["PollerReservedConcurrency"]["MinValue"] == 3
+    assert params["PollerConcurrency"]["Default"] == 2 and params["PollerConcurrency"]["MinValue"] == 2
 
 
 def test_every_queue_sets_sqs_maximum_message_size(cfn: dict[str, Any]) -> None:

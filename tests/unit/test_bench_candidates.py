@@ -75,5 +75,5 @@ def test_the_section_prices_every_candidate_from_the_committed_results() -> None
     results = json.loads((ROOT / "bench" / "results.json").read_text(encoding="utf-8"))
     lines = candidates.markdown(results)
     rows = [line for line in lines if line.startswith("| ") and "**" in line]
-    assert len(rows) == 9
+    assert len(rows) == 10
     assert all(any(v in row for v in ("**made**", "**refused**", "**open**")) for row in rows)

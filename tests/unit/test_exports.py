@@ -13,7 +13,16 @@ import pytest
 from tests.unit.runtime_modules import RUNTIME
 
 EXPORTS: dict[str, list[str]] = {
-    "workerless": ["BusinessError", "Job", "TerminalError", "ThrowError", "__version__", "job_handler"],
+    "workerless": [
+        "BusinessError",
+        "Job",
+        "Settings",
+        "TerminalError",
+        "ThrowError",
+        "__version__",
+        "get_settings",
+        "job_handler",
+    ],
     "workerless.testing": [
         "FakeEngine",
         "FakeJob",

@@ -94,12 +94,16 @@ def settings() -> Settings:
     )
 
 
-@pytest.mark.parametrize("store", [True, False], ids=["records", "sqs-only"])
-def test_max_in_flight_holds_at_every_moment_with_counts_a_minute_behind(store: bool) -> None:
+@pytest.mark.parametrize(
+    ("store", "relay"), [(True, False), (True, True), (False, False)], ids=["records", "records-relayed", "sqs-only"]
+)
+def test_max_in_flight_holds_at_every_moment_with_counts_a_minute_behind(store: bool, relay: bool) -> None:
     """GIVEN 60 jobs, MaxInFlight 5 and SQS counts a minute behind WHEN the poller runs every second
     for 240 s THEN at no moment are more than 5 jobs leased and not final; with the job records
     (exact) the route still runs at its rate (every job done); with SQS's count alone (no store)
-    the bound holds only by counting each send for the whole lag, so fewer jobs finish."""
+    the bound holds only by counting each send for the whole lag, so fewer jobs finish. Relayed:
+    each invocation is handed the last one's counts, as a relay does, so the count is read again
+    only when the tracked jobs leave no room (giveback.depth_due): the bound holds all the same."""
     clock = Clock()
     engine = FakeEngine(clock=clock)
     for n in range(60):
@@ -107,10 +111,20 @@ def test_max_in_flight_holds_at_every_moment_with_counts_a_minute_behind(store: 
     world = World(clock, engine)
     state = MemoryState()
     worst = 0
+    depths: object = None
+    reads = 0
+    counted = world.in_flight
+
+    def in_flight(queue_url: str) -> int:
+        nonlocal reads
+        reads += 1
+        return counted(queue_url)
+
+    world.in_flight = in_flight  # type: ignore[method-assign]
     for _ in range(240):
         lock = PollerLock(state, seconds=30, window=settings().sqs_lag_seconds, clock=clock)
         assert lock.acquire()
-        Poller(
+        poller = Poller(
             settings(),
             engine,
             world,
@@ -119,7 +133,11 @@ def test_max_in_flight_holds_at_every_moment_with_counts_a_minute_behind(store: 
             sleep=lambda s: None,
             lock=lock,
             store=world if store else None,  # type: ignore[arg-type]
-        ).run(deadline=clock.now + 10)
+        )
+        if relay:
+            poller.inherit_depths(depths)
+        poller.run(deadline=clock.now + 10)
+        depths = poller.depths_for_relay()
         lock.release()
         worst = max(worst, world.leased())
         clock.now += 1.0
@@ -131,6 +149,9 @@ def test_max_in_flight_holds_at_every_moment_with_counts_a_minute_behind(store: 
         assert done == 60, "the exact records keep the route at its rate: every job done"
     else:
         assert done < 60, "SQS's count alone (a minute behind) holds each job's slot for the lag"
+    if relay:
+        # 25 here, against 97 when each invocation starts without counts (the "records" case).
+        assert reads <= done / 2, f"{reads} depth reads for {done} jobs: read only when the tracked jobs leave no room"
 
 
 def test_a_job_whose_record_never_turns_final_stops_holding_a_slot_after_the_lag_window() -> None:

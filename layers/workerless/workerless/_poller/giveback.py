@@ -120,6 +120,25 @@ def fence(
     return back, queued
 
 
+#: A route whose tracked jobs leave room has its SQS count read again at least this often all the
+#: same: for what reaches its queue from elsewhere (a dead-letter redrive).
+DEPTH_MAX_AGE_SECONDS = 300.0
+
+
+def depth_due(bound: float, max_in_flight: int, *, age: float) -> bool:
+    """Whether a route's SQS count, read ``age`` seconds ago, must be read again before its room is
+    known, given ``bound``: what :func:`tracked` makes of the jobs the poller itself tracks, their
+    records just re-read (infinity when they cannot be trusted: no store, tracking not complete,
+    records unreadable).
+
+    Not while that bound leaves room under the route's MaxInFlight: it is an upper bound on what the
+    route holds without the count, which could only confirm room already there. A GetQueueAttributes
+    a route every 2 s while work flows was 0.74 SQS requests a job (bench/RESULTS.md). Due when it
+    leaves none (the count may show room it does not: a job whose record never turns final counts
+    for the lag window only with a fresh count), and at least every :data:`DEPTH_MAX_AGE_SECONDS`."""
+    return age >= DEPTH_MAX_AGE_SECONDS or bound >= max_in_flight
+
+
 def tracked(
     store: JobStore | None,
     dispatches: Dispatches,
@@ -140,8 +159,8 @@ def tracked(
       minute to settle). Valid once every job activated in the last ``horizon`` seconds is
       tracked: the longest the engine can hold a lease of ours (WORKERLESS_MAX_HOLD_SECONDS, after
       which the heartbeat stops extending it, plus a lease). Final records are dropped when
-      ``refresh`` (the route's count is being read again: one strongly consistent BatchGetItem of
-      at most the route's jobs in flight); records that cannot be read leave it unused this time.
+      ``refresh`` (every 2 s while the poller asks: one strongly consistent BatchGetItem of at most
+      the route's jobs in flight); records that cannot be read leave it unused this time.
     - ``count`` plus the tracked jobs not final activated within the lag window before the read:
       valid once the window is tracked. A job whose record never turns final (a claim given back,
       a delivery left to the engine) stops counting here after the window, where it would hold a

@@ -20,7 +20,8 @@ Only one invocation polls at a time: the entry point takes the poller lock
 (:mod:`workerless._poller.poller_lock`) first, and each cycle renews it when due. What a route holds is
 SQS's approximate count plus every job sent in the last WORKERLESS_SQS_LAG_SECONDS before that
 count was read (the lock hands that record on), or, smaller, the jobs activated whose record is
-not final (exact; tracked in the same record). A route read empty, with nothing sent to it since, is marked so in that
+not final (exact; tracked in the same record; while they leave room, SQS is read every 5 minutes
+only: giveback.depth_due). A route read empty, with nothing sent to it since, is marked so in that
 record and not read again for EMPTY_RECHECK_SECONDS (only the poller sends to it): an idle tick reads no queue.
 
 Why dispatch before the ticket: if the poller dies between the two, the jobs still run and a short
@@ -36,6 +37,7 @@ the item's next write.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -118,7 +120,7 @@ class Poller:
         store: JobStore | None = None,
     ) -> None:
         self.settings = settings
-        #: The job records: fences hand-backs (:meth:`_fence`), counts what routes hold (:meth:`_tracked`).
+        #: The job records: fence hand-backs (giveback.fence), bound what routes hold (:meth:`demands`).
         self.store = store
         self.engine = engine
         self.queues = queues
@@ -135,11 +137,10 @@ class Poller:
         self._wall_clock = wall or time.time
         #: Jobs sent per route recently: the lock's record (handed on between invocations) or our own.
         self.dispatches: Dispatches = lock.dispatches if lock is not None else Dispatches(settings.sqs_lag_seconds)
-        # Each route's count as last read from SQS and when (``clock``): while lingering, a count
-        # younger than DEPTH_REFRESH_SECONDS is reused. It can only over-count (handlers finish jobs
-        # meanwhile; what was sent since is added from ``dispatches``), so capacity is never
-        # over-estimated; it spares a GetQueueAttributes per route on every quick poll.
+        # Each route's SQS count as last read and when (``clock``; it can only over-count: handlers
+        # finish jobs meanwhile), and when its tracked records were last re-read (see demands).
         self._depths: dict[str, tuple[int, float]] = {}
+        self._refreshed: dict[str, float] = {}
         #: When a job was last dispatched (epoch seconds; a relay carries it to the next invocation).
         self.last_dispatch: float | None = None
         #: The poll budget ran out while work was still arriving.
@@ -168,28 +169,31 @@ class Poller:
                 self._depths[str(job_type)] = (count, read_wall - offset)
 
     def demands(self) -> list[Demand]:
-        """Each route's room: MaxInFlight minus what it holds (see the module docstring)."""
+        """Each route's room: MaxInFlight minus what it holds (module docstring). Its tracked records
+        are re-read every DEPTH_REFRESH_SECONDS, its SQS count only when due (giveback.depth_due)."""
         demands = []
-        now = self.clock()
+        now, wall = self.clock(), self._wall_clock()
+        horizon = float(self.settings.max_hold_seconds + self.settings.lease_seconds)
         for route in self.settings.routes:
-            cached = self._depths.get(route.type)
-            if cached is None or now - cached[1] >= DEPTH_REFRESH_SECONDS:
-                cached = self._depth(route.type, route.queue_url, now)
-                self._depths[route.type] = cached
-            count, read_at = cached
-            # Not yet in SQS's count: every job sent after (read time - lag), after the read included.
+            if route.type not in self._depths:
+                self._depths[route.type] = self._depth(route.type, route.queue_url, now)
+            refresh = now - self._refreshed.get(route.type, -math.inf) >= DEPTH_REFRESH_SECONDS
+            self._refreshed[route.type] = now if refresh else self._refreshed[route.type]
+            count, read_at = self._depths[route.type]
+            bounds = (self.store, self.dispatches, route.type, wall, horizon)
+            bound = giveback.tracked(*bounds, count, self._wall(read_at), refresh=refresh)
+            age = now - read_at
+            if age >= DEPTH_REFRESH_SECONDS and giveback.depth_due(bound, route.max_in_flight, age=age):
+                count, read_at = self._depths[route.type] = self._depth(route.type, route.queue_url, now)
+                bound = giveback.tracked(*bounds, count, self._wall(read_at), refresh=False)
+            # Not yet in SQS's count: every job sent after (read time - lag), after the read included;
+            # the lock keeps the sends that long only for a count under DEPTH_REFRESH_SECONDS old.
             recent = self.dispatches.since(route.type, self._wall(read_at) - self.dispatches.window)
-            held = int(min(count + recent, self._tracked(route.type, count, read_at, refresh=read_at == now)))
-            capacity = max(0, route.max_in_flight - held)
+            estimate = count + recent if now - read_at < DEPTH_REFRESH_SECONDS else math.inf
+            capacity = max(0, route.max_in_flight - int(min(estimate, bound)))
             limits = (self.settings.max_payload_bytes, self.settings.answer_budget_bytes)
             demands.append(Demand(route.type, capacity, route.engine_queue, *limits))
         return demands
-
-    def _tracked(self, job_type: str, count: int, read_at: float, *, refresh: bool) -> float:
-        """The tighter bounds from the jobs whose record is not final (:func:`workerless._poller.giveback.tracked`)."""
-        horizon = float(self.settings.max_hold_seconds + self.settings.lease_seconds)
-        now, read = self._wall_clock(), self._wall(read_at)
-        return giveback.tracked(self.store, self.dispatches, job_type, now, horizon, count, read, refresh=refresh)
 
     def _depth(self, job_type: str, queue_url: str, now: float) -> tuple[int, float]:
         """The route's count and when it holds (``clock``): 0 without a call while its queue is known
@@ -350,7 +354,7 @@ class Poller:
                     self._intent(lambda log: log.put_back_dispatched(unsent))  # noqa: B023 - run at once
                 continue
             reason = "the poller that activated it stopped before queuing it"
-            back, queued = self._fence(jobs)
+            back, queued = giveback.fence(self.store, self.engine.lease, jobs)  # safe to hand back / queued
             for job in back:
                 self._hand_back(job, reason, report, deadline=deadline)
             unsent = self._send_ticket(queued) if queued else []
@@ -359,10 +363,6 @@ class Poller:
         if stale:
             # Out of the log only now: a poller that dies while finishing them leaves them to the next.
             self._intent(lambda log: log.finished())
-
-    def _fence(self, jobs: list[ActivatedJob]) -> tuple[list[ActivatedJob], list[ActivatedJob]]:
-        """Of an unfinished ``activated`` batch, the jobs safe to hand back and those a handler has."""
-        return giveback.fence(self.store, self.engine.lease, jobs)
 
     def _dispatch(
         self, jobs: list[ActivatedJob], report: PollReport, *, deadline: float, intent: str | None = None
