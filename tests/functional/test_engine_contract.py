@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from workerless._core.lease import BeforeRun, LeaseModel
+from workerless._core.lease import LeasePolicy
 from workerless._core.model import ActivatedJob, Demand, Outcome
 from workerless.engines import ENGINE_NAMES, build_engine
 from workerless.engines.base import Engine, MemoryState
@@ -102,7 +102,7 @@ def test_engine_satisfies_the_protocol(served: Served) -> None:
     engine = served.engine()
     assert isinstance(engine, Engine)
     assert engine.name == served.name
-    assert isinstance(engine.lease, LeaseModel)
+    assert isinstance(engine.lease, LeasePolicy)
 
 
 def test_activate_respects_capacity_and_types(served: Served) -> None:
@@ -218,13 +218,13 @@ def test_lost_lease_after_another_worker_takes_over(served: Served) -> None:
     job_id, job = one_job(served, first)
     # StageNext's execution lease and the gateway's redelivery timer are fixed at 60 s; the
     # others lapse at the lease the worker asked for.
-    served.emu.advance(LEASE + 5 if first.lease.before_run is BeforeRun.NOTHING else 65)
+    served.emu.advance(LEASE + 5 if first.lease.held(None) else 65)
     second = served.engine("w2")
     taken = take_over(second)
     assert taken.ref.job_id == job.ref.job_id or taken.variables == job.variables
     with pytest.raises(LeaseLostError):
         first.extend(job.ref, LEASE)
-    if first.lease.before_run is BeforeRun.NOTHING:  # leased at activation
+    if first.lease.held(None):  # leased at activation
         with pytest.raises(LeaseLostError):
             first.report(job.ref, Outcome.complete({"by": "first"}))
     else:

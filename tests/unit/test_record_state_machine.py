@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from moto import mock_aws
 from workerless._core.job import Job
-from workerless._core.lease import ACTIVATION_LEASE, BEGIN_LEASE, BeforeRun, LeaseModel
+from workerless._core.lease import ACTIVATION_LEASE, BEGIN_LEASE, LeasePolicy
 from workerless._core.model import ActivatedJob, JobRef, Outcome
 from workerless._core.record import Decision, Status
 from workerless._handler.delivery import CLAIM_MARGIN_SECONDS, Delivery
@@ -70,7 +70,7 @@ class ModelEngine:
 
     name = "model"
 
-    def __init__(self, lease: LeaseModel) -> None:
+    def __init__(self, lease: LeasePolicy) -> None:
         self.lease = lease
         self.acquire: bool | None = True  # the next lease acquire: granted, refused, None: unavailable
         self.down = False  # reports refused with a retryable error
@@ -132,7 +132,7 @@ def _dynamodb() -> Iterator[None]:
 
 
 class DeliveryMachine(RuleBasedStateMachine):
-    lease_model: LeaseModel = ACTIVATION_LEASE
+    lease_model: LeasePolicy = ACTIVATION_LEASE
 
     def __init__(self) -> None:
         super().__init__()
@@ -288,7 +288,7 @@ class DeliveryMachine(RuleBasedStateMachine):
         acquires, answer = self.engine.acquires, self.engine.acquire
         verdict = d.real.begin()
         record = self._record()
-        if self.lease_model.before_run is BeforeRun.NOTHING:
+        if self.lease_model.held(None):
             assert verdict is None and self.engine.acquires == acquires, "an activation lease needs no acquire"
             d.phase = "begun"
             return

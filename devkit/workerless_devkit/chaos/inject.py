@@ -29,7 +29,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from workerless._core.lease import BeforeRun
 from workerless.engines.decorator import EngineDecorator
 
 from workerless_devkit import sdk_hooks
@@ -345,9 +344,7 @@ class ChaosEngine(EngineDecorator):
         # An engine whose deliveries acquire their lease (StageNext) acknowledges one refused at
         # acquire (a lost one is a redelivery); elsewhere skip makes no request, so it is no
         # opportunity for an engine fault.
-        faulted = operation in self.FAULTED and (
-            operation != "skip" or self.inner.lease.before_run is BeforeRun.ACQUIRE
-        )
+        faulted = operation in self.FAULTED and (operation != "skip" or not self.inner.lease.held(None))
         if faulted:
             self._maybe_fault(operation, job_ids)
         return call()

@@ -19,7 +19,7 @@ cost an engine call every 360 s for 14 days (about 3,300) and settle nothing.
 
 A begin-leased engine applies a report only under the execution's lease: a result for an
 execution that is not running is discarded, and its delivery would never come back. A job whose
-lease is held (:meth:`~workerless._core.lease.LeaseModel.held`: the handler acquired it, the record says so)
+lease is held (:meth:`~workerless._core.lease.LeasePolicy.held`: the handler acquired it, the record says so)
 is reported under it; otherwise the lease is acquired here first, and a refusal means the engine has
 moved on (the execution finished, is stale, or another delivery holds it): nothing of ours is left
 to report.

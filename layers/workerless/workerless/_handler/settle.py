@@ -3,7 +3,7 @@ and the lease acquire that decides whether it runs. Each runs under the retry po
 raises, when it gives up.
 
 A delivery the engine hands out again on its own unless it is settled (a begin lease with
-:attr:`~workerless._core.lease.LeaseModel.returns_after`: StageNext's gateway requeues an unacknowledged
+:attr:`~workerless._core.lease.LeasePolicy.returns_after`: StageNext's gateway requeues an unacknowledged
 delivery after its visibility timeout) is ours until it is acknowledged or requeued: these calls are
 tried through an outage (:data:`~workerless._core.retry.HELD`) until the engine has taken it back, within
 the invocation's deadline — meanwhile its SQS message stays in flight, so the route counts it
@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar, assert_never
+from typing import TYPE_CHECKING, TypeVar
 
-from workerless._core.lease import HandBack
 from workerless._core.model import ActivatedJob
 from workerless._core.retry import CALLS, HELD
 from workerless.errors import EngineError, RetryableEngineError
@@ -70,24 +69,22 @@ def acknowledge(job: ActivatedJob, *, engine: Engine, deadline: float) -> None:
 
 def hand_back(job: ActivatedJob, *, engine: Engine, deadline: float, reason: str) -> None:
     """Give a delivery the handler will not run back to the engine without a result, as its lease
-    model says (:class:`~workerless._core.lease.HandBack`): released (StageNext requeues it) — never an
+    policy says (:meth:`~workerless._core.lease.LeasePolicy.hand_back`): released (StageNext requeues it) — never an
     acknowledgement, which would drop a stage whose lease no result settles — or acknowledged where
     the engine owns the job from activation (``skip`` is a no-op there; the lease lapses or was
     lost). Giving up is logged: a begin-leased engine hands out an unacknowledged delivery again
     after its visibility timeout anyway."""
-    match engine.lease.hand_back:
-        case HandBack.ACKNOWLEDGE:
-            acknowledge(job, engine=engine, deadline=deadline)
-        case HandBack.RELEASE:
-            try:
-                settling(job, engine, lambda: engine.release(job, reason), deadline=deadline)
-            except EngineError as exc:
-                logger.warning(
-                    "could not hand the delivery back; the gateway requeues it",
-                    extra={"error": str(exc), "returned": returned(job, engine)},
-                )
-        case never:
-            assert_never(never)
+
+    def release() -> None:
+        try:
+            settling(job, engine, lambda: engine.release(job, reason), deadline=deadline)
+        except EngineError as exc:
+            logger.warning(
+                "could not hand the delivery back; the gateway requeues it",
+                extra={"error": str(exc), "returned": returned(job, engine)},
+            )
+
+    engine.lease.hand_back(acknowledge=lambda: acknowledge(job, engine=engine, deadline=deadline), release=release)
 
 
 def begin(job: ActivatedJob, *, engine: Engine, deadline: float) -> bool:

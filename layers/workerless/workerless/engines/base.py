@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from workerless._core.lease import LeaseModel
+from workerless._core.lease import LeasePolicy
 from workerless._core.model import ActivatedJob, Demand, JobRef, Outcome
 
 # The shared translation and checks live in the engine kit; re-exported here, where the adapters
@@ -65,7 +65,7 @@ class Engine(Protocol):
         ...
 
     @property
-    def lease(self) -> LeaseModel:
+    def lease(self) -> LeasePolicy:
         """How this engine's lease works (:mod:`workerless._core.lease`): leased at activation (Sheptra,
         node-flow: the heartbeat extends jobs still waiting in SQS) or at :meth:`begin` (StageNext:
         lease acquire in the handler; the heartbeat renews only jobs whose handler has begun), and

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from workerless._core.lease import LeaseModel
+    from workerless._core.lease import LeasePolicy
     from workerless._core.model import ActivatedJob, Demand, JobRef, Outcome
     from workerless.engines.base import Engine
 
@@ -50,7 +50,7 @@ class EngineDecorator:
         return self._inner.name
 
     @property
-    def lease(self) -> LeaseModel:
+    def lease(self) -> LeasePolicy:
         return self._inner.lease
 
     def around(self, operation: str, job_ids: Sequence[str], call: Callable[[], T]) -> T:

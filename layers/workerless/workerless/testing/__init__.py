@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from workerless._core.lease import ACTIVATION_LEASE, LeaseModel
+from workerless._core.lease import ACTIVATION_LEASE, LeasePolicy
 from workerless._core.model import ActivatedJob, Demand, JobRef, Outcome
 from workerless.errors import LeaseLostError
 from workerless.testing.kit import (
@@ -79,7 +79,7 @@ class FakeEngine:
 
     name: ClassVar[str] = "fake"
     #: Leased at activation (:mod:`workerless._core.lease`).
-    lease: ClassVar[LeaseModel] = ACTIVATION_LEASE
+    lease: ClassVar[LeasePolicy] = ACTIVATION_LEASE
 
     clock: Any = time.time
     jobs: dict[str, FakeJob] = field(default_factory=dict)

@@ -29,7 +29,7 @@ from urllib.parse import quote
 
 import httpx
 
-from workerless._core.lease import ACTIVATION_LEASE, LeaseModel
+from workerless._core.lease import ACTIVATION_LEASE, LeasePolicy
 from workerless._core.model import ActivatedJob, Demand, JobRef, Outcome
 from workerless._core.retry import LOG_SEND_SECONDS, LOG_SENDS, ambient_deadline
 from workerless.engines.base import SharedState
@@ -89,7 +89,7 @@ class NodeFlowEngine:
 
     name: ClassVar[str] = ENGINE
     #: Leased at activation (:mod:`workerless._core.lease`).
-    lease: ClassVar[LeaseModel] = ACTIVATION_LEASE
+    lease: ClassVar[LeasePolicy] = ACTIVATION_LEASE
 
     def __init__(
         self,

@@ -32,7 +32,7 @@ from urllib.parse import quote
 
 import httpx
 
-from workerless._core.lease import ACTIVATION_LEASE, LeaseModel
+from workerless._core.lease import ACTIVATION_LEASE, LeasePolicy
 from workerless._core.model import ActivatedJob, Demand, JobRef, Outcome
 from workerless.engines.base import SharedState
 from workerless.engines.kit.answers import json_object, json_size
@@ -73,7 +73,7 @@ class SheptraEngine:
 
     name: ClassVar[str] = ENGINE
     #: Sheptra's lease starts at activation: the heartbeat extends jobs still waiting in SQS.
-    lease: ClassVar[LeaseModel] = ACTIVATION_LEASE
+    lease: ClassVar[LeasePolicy] = ACTIVATION_LEASE
 
     activate_path: ClassVar[str] = "/v1/jobs/activate"
     extend_path: ClassVar[str] = "/v1/jobs/{id}/extend-lease"

@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Literal
 
 import httpx
 
-from workerless._core.lease import BEGIN_LEASE, LeaseModel
+from workerless._core.lease import BEGIN_LEASE, LeasePolicy
 from workerless._core.model import ActivatedJob, Demand, JobRef, Outcome
 from workerless.engines.base import SharedState
 from workerless.engines.kit.answers import json_object
@@ -118,7 +118,7 @@ class StageNextEngine:
         self._uncertain = Remembered(REMEMBERED_DELIVERIES)
 
     @property
-    def lease(self) -> LeaseModel:
+    def lease(self) -> LeasePolicy:
         """A begin lease (lease acquire in the handler) of the length StageNext last stated."""
         return BEGIN_LEASE.granting(self.lease_seconds).returning_after(self.config.visibility_seconds)
 
