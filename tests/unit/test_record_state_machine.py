@@ -24,7 +24,7 @@ every step it checks:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +69,7 @@ class ModelEngine:
     """An engine whose answers the machine draws: lease acquire, and whether reports land."""
 
     name = "model"
+    task_logs = liveness = None
 
     def __init__(self, lease: LeasePolicy) -> None:
         self.lease = lease
@@ -77,6 +78,11 @@ class ModelEngine:
         self.lost = False  # the engine took the lease back: reports answer 409
         self.accepted: list[Outcome] = []
         self.acquires = 0
+
+    @property
+    def lease_acquire(self) -> ModelEngine | None:
+        """Lease acquire where the lease is not held until acquired (the begin lease's machine)."""
+        return None if self.lease.held(None) else self
 
     def begin(self, job: ActivatedJob) -> bool:
         self.acquires += 1
@@ -95,9 +101,6 @@ class ModelEngine:
         return None
 
     def release(self, job: ActivatedJob, reason: str) -> None:
-        return None
-
-    def send_logs(self, ref: JobRef, lines: Sequence[Mapping[str, Any]]) -> None:
         return None
 
 

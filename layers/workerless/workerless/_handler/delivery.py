@@ -266,7 +266,7 @@ class Delivery:
 
     def run(self) -> Outcome:
         """Run the handler function once (:func:`~workerless._handler.execution.run_job`), with a lease check
-        on the job record and the engine's task log as the job's log sink."""
+        on the job record and the engine's task log (where it keeps one) as the job's log sink."""
         activated, store, lease = self.job, self.store, self.lease
 
         def lease_check() -> bool:
@@ -280,11 +280,12 @@ class Delivery:
             # LOST, or already claimed again by a later lease of the same job id: stop either way.
             return record is not None and (record.status is Status.LOST or record.other_lease(lease))
 
+        task_logs = self.engine.task_logs  # None: the engine keeps no task log (CloudWatch only)
         job = Job(
             activated,
             lambda_context=self.context,
             lease_check=lease_check,
-            log_sink=functools.partial(self.engine.send_logs, activated.ref),
+            log_sink=None if task_logs is None else functools.partial(task_logs.send_logs, activated.ref),
             logger=logger,
         )
         return run_job(self.fn, job, backoff_seconds=self.backoff_seconds, spec=self.spec, xray=self.xray)

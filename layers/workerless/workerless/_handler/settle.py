@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from workerless._core.model import ActivatedJob
 from workerless._core.retry import CALLS, HELD
+from workerless.engines.base import require_lease_acquire
 from workerless.errors import EngineError, RetryableEngineError
 from workerless.observability import logger
 
@@ -53,13 +54,17 @@ def settling(job: ActivatedJob, engine: Engine, call: Callable[[], T], *, deadli
 
 
 def acknowledge(job: ActivatedJob, *, engine: Engine, deadline: float) -> None:
-    """``engine.skip`` (see :func:`settling`). Giving up is logged, not raised: the delivery is then
-    unacknowledged, and a begin-leased engine (StageNext's gateway) hands it out again after its
-    visibility timeout (60 s); its next delivery is refused at acquire and acknowledged. Failing the
-    SQS message instead would only hold it for the queue's visibility timeout, to redeliver a token
-    that has expired by then."""
+    """Acknowledge the delivery (the engine's lease acquire ``skip``, see :func:`settling`); nothing
+    where the engine has no lease acquire (its lease started at activation: nothing to acknowledge).
+    Giving up is logged, not raised: the delivery is then unacknowledged, and a begin-leased engine
+    (StageNext's gateway) hands it out again after its visibility timeout (60 s); its next delivery
+    is refused at acquire and acknowledged. Failing the SQS message instead would only hold it for
+    the queue's visibility timeout, to redeliver a token that has expired by then."""
+    acquire = engine.lease_acquire
+    if acquire is None:
+        return
     try:
-        settling(job, engine, lambda: engine.skip(job.ref), deadline=deadline)
+        settling(job, engine, lambda: acquire.skip(job.ref), deadline=deadline)
     except EngineError as exc:
         logger.warning(
             "could not acknowledge the delivery; the engine hands it out again",
@@ -71,8 +76,8 @@ def hand_back(job: ActivatedJob, *, engine: Engine, deadline: float, reason: str
     """Give a delivery the handler will not run back to the engine without a result, as its lease
     policy says (:meth:`~workerless._core.lease.LeasePolicy.hand_back`): released (StageNext requeues it) — never an
     acknowledgement, which would drop a stage whose lease no result settles — or acknowledged where
-    the engine owns the job from activation (``skip`` is a no-op there; the lease lapses or was
-    lost). Giving up is logged: a begin-leased engine hands out an unacknowledged delivery again
+    the engine owns the job from activation (nothing to acknowledge there; the lease lapses or
+    was lost). Giving up is logged: a begin-leased engine hands out an unacknowledged delivery again
     after its visibility timeout anyway."""
 
     def release() -> None:
@@ -88,9 +93,10 @@ def hand_back(job: ActivatedJob, *, engine: Engine, deadline: float, reason: str
 
 
 def begin(job: ActivatedJob, *, engine: Engine, deadline: float) -> bool:
-    """Lease acquire (``engine.begin``, see :func:`settling`): whether it was granted. The last error
-    propagates when it keeps failing."""
-    granted: bool = settling(job, engine, lambda: engine.begin(job), deadline=deadline)
+    """Lease acquire (the engine's ``lease_acquire.begin``, see :func:`settling`): whether it was
+    granted. The last error propagates when it keeps failing."""
+    acquire = require_lease_acquire(engine)
+    granted: bool = settling(job, engine, lambda: acquire.begin(job), deadline=deadline)
     return granted
 
 

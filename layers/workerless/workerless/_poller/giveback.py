@@ -11,6 +11,7 @@ from workerless import observability
 from workerless._core.claimcheck import too_large_reason
 from workerless._core.model import ActivatedJob, Outcome
 from workerless._core.retry import CALLS
+from workerless.engines.base import require_lease_acquire
 from workerless.errors import EngineError, FinalEngineError, RetryableEngineError
 from workerless.observability import Lifecycle, logger
 
@@ -48,15 +49,16 @@ def fail_for_good(engine: Engine, job: ActivatedJob, reason: str, *, deadline: f
     logger.error("failing a job that cannot be queued", extra={"job_id": job.ref.job_id, "reason": reason})
     model = engine.lease
     if not model.held(None):
+        acquire = require_lease_acquire(engine)
         try:
-            begun = CALLS.call(lambda: engine.begin(job), deadline=deadline)
+            begun = CALLS.call(lambda: acquire.begin(job), deadline=deadline)
         except EngineError as exc:
             requeue(engine, job, f"could not acquire its lease to fail it: {exc}", deadline=deadline)
             return
         if not begun:
             logger.info("lease refused: acknowledging the delivery", extra={"job_id": job.ref.job_id})
             try:
-                CALLS.call(lambda: engine.skip(job.ref), deadline=deadline)
+                CALLS.call(lambda: acquire.skip(job.ref), deadline=deadline)
             except EngineError as exc:
                 logger.warning("could not acknowledge; the gateway requeues it", extra={"error": str(exc)})
             return
