@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from workerless._core.lease import BeforeRun, LeaseModel
+from workerless._core.lease import LeasePolicy
 from workerless._core.model import ActivatedJob, Demand, Outcome
 from workerless.engines import ENGINE_NAMES, build_engine
 from workerless.engines.base import Engine, MemoryState
@@ -87,8 +87,15 @@ def activate_until(engine: Engine, demands: Sequence[Demand], count: int) -> lis
 def one_job(served: Served, engine: Engine, variables: dict[str, Any] | None = None) -> tuple[str, ActivatedJob]:
     job_id = served.emu.create_job("contract-a", variables or {"n": 1}, retries=3)
     [job] = activate_until(engine, [Demand("contract-a", 1)], 1)
-    assert engine.begin(job) is True
+    assert began(engine, job) is True
     return job_id, job
+
+
+def began(engine: Engine, job: ActivatedJob) -> bool:
+    """Whether ``job``'s delivery may run, as a handler asks: lease acquire where the engine has
+    it; granted at activation otherwise."""
+    acquire = engine.lease_acquire
+    return acquire is None or acquire.begin(job)
 
 
 def retries_left(job: ActivatedJob) -> int:
@@ -102,7 +109,19 @@ def test_engine_satisfies_the_protocol(served: Served) -> None:
     engine = served.engine()
     assert isinstance(engine, Engine)
     assert engine.name == served.name
-    assert isinstance(engine.lease, LeaseModel)
+    assert isinstance(engine.lease, LeasePolicy)
+
+
+def test_capabilities_match_the_lease_policy(served: Served) -> None:
+    """GIVEN each engine WHEN the pipeline asks for its optional capabilities THEN each is None or
+    has its calls, and an engine whose lease is not held until acquired has lease acquire (the
+    delivery, the dead-letter function and the poller call it there)."""
+    engine = served.engine()
+    acquire, logs, liveness = engine.lease_acquire, engine.task_logs, engine.liveness
+    assert acquire is None or (callable(acquire.begin) and callable(acquire.skip))
+    assert logs is None or callable(logs.send_logs)
+    assert liveness is None or callable(liveness.after_cycle)
+    assert engine.lease.held(None) is (acquire is None)
 
 
 def test_activate_respects_capacity_and_types(served: Served) -> None:
@@ -218,13 +237,13 @@ def test_lost_lease_after_another_worker_takes_over(served: Served) -> None:
     job_id, job = one_job(served, first)
     # StageNext's execution lease and the gateway's redelivery timer are fixed at 60 s; the
     # others lapse at the lease the worker asked for.
-    served.emu.advance(LEASE + 5 if first.lease.before_run is BeforeRun.NOTHING else 65)
+    served.emu.advance(LEASE + 5 if first.lease.held(None) else 65)
     second = served.engine("w2")
     taken = take_over(second)
     assert taken.ref.job_id == job.ref.job_id or taken.variables == job.variables
     with pytest.raises(LeaseLostError):
         first.extend(job.ref, LEASE)
-    if first.lease.before_run is BeforeRun.NOTHING:  # leased at activation
+    if first.lease.held(None):  # leased at activation
         with pytest.raises(LeaseLostError):
             first.report(job.ref, Outcome.complete({"by": "first"}))
     else:
@@ -241,9 +260,11 @@ def take_over(engine: Engine) -> ActivatedJob:
     delivery) is acknowledged without running, and the next one is tried."""
     for _ in range(MAX_POLLS):
         [candidate] = activate_until(engine, [Demand("contract-a", 1)], 1)
-        if engine.begin(candidate):
+        if began(engine, candidate):
             return candidate
-        engine.skip(candidate.ref)
+        acquire = engine.lease_acquire
+        assert acquire is not None, "only lease acquire refuses a delivery"
+        acquire.skip(candidate.ref)
     raise AssertionError("no delivery could begin")
 
 

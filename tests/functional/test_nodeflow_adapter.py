@@ -541,14 +541,15 @@ def test_send_logs_failure_is_logged_and_dropped(env: Env, caplog: pytest.LogCap
     engine.send_logs(job.ref, [{"message": "x"}])  # a dropped connection does not raise either
 
 
-def test_begin_skip_after_cycle_close_need_no_requests(env: Env) -> None:
+def test_task_logs_is_its_only_optional_capability_and_close_needs_no_request(env: Env) -> None:
+    """node-flow leases at activation (no lease acquire) and records pollers itself (no liveness
+    report); its task log is the one capability it has."""
     env.emulator.create_job("charge", {})
     engine = env.engine()
-    job = one(env, engine, Demand("charge", 1))
+    one(env, engine, Demand("charge", 1))
     before = len(env.sent)
-    assert engine.begin(job) is True
-    engine.skip(job.ref)
-    engine.after_cycle({"polls": 1})
+    assert (engine.lease_acquire, engine.liveness) == (None, None)
+    assert engine.task_logs is engine
     engine.close()
     assert len(env.sent) == before
 

@@ -279,6 +279,10 @@ class _BeginLeased(FakeEngine):
         self.begun: list[str] = []
         self.skipped: list[str] = []
 
+    @property
+    def lease_acquire(self) -> _BeginLeased:
+        return self
+
     def begin(self, job: ActivatedJob) -> bool:
         store = runtime.get_store()
         # Another delivery takes the claim over (as if ours had expired during the acquire).

@@ -489,7 +489,6 @@ def test_malformed_envelope_names_the_jobs_field(rig: Rig, body: Any) -> None:
 def _one(rig: Rig, engine: SheptraEngine, *, retries: int = 3, job_type: str = "a") -> tuple[str, Any]:
     job_id = rig.emu.create_job(job_type, {"in": 1}, retries=retries)
     [job] = engine.activate([Demand(job_type, 1)], 30)
-    assert engine.begin(job) is True
     return job_id, job
 
 
@@ -664,13 +663,13 @@ def test_engine_errors_never_carry_secrets(rig: Rig) -> None:
         assert_no_secret(rig, exc)
 
 
-def test_close_and_no_op_hooks(rig: Rig) -> None:
+def test_close_and_no_optional_capabilities(rig: Rig) -> None:
+    """Sheptra leases at activation, keeps no task logs and wants no liveness report: it has none of
+    the optional capabilities, and close sends nothing."""
     engine = rig.engine()
-    _, job = _one(rig, engine)
+    _one(rig, engine)
     before = len(rig.sent)
-    engine.skip(job.ref)
-    engine.send_logs(job.ref, [{"line": "x"}])
-    engine.after_cycle({"polls": 1})
+    assert (engine.lease_acquire, engine.task_logs, engine.liveness) == (None, None, None)
     engine.close()
     assert len(rig.sent) == before
     assert engine.lease is ACTIVATION_LEASE

@@ -344,7 +344,7 @@ def test_concurrent_containers_rotate_once(emu: StageNextEmulator, make_engine: 
     emu.reset(handler_patterns=("billing-*",), session_ttl=600)
     state = MemoryState()
     engines = [make_engine(state=state, STAGENEXT_SESSION_REFRESH_SECONDS="120") for _ in range(4)]
-    engines[0].after_cycle({"polls": 1})
+    engines[0].liveness.after_cycle({"polls": 1})
     assert emu.workers()[0]["bootstraps"] == 1
     emu.advance(500)
     barrier = threading.Barrier(len(engines))
@@ -467,7 +467,7 @@ def test_after_cycle_heartbeats_and_flushes_events_in_batches(emu: StageNextEmul
         assert engine.begin(job)
         engine.report(job.ref, Outcome.complete({}))
     # 4 events; the batch cap (3) was reached once during the run, the rest flush with the heartbeat.
-    engine.after_cycle({"polls": 3, "activated": 2})
+    engine.liveness.after_cycle({"polls": 3, "activated": 2})
     worker = emu.workers()[0]
     assert worker["heartbeats"] == 1
     assert worker["counters"] == {"polls": 3, "activated": 2}
@@ -481,12 +481,12 @@ def test_liveness_is_reported_at_most_every_30_seconds_with_summed_counters(
     """A busy poller runs a cycle per batch: one liveness call per batch would add a request to
     every batch. Counters of the cycles in between are summed into the next report."""
     engine = make_engine()
-    engine.after_cycle({"polls": 1})
-    engine.after_cycle({"polls": 2})
-    engine.after_cycle({"polls": 4})
+    engine.liveness.after_cycle({"polls": 1})
+    engine.liveness.after_cycle({"polls": 2})
+    engine.liveness.after_cycle({"polls": 4})
     assert emu.workers()[0]["heartbeats"] == 1
     emu.advance(31)
-    engine.after_cycle({"polls": 8})
+    engine.liveness.after_cycle({"polls": 8})
     worker = emu.workers()[0]
     assert worker["heartbeats"] == 2
     assert worker["counters"] == {"polls": 14}
@@ -495,19 +495,19 @@ def test_liveness_is_reported_at_most_every_30_seconds_with_summed_counters(
 def test_after_cycle_never_raises(emu: StageNextEmulator, make_engine: MakeEngine, admin: httpx.Client) -> None:
     engine = make_engine()
     fault(admin, "/workers/bootstrap", status=500)
-    engine.after_cycle({"polls": 1})
+    engine.liveness.after_cycle({"polls": 1})
     fault(admin, "/workers/heartbeat", drop=True)
-    engine.after_cycle({"polls": 1})
-    engine.after_cycle({"polls": 1})
+    engine.liveness.after_cycle({"polls": 1})
+    engine.liveness.after_cycle({"polls": 1})
     assert emu.workers()[0]["heartbeats"] == 1
 
 
 def test_close_shuts_down_a_local_session_but_not_a_shared_one(emu: StageNextEmulator, make_engine: MakeEngine) -> None:
     shared = make_engine(state=MemoryState())
-    shared.after_cycle({})
+    shared.liveness.after_cycle({})
     shared.close()
     local = make_engine()
-    local.after_cycle({})
+    local.liveness.after_cycle({})
     local.close()
     stopped = {w["instanceId"]: w["stopped"] for w in emu.workers()}
     assert stopped.pop("workerless") is False

@@ -316,23 +316,15 @@ def test_a_stagenext_delivery_over_the_limit_is_failed_naming_the_limit_without_
 class Engine:
     name = "model"
     lease = ACTIVATION_LEASE
+    lease_acquire = task_logs = liveness = None
 
     def __init__(self) -> None:
         self.reports: dict[str, Outcome] = {}
 
-    def begin(self, job: ActivatedJob) -> bool:
-        return True
-
     def report(self, ref: JobRef, outcome: Outcome) -> None:
         self.reports[ref.job_id] = outcome
 
-    def skip(self, ref: JobRef) -> None:
-        return None
-
     def release(self, job: ActivatedJob, reason: str) -> None:
-        return None
-
-    def send_logs(self, ref: JobRef, lines: Any) -> None:
         return None
 
 

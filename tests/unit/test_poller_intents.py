@@ -405,10 +405,13 @@ def test_a_failed_dispatched_write_does_not_get_queued_jobs_handed_back(ticket_s
             state.down = True  # every write from here to the end of the poll fails
             return failures
 
-    def back(counters: Any) -> None:
-        state.down = False  # DynamoDB is back for the release (after the poll loop)
+    class Back:
+        """The engine's liveness report, called after the poll loop."""
 
-    world.engine.after_cycle = back  # type: ignore[method-assign]
+        def after_cycle(self, counters: Any) -> None:
+            state.down = False  # DynamoDB is back for the release (after the poll loop)
+
+    world.engine.liveness = Back()  # type: ignore[misc]
     first = DownAfterSend(refuse_tickets=not ticket_sent)
     world.invoke(first)
     assert len(first.jobs) == 3 and len(first.ticketed_ids()) == (3 if ticket_sent else 0)

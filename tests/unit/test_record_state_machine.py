@@ -24,7 +24,7 @@ every step it checks:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from moto import mock_aws
 from workerless._core.job import Job
-from workerless._core.lease import ACTIVATION_LEASE, BEGIN_LEASE, BeforeRun, LeaseModel
+from workerless._core.lease import ACTIVATION_LEASE, BEGIN_LEASE, LeasePolicy
 from workerless._core.model import ActivatedJob, JobRef, Outcome
 from workerless._core.record import Decision, Status
 from workerless._handler.delivery import CLAIM_MARGIN_SECONDS, Delivery
@@ -69,14 +69,20 @@ class ModelEngine:
     """An engine whose answers the machine draws: lease acquire, and whether reports land."""
 
     name = "model"
+    task_logs = liveness = None
 
-    def __init__(self, lease: LeaseModel) -> None:
+    def __init__(self, lease: LeasePolicy) -> None:
         self.lease = lease
         self.acquire: bool | None = True  # the next lease acquire: granted, refused, None: unavailable
         self.down = False  # reports refused with a retryable error
         self.lost = False  # the engine took the lease back: reports answer 409
         self.accepted: list[Outcome] = []
         self.acquires = 0
+
+    @property
+    def lease_acquire(self) -> ModelEngine | None:
+        """Lease acquire where the lease is not held until acquired (the begin lease's machine)."""
+        return None if self.lease.held(None) else self
 
     def begin(self, job: ActivatedJob) -> bool:
         self.acquires += 1
@@ -95,9 +101,6 @@ class ModelEngine:
         return None
 
     def release(self, job: ActivatedJob, reason: str) -> None:
-        return None
-
-    def send_logs(self, ref: JobRef, lines: Sequence[Mapping[str, Any]]) -> None:
         return None
 
 
@@ -132,7 +135,7 @@ def _dynamodb() -> Iterator[None]:
 
 
 class DeliveryMachine(RuleBasedStateMachine):
-    lease_model: LeaseModel = ACTIVATION_LEASE
+    lease_model: LeasePolicy = ACTIVATION_LEASE
 
     def __init__(self) -> None:
         super().__init__()
@@ -288,7 +291,7 @@ class DeliveryMachine(RuleBasedStateMachine):
         acquires, answer = self.engine.acquires, self.engine.acquire
         verdict = d.real.begin()
         record = self._record()
-        if self.lease_model.before_run is BeforeRun.NOTHING:
+        if self.lease_model.held(None):
             assert verdict is None and self.engine.acquires == acquires, "an activation lease needs no acquire"
             d.phase = "begun"
             return

@@ -48,6 +48,7 @@ class BigEngine:
 
     name = "nodeflow"
     lease = ACTIVATION_LEASE
+    lease_acquire = task_logs = liveness = None
 
     def __init__(self, count: int) -> None:
         self.count = count
@@ -62,9 +63,6 @@ class BigEngine:
 
     def release(self, job: ActivatedJob, reason: str) -> None:
         self.released.append(job.ref.job_id)
-
-    def after_cycle(self, counters: Any) -> None:
-        return None
 
 
 class Sqs:

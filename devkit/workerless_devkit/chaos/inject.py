@@ -29,7 +29,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from workerless._core.lease import BeforeRun
 from workerless.engines.decorator import EngineDecorator
 
 from workerless_devkit import sdk_hooks
@@ -292,7 +291,7 @@ class ChaosEngine(EngineDecorator):
     activations and accepted reports (the stale-write check)."""
 
     #: The calls that are an opportunity for an engine fault (send_logs, after_cycle and close never
-    #: were; skip only where it makes a request, see :meth:`around`).
+    #: were; begin and skip exist only on an engine with lease acquire).
     FAULTED = frozenset({"activate", "begin", "extend", "report", "release", "skip"})
 
     def __init__(self, inner: Engine, state: ChaosState) -> None:
@@ -342,12 +341,9 @@ class ChaosEngine(EngineDecorator):
 
     # -- the Engine protocol --------------------------------------------------------------------
     def around(self, operation: str, job_ids: Sequence[str], call: Callable[[], T]) -> T:
-        # An engine whose deliveries acquire their lease (StageNext) acknowledges one refused at
-        # acquire (a lost one is a redelivery); elsewhere skip makes no request, so it is no
-        # opportunity for an engine fault.
-        faulted = operation in self.FAULTED and (
-            operation != "skip" or self.inner.lease.before_run is BeforeRun.ACQUIRE
-        )
+        # skip is a call of the engine's lease acquire (StageNext), which only an engine whose
+        # deliveries acquire their lease has: always a request, so an opportunity for a fault.
+        faulted = operation in self.FAULTED
         if faulted:
             self._maybe_fault(operation, job_ids)
         return call()

@@ -9,7 +9,7 @@ real downstream deduplicates on the key (counted as ``effects_repeated``, the do
 
 An engine attempt is one key under one lease. node-flow keeps a task's id (so its key) when a
 lapsed lease is re-handed: the handler then runs again under the new lease, as the design says it
-must (``reruns_after_lapse``). The lease is told apart by :meth:`~workerless._core.lease.LeaseModel.fingerprint`, the
+must (``reruns_after_lapse``). The lease is told apart by :meth:`~workerless._core.lease.LeasePolicy.fingerprint`, the
 fingerprint the pipeline itself uses; it is "" where the key already names the attempt (StageNext's
 execution id), so every delivery of one execution counts as the same attempt.
 """
@@ -34,7 +34,7 @@ class Entry:
     times: list[float] = field(default_factory=list)
     #: Per completed run: who ran it (the lease fingerprint of its delivery, the Lambda time left).
     runs: list[str] = field(default_factory=list)
-    #: Completed runs per lease (:meth:`~workerless._core.lease.LeaseModel.fingerprint`) of this key.
+    #: Completed runs per lease (:meth:`~workerless._core.lease.LeasePolicy.fingerprint`) of this key.
     leases: Counter[str] = field(default_factory=Counter)
 
     @property

@@ -29,7 +29,7 @@ visibility timeout. Every item has a
 TTL (``expires_at``) well past the longest a job can be in flight.
 
 Where the engine's lease starts at activation, the record also keeps which lease wrote it (its
-fingerprint: :meth:`workerless._core.lease.LeaseModel.fingerprint`): a later lease of the same job id
+fingerprint: :meth:`workerless._core.lease.LeasePolicy.fingerprint`): a later lease of the same job id
 (node-flow, after a lapse) claims a LOST record again and re-reports a result whose report the lost
 lease had refused.
 """
@@ -64,7 +64,7 @@ class JobRecord:
     outcome: Outcome | None = None
     lost_reason: str | None = None
     deliveries: int = 0
-    #: The fingerprint (:meth:`workerless._core.lease.LeaseModel.fingerprint`) of the lease the record was
+    #: The fingerprint (:meth:`workerless._core.lease.LeasePolicy.fingerprint`) of the lease the record was
     #: last written under ("" or None: not known, as for engines whose lease starts at begin).
     lease: str | None = None
     #: When the claim holder's engine lease began (StageNext lease acquire), None before that.
@@ -122,7 +122,7 @@ class Decision(StrEnum):
 def decide(found: JobRecord | None, now: float, lease: str = "") -> Decision:
     """The move for a delivery whose conditional claim failed because ``found`` exists.
 
-    ``lease`` is the delivery's lease fingerprint (:meth:`workerless._core.lease.LeaseModel.fingerprint`):
+    ``lease`` is the delivery's lease fingerprint (:meth:`workerless._core.lease.LeasePolicy.fingerprint`):
     a REPORTED record written under another lease (its report was refused: that lease had lapsed)
     is re-reported under this one.
 

@@ -65,7 +65,7 @@ def report_stored(
     owed for it (accepted, or refused with "someone else has it"), False when the engine refused it
     with a retryable error past the retry policy (the caller decides who tries again, and when).
     A StoreError (recording the report) and any other final engine error propagate. ``lease``: the
-    delivery's lease fingerprint (:meth:`~workerless._core.lease.LeaseModel.fingerprint`), when the caller
+    delivery's lease fingerprint (:meth:`~workerless._core.lease.LeasePolicy.fingerprint`), when the caller
     has it already."""
     if lease is None:
         lease = engine.lease.fingerprint(ref)

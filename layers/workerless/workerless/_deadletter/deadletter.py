@@ -19,7 +19,7 @@ cost an engine call every 360 s for 14 days (about 3,300) and settle nothing.
 
 A begin-leased engine applies a report only under the execution's lease: a result for an
 execution that is not running is discarded, and its delivery would never come back. A job whose
-lease is held (:meth:`~workerless._core.lease.LeaseModel.held`: the handler acquired it, the record says so)
+lease is held (:meth:`~workerless._core.lease.LeasePolicy.held`: the handler acquired it, the record says so)
 is reported under it; otherwise the lease is acquired here first, and a refusal means the engine has
 moved on (the execution finished, is stale, or another delivery holds it): nothing of ours is left
 to report.
@@ -45,6 +45,7 @@ from workerless import observability
 from workerless._core.model import ActivatedJob, Outcome
 from workerless._core.record import DONE, JobRecord, Status
 from workerless._core.retry import CALLS
+from workerless.engines.base import require_lease_acquire
 from workerless.errors import (
     ClaimStillLiveError,
     EngineError,
@@ -240,12 +241,13 @@ def _settle(
     """Report ``outcome`` (under the lease, acquired first where it is not held yet); the note to
     keep in the record. Retryable errors propagate (the DLQ tries again later)."""
     ref = job.ref
-    if not engine.lease.held(record) and not CALLS.call(lambda: engine.begin(job), deadline=deadline):
+    acquire = None if engine.lease.held(record) else require_lease_acquire(engine)
+    if acquire is not None and not CALLS.call(lambda: acquire.begin(job), deadline=deadline):
         # Refused: the execution finished, is stale, or another delivery holds it. The seed lets a
         # refused delivery be acknowledged without a result (its token has most likely expired: a
         # 404, which is fine).
         try:
-            CALLS.call(lambda: engine.skip(ref), deadline=deadline)
+            CALLS.call(lambda: acquire.skip(ref), deadline=deadline)
         except EngineError as exc:
             logger.info("could not acknowledge the dead-lettered delivery", extra={"error": str(exc)})
         return "lease refused when dead-lettered: the engine has settled or re-dispatched it"

@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING, TypeVar, assert_never
 from workerless import observability
 from workerless._core.claimcheck import too_large_reason
 from workerless._core.job import Job
-from workerless._core.lease import BeforeRun, RefusedClaim
 from workerless._core.model import ActivatedJob, Outcome
 from workerless._core.record import Decision, JobRecord, Status, decide
 from workerless._core.report import report_stored
@@ -148,6 +147,7 @@ class Delivery:
         self.max_payload_bytes = max_payload_bytes
         self.payloads = payloads
         self.clock = clock
+        #: The engine's lease policy (workerless._core.lease): called where lease models differ.
         self.lease_model = engine.lease
         self.remaining = remaining_seconds(context)
         started = time.monotonic()
@@ -261,18 +261,12 @@ class Delivery:
                 assert_never(refused.decision)
 
     def begin(self) -> Verdict | None:
-        """What the lease model asks before the run; None: go on and run the handler."""
-        match self.lease_model.before_run:
-            case BeforeRun.NOTHING:
-                return None
-            case BeforeRun.ACQUIRE:
-                return self._acquire()
-            case _:
-                assert_never(self.lease_model.before_run)
+        """What the lease policy asks before the run; None: go on and run the handler."""
+        return self.lease_model.before_run(self)
 
     def run(self) -> Outcome:
         """Run the handler function once (:func:`~workerless._handler.execution.run_job`), with a lease check
-        on the job record and the engine's task log as the job's log sink."""
+        on the job record and the engine's task log (where it keeps one) as the job's log sink."""
         activated, store, lease = self.job, self.store, self.lease
 
         def lease_check() -> bool:
@@ -286,11 +280,12 @@ class Delivery:
             # LOST, or already claimed again by a later lease of the same job id: stop either way.
             return record is not None and (record.status is Status.LOST or record.other_lease(lease))
 
+        task_logs = self.engine.task_logs  # None: the engine keeps no task log (CloudWatch only)
         job = Job(
             activated,
             lambda_context=self.context,
             lease_check=lease_check,
-            log_sink=functools.partial(self.engine.send_logs, activated.ref),
+            log_sink=None if task_logs is None else functools.partial(task_logs.send_logs, activated.ref),
             logger=logger,
         )
         return run_job(self.fn, job, backoff_seconds=self.backoff_seconds, spec=self.spec, xray=self.xray)
@@ -343,58 +338,55 @@ class Delivery:
         observability.emit(job.ref.job_type, Lifecycle.REPORT_OWED, job_id=job.ref.job_id)
         return Redeliver(ReportOwedError(f"report of job {job.ref.job_id} still owed"))
 
-    # -- the lease model's choices ------------------------------------------------------------------
+    # -- the steps the lease policy chooses among (workerless._core.lease.DeliverySteps) ----------------
     def _held_elsewhere(self, found: JobRecord | None) -> Verdict:
         """Another delivery claimed the job and may still be running it."""
+        verdict = self.lease_model.held_elsewhere(self, other_message=_other_message(found, self.message_id))
+        if verdict is not None:
+            return verdict
+        return Redeliver(ClaimHeldError(f"job {self.job.ref.job_id} is being handled by another delivery"))
+
+    def contest(self) -> Verdict:
+        """The engine handed out an unacknowledged delivery again (its visibility timeout passed
+        while the claim holder runs) and the poller pulled it as a new message. Lease acquire
+        decides, as the engine intends: refused → acknowledge it without running, or the engine
+        keeps handing it out."""
         job, engine, deadline = self.job, self.engine, self.deadline
-        match self.lease_model.refused_claim:
-            case RefusedClaim.RECORD:
-                pass
-            case RefusedClaim.ACQUIRE:
-                if _other_message(found, self.message_id):
-                    # The engine handed out an unacknowledged delivery again (its visibility timeout
-                    # passed while the claim holder runs) and the poller pulled it as a new message.
-                    # Lease acquire decides, as the engine intends: refused → acknowledge it without
-                    # running, or the engine keeps handing it out.
-                    begun = acquire_or_leave(job, engine=engine, deadline=deadline)
-                    if begun is None:
-                        return Ack("lease acquire kept failing: left to the engine")
-                    if not begun:
-                        logger.info("another delivery of this execution holds the lease: acknowledging this one")
-                        acknowledge(job, engine=engine, deadline=deadline)
-                        observability.emit(job.ref.job_type, Lifecycle.SKIPPED, job_id=job.ref.job_id)
-                        return Ack("another delivery holds the lease")
-                    # The claim holder has not acquired yet (or died before it could): this delivery
-                    # now holds the lease but not the claim, so it must not run. It is handed back
-                    # (not acknowledged: no result goes with it); its next delivery is refused at
-                    # acquire and acknowledged, the holder's acquire is refused and it stands down,
-                    # and the unrenewed lease lapses: the engine dispatches a new execution.
-                    logger.warning("lease acquired by a delivery that does not hold the claim; handing it back")
-                    hand_back(job, engine=engine, deadline=deadline, reason="the lease holder does not hold the claim")
-                    return Ack("the lease holder does not hold the claim")
-            case _:
-                assert_never(self.lease_model.refused_claim)
-        return Redeliver(ClaimHeldError(f"job {job.ref.job_id} is being handled by another delivery"))
+        begun = acquire_or_leave(job, engine=engine, deadline=deadline)
+        if begun is None:
+            return Ack("lease acquire kept failing: left to the engine")
+        if not begun:
+            logger.info("another delivery of this execution holds the lease: acknowledging this one")
+            acknowledge(job, engine=engine, deadline=deadline)
+            observability.emit(job.ref.job_type, Lifecycle.SKIPPED, job_id=job.ref.job_id)
+            return Ack("another delivery holds the lease")
+        # The claim holder has not acquired yet (or died before it could): this delivery now holds
+        # the lease but not the claim, so it must not run. It is handed back (not acknowledged: no
+        # result goes with it); its next delivery is refused at acquire and acknowledged, the
+        # holder's acquire is refused and it stands down, and the unrenewed lease lapses: the engine
+        # dispatches a new execution.
+        logger.warning("lease acquired by a delivery that does not hold the claim; handing it back")
+        hand_back(job, engine=engine, deadline=deadline, reason="the lease holder does not hold the claim")
+        return Ack("the lease holder does not hold the claim")
 
     def _settle_unrun(self, found: JobRecord | None) -> Verdict:
-        """Acknowledge a delivery its job record says must not run (reported, lost or skipped).
+        """Settle a delivery its job record says must not run (reported, lost or skipped), as the
+        lease policy says: acknowledged at once where the record has the last word, after lease
+        acquire where the engine's acquire has it."""
+        return self.lease_model.settle_unrun(self, found)
 
-        Where the engine's acquire has the last word, a delivery is acknowledged without a result
-        only once lease acquire has refused it (stale, duplicate, finished or held elsewhere): so
-        acquire first. Acquired means the engine never applied what the record says happened: a
-        stored outcome is reported under this lease; without one the delivery is handed back (its
-        next delivery is refused and acknowledged, the lease lapses and the engine dispatches a new
-        execution). Where the record has the last word, acknowledge (a no-op there) at once.
-        """
+    def acknowledge_unrun(self, found: JobRecord | None) -> Verdict:
+        """Acknowledge (a no-op where the engine has nothing to acknowledge) at once."""
+        acknowledge(self.job, engine=self.engine, deadline=self.deadline)
+        return Ack("the job record says this delivery must not run")
+
+    def acquire_unrun(self, found: JobRecord | None) -> Verdict:
+        """A delivery is acknowledged without a result only once lease acquire has refused it
+        (stale, duplicate, finished or held elsewhere): so acquire first. Acquired means the engine
+        never applied what the record says happened: a stored outcome is reported under this lease;
+        without one the delivery is handed back (its next delivery is refused and acknowledged, the
+        lease lapses and the engine dispatches a new execution)."""
         job, engine, deadline = self.job, self.engine, self.deadline
-        match self.lease_model.refused_claim:
-            case RefusedClaim.RECORD:
-                acknowledge(job, engine=engine, deadline=deadline)
-                return Ack("the job record says this delivery must not run")
-            case RefusedClaim.ACQUIRE:
-                pass
-            case _:
-                assert_never(self.lease_model.refused_claim)
         begun = acquire_or_leave(job, engine=engine, deadline=deadline)
         if begun is None:
             return Ack("lease acquire kept failing: left to the engine")
@@ -410,7 +402,7 @@ class Delivery:
         hand_back(job, engine=engine, deadline=deadline, reason="the job record says this delivery must not run")
         return Ack("the job record says this delivery must not run")
 
-    def _acquire(self) -> Verdict | None:
+    def acquire(self) -> Verdict | None:
         """Lease acquire under our claim, then the claim stamped so the heartbeat renews it."""
         job, engine, store = self.job, self.engine, self.store
         try:

@@ -3,7 +3,7 @@ and the lease acquire that decides whether it runs. Each runs under the retry po
 raises, when it gives up.
 
 A delivery the engine hands out again on its own unless it is settled (a begin lease with
-:attr:`~workerless._core.lease.LeaseModel.returns_after`: StageNext's gateway requeues an unacknowledged
+:attr:`~workerless._core.lease.LeasePolicy.returns_after`: StageNext's gateway requeues an unacknowledged
 delivery after its visibility timeout) is ours until it is acknowledged or requeued: these calls are
 tried through an outage (:data:`~workerless._core.retry.HELD`) until the engine has taken it back, within
 the invocation's deadline — meanwhile its SQS message stays in flight, so the route counts it
@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar, assert_never
+from typing import TYPE_CHECKING, TypeVar
 
-from workerless._core.lease import HandBack
 from workerless._core.model import ActivatedJob
 from workerless._core.retry import CALLS, HELD
+from workerless.engines.base import require_lease_acquire
 from workerless.errors import EngineError, RetryableEngineError
 from workerless.observability import logger
 
@@ -54,13 +54,17 @@ def settling(job: ActivatedJob, engine: Engine, call: Callable[[], T], *, deadli
 
 
 def acknowledge(job: ActivatedJob, *, engine: Engine, deadline: float) -> None:
-    """``engine.skip`` (see :func:`settling`). Giving up is logged, not raised: the delivery is then
-    unacknowledged, and a begin-leased engine (StageNext's gateway) hands it out again after its
-    visibility timeout (60 s); its next delivery is refused at acquire and acknowledged. Failing the
-    SQS message instead would only hold it for the queue's visibility timeout, to redeliver a token
-    that has expired by then."""
+    """Acknowledge the delivery (the engine's lease acquire ``skip``, see :func:`settling`); nothing
+    where the engine has no lease acquire (its lease started at activation: nothing to acknowledge).
+    Giving up is logged, not raised: the delivery is then unacknowledged, and a begin-leased engine
+    (StageNext's gateway) hands it out again after its visibility timeout (60 s); its next delivery
+    is refused at acquire and acknowledged. Failing the SQS message instead would only hold it for
+    the queue's visibility timeout, to redeliver a token that has expired by then."""
+    acquire = engine.lease_acquire
+    if acquire is None:
+        return
     try:
-        settling(job, engine, lambda: engine.skip(job.ref), deadline=deadline)
+        settling(job, engine, lambda: acquire.skip(job.ref), deadline=deadline)
     except EngineError as exc:
         logger.warning(
             "could not acknowledge the delivery; the engine hands it out again",
@@ -70,30 +74,29 @@ def acknowledge(job: ActivatedJob, *, engine: Engine, deadline: float) -> None:
 
 def hand_back(job: ActivatedJob, *, engine: Engine, deadline: float, reason: str) -> None:
     """Give a delivery the handler will not run back to the engine without a result, as its lease
-    model says (:class:`~workerless._core.lease.HandBack`): released (StageNext requeues it) — never an
+    policy says (:meth:`~workerless._core.lease.LeasePolicy.hand_back`): released (StageNext requeues it) — never an
     acknowledgement, which would drop a stage whose lease no result settles — or acknowledged where
-    the engine owns the job from activation (``skip`` is a no-op there; the lease lapses or was
-    lost). Giving up is logged: a begin-leased engine hands out an unacknowledged delivery again
+    the engine owns the job from activation (nothing to acknowledge there; the lease lapses or
+    was lost). Giving up is logged: a begin-leased engine hands out an unacknowledged delivery again
     after its visibility timeout anyway."""
-    match engine.lease.hand_back:
-        case HandBack.ACKNOWLEDGE:
-            acknowledge(job, engine=engine, deadline=deadline)
-        case HandBack.RELEASE:
-            try:
-                settling(job, engine, lambda: engine.release(job, reason), deadline=deadline)
-            except EngineError as exc:
-                logger.warning(
-                    "could not hand the delivery back; the gateway requeues it",
-                    extra={"error": str(exc), "returned": returned(job, engine)},
-                )
-        case never:
-            assert_never(never)
+
+    def release() -> None:
+        try:
+            settling(job, engine, lambda: engine.release(job, reason), deadline=deadline)
+        except EngineError as exc:
+            logger.warning(
+                "could not hand the delivery back; the gateway requeues it",
+                extra={"error": str(exc), "returned": returned(job, engine)},
+            )
+
+    engine.lease.hand_back(acknowledge=lambda: acknowledge(job, engine=engine, deadline=deadline), release=release)
 
 
 def begin(job: ActivatedJob, *, engine: Engine, deadline: float) -> bool:
-    """Lease acquire (``engine.begin``, see :func:`settling`): whether it was granted. The last error
-    propagates when it keeps failing."""
-    granted: bool = settling(job, engine, lambda: engine.begin(job), deadline=deadline)
+    """Lease acquire (the engine's ``lease_acquire.begin``, see :func:`settling`): whether it was
+    granted. The last error propagates when it keeps failing."""
+    acquire = require_lease_acquire(engine)
+    granted: bool = settling(job, engine, lambda: acquire.begin(job), deadline=deadline)
     return granted
 
 

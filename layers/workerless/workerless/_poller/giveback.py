@@ -5,18 +5,18 @@ the invocation's deadline; giving up is logged, and the engine's lease is the ba
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, assert_never
+from typing import TYPE_CHECKING
 
 from workerless import observability
 from workerless._core.claimcheck import too_large_reason
-from workerless._core.lease import HandBack
 from workerless._core.model import ActivatedJob, Outcome
 from workerless._core.retry import CALLS
+from workerless.engines.base import require_lease_acquire
 from workerless.errors import EngineError, FinalEngineError, RetryableEngineError
 from workerless.observability import Lifecycle, logger
 
 if TYPE_CHECKING:
-    from workerless._core.lease import LeaseModel
+    from workerless._core.lease import LeasePolicy
     from workerless._core.ports import JobStore
     from workerless._poller.poller_lock import Dispatches
     from workerless.engines.base import Engine
@@ -45,19 +45,20 @@ def fail_for_good(engine: Engine, job: ActivatedJob, reason: str, *, deadline: f
     as large). A lease not held until acquired (a begin lease) is acquired here first: a result
     for an execution that is not running is discarded, and the acknowledgement after it would
     drop the job for good. Refused: acknowledged without a result (the seeds allow that); not
-    settled (acquire or report kept failing): handed back as the lease model says."""
+    settled (acquire or report kept failing): handed back as the lease policy says."""
     logger.error("failing a job that cannot be queued", extra={"job_id": job.ref.job_id, "reason": reason})
     model = engine.lease
     if not model.held(None):
+        acquire = require_lease_acquire(engine)
         try:
-            begun = CALLS.call(lambda: engine.begin(job), deadline=deadline)
+            begun = CALLS.call(lambda: acquire.begin(job), deadline=deadline)
         except EngineError as exc:
             requeue(engine, job, f"could not acquire its lease to fail it: {exc}", deadline=deadline)
             return
         if not begun:
             logger.info("lease refused: acknowledging the delivery", extra={"job_id": job.ref.job_id})
             try:
-                CALLS.call(lambda: engine.skip(job.ref), deadline=deadline)
+                CALLS.call(lambda: acquire.skip(job.ref), deadline=deadline)
             except EngineError as exc:
                 logger.warning("could not acknowledge; the gateway requeues it", extra={"error": str(exc)})
             return
@@ -67,19 +68,19 @@ def fail_for_good(engine: Engine, job: ActivatedJob, reason: str, *, deadline: f
             deadline=deadline,
         )
     except (FinalEngineError, RetryableEngineError) as exc:
-        match model.hand_back:
-            case HandBack.RELEASE:
-                requeue(engine, job, f"could not report its failure: {exc}", deadline=deadline)
-            case HandBack.ACKNOWLEDGE:
-                logger.error("could not fail the job; it returns when its lease lapses", extra={"error": str(exc)})
-            case never:
-                assert_never(never)
+        error = str(exc)
+        model.hand_back(
+            release=lambda: requeue(engine, job, f"could not report its failure: {error}", deadline=deadline),
+            acknowledge=lambda: logger.error(
+                "could not fail the job; it returns when its lease lapses", extra={"error": error}
+            ),
+        )
         return
     observability.emit(job.ref.job_type, Lifecycle.FAILED, **observability.correlation_keys(job), reason=reason)
 
 
 def fence(
-    store: JobStore | None, model: LeaseModel, jobs: list[ActivatedJob]
+    store: JobStore | None, model: LeasePolicy, jobs: list[ActivatedJob]
 ) -> tuple[list[ActivatedJob], list[ActivatedJob]]:
     """Of an ``activated`` batch a poller left unfinished, the jobs safe to hand back and those a
     handler already has (queued after all: owed a ticket, never handed back).
@@ -90,7 +91,7 @@ def fence(
     so a message of it queued meanwhile is acknowledged without running, while the engine's next
     lease of the job (another fingerprint) claims the record. A record already there: ticketed. A
     fence that cannot be written leaves the job to its lease. Only for an activation lease whose
-    leases are told apart (:meth:`~workerless._core.lease.LeaseModel.fingerprint`); a begin lease is
+    leases are told apart (:meth:`~workerless._core.lease.LeasePolicy.fingerprint`); a begin lease is
     fenced by the engine's acquire, and a job without a fingerprint goes back as before."""
     if store is None or not model.held(None):
         return jobs, []

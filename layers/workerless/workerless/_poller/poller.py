@@ -276,9 +276,9 @@ class Poller:
                 self.busy_at_end = True
                 self.relay_delay = 0
                 break
-        counters = {k: v for k, v in vars(report).items() if isinstance(v, int)}
-        try:
-            self.engine.after_cycle(counters)
+        try:  # the engine's liveness report, where it wants one (None: no word after a cycle)
+            if (liveness := self.engine.liveness) is not None:
+                liveness.after_cycle({k: v for k, v in vars(report).items() if isinstance(v, int)})
         except Exception:
             logger.warning("engine after_cycle hook failed", exc_info=True)
         return report

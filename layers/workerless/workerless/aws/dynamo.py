@@ -220,7 +220,7 @@ class JobStore:
 
         Succeeds when no record exists, or when the existing claim has expired (its container died),
         or when the record is LOST under another lease than ``lease``
-        (:meth:`~workerless._core.lease.LeaseModel.fingerprint`: the engine leased the same job id
+        (:meth:`~workerless._core.lease.LeasePolicy.fingerprint`: the engine leased the same job id
         again after the lost lease lapsed).
         """
         now = self._clock()

@@ -1,11 +1,16 @@
-"""The engine seam: one Protocol every engine adapter implements, and the shared state some
-adapters keep across containers. The pieces the adapters share (URL rules, timestamps, the
+"""The engine seam: a core Protocol every engine adapter implements, the optional capabilities an
+engine may have besides (each None where it has not), and the shared state some adapters keep
+across containers. The pieces the adapters share (URL rules, timestamps, the
 translation of HTTP answers into the error hierarchy, tokens, redaction) are in
 :mod:`workerless.engines.kit`.
 
 The poller, handler wrapper and heartbeat only talk to :class:`Engine`; they never branch on which
-engine it is. Each adapter takes an injected ``httpx.Client`` whose timeouts are shorter than the
-Lambda's, so a hung engine call can never outlive the invocation that made it.
+engine it is. What only some engines have, they ask for by capability: :attr:`Engine.lease_acquire`
+(:class:`LeaseAcquire`: StageNext), :attr:`Engine.task_logs` (:class:`TaskLogs`: node-flow) and
+:attr:`Engine.liveness` (:class:`Liveness`: StageNext), each None on an engine without it, so no
+engine carries no-op methods for another engine's needs. Each adapter takes an injected
+``httpx.Client`` whose timeouts are shorter than the Lambda's, so a hung engine call can never
+outlive the invocation that made it.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from workerless._core.lease import LeaseModel
+from workerless._core.lease import LeasePolicy
 from workerless._core.model import ActivatedJob, Demand, JobRef, Outcome
 
 # The shared translation and checks live in the engine kit; re-exported here, where the adapters
@@ -27,11 +32,15 @@ from workerless.engines.kit import (
     parse_problem,
     parse_retry_after,
 )
+from workerless.errors import ConfigurationError
 
 __all__ = [
     "Engine",
+    "LeaseAcquire",
+    "Liveness",
     "MemoryState",
     "SharedState",
+    "TaskLogs",
     "describe",
     "error_for_response",
     "error_for_transport",
@@ -39,7 +48,57 @@ __all__ = [
     "json_size",
     "parse_problem",
     "parse_retry_after",
+    "require_lease_acquire",
 ]
+
+
+class LeaseAcquire(Protocol):
+    """An engine whose lease starts when a handler acquires it, not at activation (StageNext lease
+    acquire): what a :class:`~workerless._core.lease.BeginLease` needs."""
+
+    def begin(self, job: ActivatedJob) -> bool:
+        """Called by the handler before running user code. False: this delivery must not run
+        (StageNext lease acquire answered acquired=false / lease_held); acknowledge it with
+        :meth:`skip`."""
+        ...
+
+    def skip(self, ref: JobRef) -> None:
+        """Acknowledge a delivery that must not run (StageNext ack): only a delivery whose lease
+        acquire was refused — acknowledged otherwise, without a result StageNext applies, its stage
+        would never be dispatched again (hand it back with :meth:`Engine.release` instead)."""
+        ...
+
+
+class TaskLogs(Protocol):
+    """An engine that keeps a log per task (node-flow): the handler's log lines go there too."""
+
+    def send_logs(self, ref: JobRef, lines: Sequence[Mapping[str, Any]]) -> None:
+        """Send handler log lines to the engine. Must never raise for a failed send: losing a log
+        line must not fail the job."""
+        ...
+
+
+class Liveness(Protocol):
+    """An engine that wants to hear from its workers after each poll cycle (StageNext's worker
+    liveness and lifecycle events)."""
+
+    def after_cycle(self, counters: Mapping[str, int]) -> None:
+        """Called by the poller after each cycle with its counters (polls, activated, capacity).
+        Must not raise."""
+        ...
+
+
+def require_lease_acquire(engine: Engine) -> LeaseAcquire:
+    """``engine``'s lease acquire, where its lease policy needs one (the lease is not held until
+    acquired). An engine whose policy needs it and that has none is a wiring fault, named here
+    rather than met as an AttributeError mid-delivery."""
+    acquire = engine.lease_acquire
+    if acquire is None:
+        raise ConfigurationError(
+            f"engine {engine.name!r} leases at begin ({type(engine.lease).__name__}) and has no lease_acquire",
+            key="WORKERLESS_ENGINE",
+        )
+    return acquire
 
 
 @runtime_checkable
@@ -65,9 +124,9 @@ class Engine(Protocol):
         ...
 
     @property
-    def lease(self) -> LeaseModel:
+    def lease(self) -> LeasePolicy:
         """How this engine's lease works (:mod:`workerless._core.lease`): leased at activation (Sheptra,
-        node-flow: the heartbeat extends jobs still waiting in SQS) or at :meth:`begin` (StageNext:
+        node-flow: the heartbeat extends jobs still waiting in SQS) or at :attr:`lease_acquire` (StageNext:
         lease acquire in the handler; the heartbeat renews only jobs whose handler has begun), and
         the lease length where the engine sets it."""
         ...
@@ -78,12 +137,6 @@ class Engine(Protocol):
         Returns only jobs of the demanded types. Where the engine takes several types in one call
         (Sheptra ``types``) it makes one call; otherwise one per demand with capacity > 0.
         """
-        ...
-
-    def begin(self, job: ActivatedJob) -> bool:
-        """Called by the handler before running user code. False: this delivery must not run
-        (StageNext lease acquire answered acquired=false / lease_held); acknowledge it with
-        :meth:`skip`. Engines without such a step return True without a request."""
         ...
 
     def extend(self, ref: JobRef, lease_seconds: int) -> float:
@@ -99,21 +152,22 @@ class Engine(Protocol):
         or the engine's own release, so the job does not wait out a whole lease."""
         ...
 
-    def skip(self, ref: JobRef) -> None:
-        """Acknowledge a delivery that must not run (StageNext ack); a no-op elsewhere. StageNext:
-        only a delivery whose lease acquire was refused — acknowledged otherwise, without a result
-        StageNext applies, its stage would never be dispatched again (hand it back with
-        :meth:`release` instead)."""
+    # The optional capabilities: None where the engine has not got one. The pipeline asks for one
+    # where it needs it, never for the engine's name.
+    @property
+    def lease_acquire(self) -> LeaseAcquire | None:
+        """Lease acquire before the run, where the lease starts then (StageNext; its lease policy is a
+        :class:`~workerless._core.lease.BeginLease`); None where the lease starts at activation."""
         ...
 
-    def send_logs(self, ref: JobRef, lines: Sequence[Mapping[str, Any]]) -> None:
-        """Send handler log lines to the engine where it keeps task logs; a no-op elsewhere.
-        Must never raise for a failed send: losing a log line must not fail the job."""
+    @property
+    def task_logs(self) -> TaskLogs | None:
+        """Where the handler's log lines go besides CloudWatch (node-flow's task log); None: nowhere."""
         ...
 
-    def after_cycle(self, counters: Mapping[str, int]) -> None:
-        """Called by the poller after each cycle with its counters (polls, activated, capacity);
-        StageNext reports worker liveness here. A no-op elsewhere; must not raise."""
+    @property
+    def liveness(self) -> Liveness | None:
+        """What the poller tells after each cycle (StageNext's worker liveness); None: nothing."""
         ...
 
     def close(self) -> None:

@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from workerless._core.lease import ACTIVATION_LEASE, LeaseModel
+from workerless._core.lease import ACTIVATION_LEASE, LeasePolicy
 from workerless._core.model import ActivatedJob, Demand, JobRef, Outcome
 from workerless.errors import LeaseLostError
 from workerless.testing.kit import (
@@ -79,7 +79,11 @@ class FakeEngine:
 
     name: ClassVar[str] = "fake"
     #: Leased at activation (:mod:`workerless._core.lease`).
-    lease: ClassVar[LeaseModel] = ACTIVATION_LEASE
+    lease: ClassVar[LeasePolicy] = ACTIVATION_LEASE
+    #: Optional capabilities (:class:`~workerless.engines.base.Engine`): leased at activation, no
+    #: liveness report; its task log is :attr:`logs` (:attr:`task_logs`).
+    lease_acquire: ClassVar[None] = None
+    liveness: ClassVar[None] = None
 
     clock: Any = time.time
     jobs: dict[str, FakeJob] = field(default_factory=dict)
@@ -135,9 +139,6 @@ class FakeEngine:
             raise LeaseLostError("lease lost", engine="fake", job_id=ref.job_id, status=409)
         return job
 
-    def begin(self, job: ActivatedJob) -> bool:
-        return True
-
     def extend(self, ref: JobRef, lease_seconds: int) -> float:
         with self._lock:
             job = self._held(ref)
@@ -164,15 +165,14 @@ class FakeEngine:
             held.state = "ready"
             self.releases.setdefault(job.ref.job_id, []).append(reason)
 
-    def skip(self, ref: JobRef) -> None:
-        return None
+    @property
+    def task_logs(self) -> FakeEngine:
+        """The handler's log lines land in :attr:`logs` (:meth:`send_logs`)."""
+        return self
 
     def send_logs(self, ref: JobRef, lines: Sequence[Mapping[str, Any]]) -> None:
         with self._lock:
             self.logs.setdefault(ref.job_id, []).extend(lines)
-
-    def after_cycle(self, counters: Mapping[str, int]) -> None:
-        return None
 
     def close(self) -> None:
         return None

@@ -29,10 +29,10 @@ from urllib.parse import quote
 
 import httpx
 
-from workerless._core.lease import ACTIVATION_LEASE, LeaseModel
+from workerless._core.lease import ACTIVATION_LEASE, LeasePolicy
 from workerless._core.model import ActivatedJob, Demand, JobRef, Outcome
 from workerless._core.retry import LOG_SEND_SECONDS, LOG_SENDS, ambient_deadline
-from workerless.engines.base import SharedState
+from workerless.engines.base import SharedState, TaskLogs
 from workerless.engines.kit.resend import Recovery, send_recovering
 from workerless.engines.kit.skim import Skimmer, answer_skimmer, job_variables, post_skimmed
 from workerless.engines.kit.times import parse_timestamp
@@ -89,7 +89,12 @@ class NodeFlowEngine:
 
     name: ClassVar[str] = ENGINE
     #: Leased at activation (:mod:`workerless._core.lease`).
-    lease: ClassVar[LeaseModel] = ACTIVATION_LEASE
+    lease: ClassVar[LeasePolicy] = ACTIVATION_LEASE
+    #: Optional capabilities (:class:`~workerless.engines.base.Engine`): node-flow's lease starts at
+    #: activation (nothing to acquire or acknowledge) and it records pollers itself
+    #: (``/queues/workers``): no liveness report. Its task log is :attr:`task_logs`.
+    lease_acquire: ClassVar[None] = None
+    liveness: ClassVar[None] = None
 
     def __init__(
         self,
@@ -343,10 +348,6 @@ class NodeFlowEngine:
         except (EngineError, ConfigurationError) as exc:
             logger.error("could not report malformed node-flow task %s: %s", raw["taskId"], exc)
 
-    def begin(self, job: ActivatedJob) -> bool:
-        """node-flow's lease starts at activation: every delivery may run."""
-        return True
-
     def extend(self, ref: JobRef, lease_seconds: int) -> float:
         """Heartbeat; returns the expiry node-flow granted (it clamps ``leaseSeconds``)."""
         queue, token, _ = self._handle(ref)
@@ -409,8 +410,10 @@ class NodeFlowEngine:
         except LeaseLostError:
             logger.info("node-flow task %s was already gone when released", job.ref.job_id)
 
-    def skip(self, ref: JobRef) -> None:
-        """No acknowledgement step in node-flow."""
+    @property
+    def task_logs(self) -> TaskLogs:
+        """node-flow keeps a log per task: :meth:`send_logs`."""
+        return self
 
     def send_logs(self, ref: JobRef, lines: Sequence[Mapping[str, Any]]) -> None:
         """Append lines to the task's log, in order, in batches. Never raises: a lost log line must
@@ -437,9 +440,6 @@ class NodeFlowEngine:
                 LOG_SENDS.call(send, deadline=deadline)
         except Exception as exc:  # noqa: BLE001 - by contract a log send never raises
             logger.warning("dropped %d log line(s) of node-flow task %s: %s", len(lines), ref.job_id, exc)
-
-    def after_cycle(self, counters: Mapping[str, int]) -> None:
-        """Nothing to report: node-flow records pollers itself (``/queues/workers``)."""
 
     def close(self) -> None:
         """Nothing held: the HTTP client belongs to the caller."""

@@ -32,7 +32,7 @@ from urllib.parse import quote
 
 import httpx
 
-from workerless._core.lease import ACTIVATION_LEASE, LeaseModel
+from workerless._core.lease import ACTIVATION_LEASE, LeasePolicy
 from workerless._core.model import ActivatedJob, Demand, JobRef, Outcome
 from workerless.engines.base import SharedState
 from workerless.engines.kit.answers import json_object, json_size
@@ -73,7 +73,13 @@ class SheptraEngine:
 
     name: ClassVar[str] = ENGINE
     #: Sheptra's lease starts at activation: the heartbeat extends jobs still waiting in SQS.
-    lease: ClassVar[LeaseModel] = ACTIVATION_LEASE
+    lease: ClassVar[LeasePolicy] = ACTIVATION_LEASE
+    #: Optional capabilities (:class:`~workerless.engines.base.Engine`): Sheptra's lease starts at
+    #: activation (nothing to acquire or acknowledge), it keeps no task logs and has no worker
+    #: liveness report.
+    lease_acquire: ClassVar[None] = None
+    task_logs: ClassVar[None] = None
+    liveness: ClassVar[None] = None
 
     activate_path: ClassVar[str] = "/v1/jobs/activate"
     extend_path: ClassVar[str] = "/v1/jobs/{id}/extend-lease"
@@ -329,10 +335,6 @@ class SheptraEngine:
         except (EngineError, ConfigurationError) as exc:
             logger.warning("sheptra could not hand back job %s (%s); it returns when its lease lapses", ref.job_id, exc)
 
-    def begin(self, job: ActivatedJob) -> bool:
-        """Sheptra's lease started at activation: nothing to acquire."""
-        return True
-
     def extend(self, ref: JobRef, lease_seconds: int) -> float:
         """Re-anchor the lease to now + ``lease_seconds``; the granted expiry (epoch seconds)."""
         response = self._call(
@@ -409,15 +411,6 @@ class SheptraEngine:
     def release(self, job: ActivatedJob, reason: str) -> None:
         """Hand the job back at once: fail with its retries unchanged and no backoff."""
         self._fail(job.ref, f"released by workerless: {reason}", retries=job.retries, backoff_seconds=0)
-
-    def skip(self, ref: JobRef) -> None:
-        """Nothing to acknowledge on Sheptra."""
-
-    def send_logs(self, ref: JobRef, lines: Sequence[Mapping[str, Any]]) -> None:
-        """Sheptra keeps no task logs."""
-
-    def after_cycle(self, counters: Mapping[str, int]) -> None:
-        """Sheptra has no worker liveness report."""
 
     def close(self) -> None:
         """Nothing is held engine-side; the injected client belongs to the caller."""

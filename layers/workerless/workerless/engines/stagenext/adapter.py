@@ -27,9 +27,9 @@ from typing import Any, ClassVar, Literal
 
 import httpx
 
-from workerless._core.lease import BEGIN_LEASE, LeaseModel
+from workerless._core.lease import BEGIN_LEASE, LeasePolicy
 from workerless._core.model import ActivatedJob, Demand, JobRef, Outcome
-from workerless.engines.base import SharedState
+from workerless.engines.base import LeaseAcquire, Liveness, SharedState
 from workerless.engines.kit.answers import json_object
 from workerless.engines.kit.translate import Translator, parse_problem
 from workerless.engines.stagenext.config import (
@@ -72,6 +72,8 @@ class StageNextEngine:
     """
 
     name: ClassVar[str] = ENGINE
+    #: StageNext keeps no task logs (an optional capability of workerless.engines.base.Engine).
+    task_logs: ClassVar[None] = None
 
     def __init__(
         self,
@@ -118,9 +120,17 @@ class StageNextEngine:
         self._uncertain = Remembered(REMEMBERED_DELIVERIES)
 
     @property
-    def lease(self) -> LeaseModel:
+    def lease(self) -> LeasePolicy:
         """A begin lease (lease acquire in the handler) of the length StageNext last stated."""
         return BEGIN_LEASE.granting(self.lease_seconds).returning_after(self.config.visibility_seconds)
+
+    @property
+    def lease_acquire(self) -> LeaseAcquire:
+        return self  # StageNext's lease starts at lease acquire: begin, skip
+
+    @property
+    def liveness(self) -> Liveness:
+        return self._telemetry  # after_cycle: the worker heartbeat and lifecycle events (Telemetry)
 
     def _secrets(self) -> tuple[str, ...]:
         # The API key and the session token held: never in an error an engine body fed.
@@ -453,15 +463,6 @@ class StageNextEngine:
         lapses unrenewed and StageNext's recovery dispatches the stage again."""
         logger.info("stagenext releasing delivery", extra={"job_id": job.ref.job_id, "reason": reason})
         self._ack(job.ref, requeue=True, what="requeue")
-
-    def send_logs(self, ref: JobRef, lines: Sequence[Mapping[str, Any]]) -> None:
-        """StageNext keeps no task logs: a no-op."""
-        return None
-
-    def after_cycle(self, counters: Mapping[str, int]) -> None:
-        """Report liveness and flush lifecycle events (:meth:`Telemetry.after_cycle
-        <workerless.engines.stagenext.telemetry.Telemetry.after_cycle>`). Never raises."""
-        self._telemetry.after_cycle(counters)
 
     def close(self) -> None:
         """Flush events; with a process-local session, announce shutdown. A shared session is the
