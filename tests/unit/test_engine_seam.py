@@ -13,7 +13,7 @@ from pathlib import Path
 from workerless.engines import ENGINES
 from workerless.engines.base import Engine
 
-from tests.unit.runtime_modules import RUNTIME
+from tests.unit.runtime_modules import runtime_module_paths
 
 #: Every spelling of an engine a module could use to tell engines apart: the registry's names, the
 #: last part of each adapter's module, and the seeds' spellings with a separator.
@@ -89,16 +89,11 @@ def engine_checks(tree: ast.Module, module: str) -> list[str]:
 
 
 def _pipeline_modules() -> dict[str, Path]:
-    found: dict[str, Path] = {}
-    for path in sorted(RUNTIME.rglob("*.py")):
-        parts = list(path.relative_to(RUNTIME.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        name = ".".join(parts)
-        if name == "workerless.engines" or name.startswith("workerless.engines."):
-            continue
-        found[name] = path
-    return found
+    return {
+        name: path
+        for name, path in runtime_module_paths().items()
+        if not (name == "workerless.engines" or name.startswith("workerless.engines."))
+    }
 
 
 def test_the_checker_finds_an_engine_named_in_code_and_an_engine_name_compared() -> None:

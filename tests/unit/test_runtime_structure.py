@@ -9,7 +9,7 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.unit.runtime_modules import RUNTIME
+from tests.unit.runtime_modules import RUNTIME, runtime_module_paths
 
 PACKAGE = RUNTIME.name
 #: Issue 28's bound on parameters and returns typed bare ``Any`` in the runtime.
@@ -17,13 +17,7 @@ MAX_BARE_ANY = 15
 
 
 def _modules() -> dict[str, Path]:
-    found: dict[str, Path] = {}
-    for path in sorted(RUNTIME.rglob("*.py")):
-        parts = list(path.relative_to(RUNTIME.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        found[".".join(parts)] = path
-    return found
+    return runtime_module_paths()
 
 
 def _is_type_checking(test: ast.expr) -> bool:
