@@ -356,8 +356,8 @@ def test_the_pollers_aws_calls_stop_one_attempt_before_its_deadline(aws: Aws, en
     invocation must be done): its first, the route's queue count, is refused, the invocation fails
     before it takes a job, and nothing is leased or queued (before: the poll ran, its calls started
     with 11 s left and free to run 13 s each). With a minute left the same poll queues the jobs."""
+    from workerless._core.deadline import MARGIN_SECONDS
     from workerless.aws.clients import ATTEMPT_SECONDS
-    from workerless.entrypoints import MARGIN_SECONDS
     from workerless.errors import QueueError
 
     for i in range(2):

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from workerless import entrypoints, runtime
+from workerless._core.deadline import MARGIN_SECONDS
 from workerless._core.model import Demand
 from workerless._poller import sendlog
 from workerless._poller.intent import IntentLog
@@ -185,7 +186,7 @@ def test_no_aws_call_of_the_poller_starts_past_its_invocations_deadline(
 
     monkeypatch.setattr(fake, "activate", late)
     try:
-        entrypoints.poller({}, Context(remaining_ms=int((entrypoints.MARGIN_SECONDS + 1.0) * 1000)))
+        entrypoints.poller({}, Context(remaining_ms=int((MARGIN_SECONDS + 1.0) * 1000)))
     except Exception as exc:  # noqa: BLE001 - failing the invocation is one acceptable end; queuing is not
         print(f"the invocation failed: {type(exc).__name__}: {exc}")
     queue = ticking.sqs.get_queue_attributes(QueueUrl=ticking.queues["charge-payment"], AttributeNames=["All"])
