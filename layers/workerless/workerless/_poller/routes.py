@@ -25,7 +25,7 @@ from workerless._core.settings import Route, Settings
 from workerless.errors import ConfigurationError, WorkerlessError
 
 if TYPE_CHECKING:
-    from botocore.client import BaseClient
+    from mypy_boto3_ssm import SSMClient
 
 
 class RouteReader:
@@ -50,7 +50,7 @@ class RouteReader:
         *,
         deadline: float,
         clock: Callable[[], float] = time.monotonic,
-        client: BaseClient | None = None,
+        client: SSMClient | None = None,
     ) -> Settings:
         """``settings`` with their routes: WORKERLESS_ROUTES when it is set (an explicit override wins),
         else the parameters under WORKERLESS_ROUTES_PATH, read at the container's first poll and kept,

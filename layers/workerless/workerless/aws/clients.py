@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_secretsmanager import SecretsManagerClient
     from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_ssm import SSMClient
 
 
 class DeadlineReachedError(Exception):
@@ -197,8 +198,8 @@ class Clients:
         return self.get("s3")  # type: ignore[return-value]
 
     @property
-    def ssm(self) -> BaseClient:  # mypy_boto3_ssm is not installed
-        return self.get("ssm")
+    def ssm(self) -> SSMClient:
+        return self.get("ssm")  # type: ignore[return-value]
 
     @property
     def secretsmanager(self) -> SecretsManagerClient:

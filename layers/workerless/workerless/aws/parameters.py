@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from workerless.errors import ConfigurationError, ParameterStoreError
 
 if TYPE_CHECKING:
-    from botocore.client import BaseClient
+    from mypy_boto3_ssm import SSMClient
 
 #: GetParametersByPath answers at most 10 parameters a page.
 PAGE_SIZE = 10
@@ -45,7 +45,7 @@ def read_path(
     path: str,
     *,
     deadline: float,
-    client: BaseClient | None = None,
+    client: SSMClient | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> dict[str, str]:
@@ -66,7 +66,7 @@ def read_path(
 
 
 def _read_pages(
-    ssm: BaseClient, path: str, *, deadline: float, sleep: Callable[[float], None], clock: Callable[[], float]
+    ssm: SSMClient, path: str, *, deadline: float, sleep: Callable[[float], None], clock: Callable[[], float]
 ) -> dict[str, str]:
     from workerless._core.retry import PARAMETERS
 
@@ -97,7 +97,7 @@ def _read_pages(
     )
 
 
-def _call(ssm: BaseClient, path: str, kwargs: dict[str, object]) -> dict[str, Any]:
+def _call(ssm: SSMClient, path: str, kwargs: dict[str, object]) -> dict[str, Any]:
     from workerless.aws.clients import DeadlineReachedError, call_aws, error_code
 
     def translate(exc: Exception) -> NoReturn:
