@@ -94,7 +94,7 @@ def test_load_handler_loads_a_functions_app_module_afresh_each_time(tmp_path: Pa
     from workerless.testing import load_handler
 
     handler = load_handler(ROOT / "functions" / "sendreceipt" / "app.py")
-    assert handler.job_type == "send-receipt"  # type: ignore[attr-defined]
+    assert handler.job_type == "send-receipt"
     assert load_handler(str(ROOT / "functions" / "sendreceipt" / "app.py")) is not handler  # a fresh module
     (tmp_path / "app.py").write_text("value = 1\n")
     with pytest.raises(AttributeError, match="defines no 'handler'"):

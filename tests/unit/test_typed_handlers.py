@@ -111,7 +111,7 @@ def test_an_async_route_defaults_to_a_concurrent_batch_and_a_sync_route_does_not
     async def b(job: Job) -> None:  # type: ignore[type-arg]
         return None
 
-    assert (a.processor.concurrency, s.processor.concurrency, b.processor.concurrency) == (10, 1, 3)  # type: ignore[attr-defined]
+    assert (a.processor.concurrency, s.processor.concurrency, b.processor.concurrency) == (10, 1, 3)
     with pytest.raises(ValueError, match="at least 1"):
         job_handler("c", concurrency=0)(a)
 

@@ -45,7 +45,6 @@ _record_queue_url: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 )
 #: An async handler's default bound on the jobs of one batch run at once: SQS's largest batch.
 DEFAULT_ASYNC_CONCURRENCY = 10
-LambdaHandler = Callable[[dict[str, Any], Any], dict[str, Any]]
 
 
 class JobProcessor:
@@ -262,16 +261,32 @@ def job_handler(
     """
 
     def decorate(fn: HandlerFunction) -> LambdaHandler:
-        processor = JobProcessor(job_type, fn, backoff_seconds=backoff_seconds, input=input, concurrency=concurrency)
-
-        @functools.wraps(fn)
-        def lambda_handler(
-            event: dict[str, Any], context: LambdaContext, wiring: Wiring | None = None
-        ) -> dict[str, Any]:
-            return processor.handle_batch(event, context, wiring)
-
-        lambda_handler.processor = processor  # type: ignore[attr-defined]
-        lambda_handler.job_type = job_type  # type: ignore[attr-defined]
-        return lambda_handler
+        return LambdaHandler(
+            JobProcessor(job_type, fn, backoff_seconds=backoff_seconds, input=input, concurrency=concurrency)
+        )
 
     return decorate
+
+
+class LambdaHandler:
+    """The Lambda entry point :func:`job_handler` makes of a function: Lambda calls it as
+    ``handler(event, context)``; a test may pass a wiring of its own as ``wiring``. It carries the
+    function's name and docstring, its ``job_type`` and the :class:`JobProcessor` that runs it.
+
+    Example:
+        >>> from workerless import Job, job_handler
+        >>> @job_handler("send-receipt")
+        ... def handler(job: Job) -> dict:
+        ...     "Send the receipt."
+        ...     return {}
+        >>> handler.job_type, handler.__name__, handler.__doc__
+        ('send-receipt', 'handler', 'Send the receipt.')
+    """
+
+    def __init__(self, processor: JobProcessor) -> None:
+        self.processor = processor
+        self.job_type = processor.job_type
+        functools.update_wrapper(self, processor.fn)
+
+    def __call__(self, event: dict[str, Any], context: LambdaContext, wiring: Wiring | None = None) -> dict[str, Any]:
+        return self.processor.handle_batch(event, context, wiring)
