@@ -213,12 +213,12 @@ def _rehearse_stack(
         absent = set(expanded.template["Resources"]) - set(created_resources(expanded.template, parameters))
         findings += lint("expanded", json.dumps(expanded.template), [region], not_created=absent)
         transformed = translate(expanded.template, parameters, region)
-        absent = set(transformed["Resources"]) - set(created_resources(transformed, parameters))
+        created = set(created_resources(transformed, parameters))  # also what the change set must add
+        absent = set(transformed["Resources"]) - created
         findings += lint("transformed", json.dumps(transformed), [region], not_created=absent)
 
     change_set: list[str] = []
     if attempt is not None:
-        created = set(created_resources(transformed, parameters))
         cloudformation = endpoint.client("cloudformation", region)
         change_set = check_change_set(cloudformation, name, created)
         # The change set is reviewed, not executed: its stack (REVIEW_IN_PROGRESS, no resources) goes,

@@ -178,7 +178,8 @@ class Poller:
             if route.type not in self._depths:
                 self._depths[route.type] = self._depth(route.type, route.queue_url, now)
             refresh = now - self._refreshed.get(route.type, -math.inf) >= DEPTH_REFRESH_SECONDS
-            self._refreshed[route.type] = now if refresh else self._refreshed[route.type]
+            if refresh:
+                self._refreshed[route.type] = now
             count, read_at = self._depths[route.type]
             bounds = (self.store, self.dispatches, route.type, wall, horizon)
             bound = giveback.tracked(*bounds, count, self._wall(read_at), refresh=refresh)
