@@ -177,8 +177,7 @@ class Poller:
         for route in self.settings.routes:
             if route.type not in self._depths:
                 self._depths[route.type] = self._depth(route.type, route.queue_url, now)
-            refresh = now - self._refreshed.get(route.type, -math.inf) >= DEPTH_REFRESH_SECONDS
-            if refresh:
+            if refresh := (now - self._refreshed.get(route.type, -math.inf) >= DEPTH_REFRESH_SECONDS):
                 self._refreshed[route.type] = now
             count, read_at = self._depths[route.type]
             bounds = (self.store, self.dispatches, route.type, wall, horizon)
