@@ -53,7 +53,7 @@ dist: venv
 	rm -rf layers/workerless/build devkit/build
 
 # Every dependency of the two distributions as a wheel, at the layer's pins, and setuptools (their
-# build backend): tests/functional/test_distributions.py builds both wheels and installs them into
+# build backend): tests/functional/project/test_distributions.py builds both wheels and installs them into
 # a fresh venv from here with pip --no-index, so the test itself needs no network. This target does
 # (pip's cache makes it quick after `make venv`). The two distributions' own wheels are not kept here:
 # the test builds its own.
@@ -117,7 +117,7 @@ build: sam-venv
 # AWS::LanguageExtensions (SAM CLI's) then AWS::Serverless (samtranslator), cfn-lint at each
 # stage, two stacks side by side on moto's CloudFormation, what moto skips checked from the
 # transformed template, every artifact checked. Writes the bundle to .cache/rehearsal/bundle.
-# `make test` runs it too (tests/functional/test_deploy_rehearsal.py). REHEARSE_ARGS: see --help.
+# `make test` runs it too (tests/functional/devkit/rehearsal/test_deploy_rehearsal.py). REHEARSE_ARGS: see --help.
 REHEARSE_ARGS ?=
 # Then the demo's jobs of every example type run through each stack (local mode creates it from its
 # bundle on its embedded CloudFormation, in the stack's region, and runs the uploaded code) against a

@@ -148,7 +148,7 @@ def _build_layer(work: Path) -> tuple[str, Path, Path]:
     import shutil
     import tempfile
 
-    from tests.functional.test_layer_artifact import (
+    from tests.functional.project.test_layer_artifact import (
         LAYER_SOURCE,
         _make_env,
         _run,

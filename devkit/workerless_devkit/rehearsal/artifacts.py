@@ -25,7 +25,7 @@ from typing import Any
 from workerless_devkit.rehearsal.errors import ArtifactError
 from workerless_devkit.rehearsal.stack import CreatedStack
 
-#: What the devkit depends on and the runtime must not ship (tests/functional/test_layer_artifact.py).
+#: What the devkit depends on and the runtime must not ship (tests/functional/project/test_layer_artifact.py).
 DEVKIT_ONLY = ("workerless_devkit", "moto", "cryptography", "jwt", "ruamel", "samtranslator")
 RUNTIME_PACKAGE = "workerless"
 

@@ -1,4 +1,4 @@
-"""A test-only send-receipt handler for the claim-check tests (tests/functional/test_claim_check.py):
+"""A test-only send-receipt handler for the claim-check tests (tests/functional/runtime/core/test_claim_check.py):
 it answers with the size and SHA-256 of the variables it was given, so a test can tell that a large
 input arrived whole, and returns ``returnBytes`` characters of incompressible text when asked, so a
 result too large for a job record goes through the claim check. template.yaml's send-receipt function

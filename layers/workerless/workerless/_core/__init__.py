@@ -3,6 +3,6 @@ records that travel (model, the job record, the claim check's pointer), lease se
 policies, the ports the pipeline's parts need, settings, SQS batches and the job a handler receives.
 
 Private: import what a handler needs from :mod:`workerless`; the pipeline's parts import from these
-modules directly. The layering test (tests/unit/test_runtime_structure.py) keeps this package below
+modules directly. The layering test (tests/unit/runtime/test_runtime_structure.py) keeps this package below
 the adapters (:mod:`workerless.aws`, :mod:`workerless.engines`) and the parts above them.
 """

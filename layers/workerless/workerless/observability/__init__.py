@@ -28,7 +28,7 @@ shares its metric set between every instance in the process (class attributes), 
 heartbeat invocation counts several job types, and local mode runs many invocations at once in
 threads of one process. So each invocation gets its own buffer (a context variable: a thread sees
 only its own invocation's buffer, no lock contention between invocations), written in the EMF
-format Powertools' provider writes (tests/unit/test_observability.py compares the two) by
+format Powertools' provider writes (tests/unit/runtime/observability/test_observability.py compares the two) by
 :func:`emf_document`: the provider, built per document, validated and logged every value again at
 flush (a tenth of a millisecond per handler invocation); :func:`add_metric` validates each value
 once, as it is added, against the units Powertools knows.

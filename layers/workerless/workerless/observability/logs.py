@@ -24,7 +24,7 @@ class JsonFormatter(_powertools_formatter.LambdaPowertoolsFormatter):
     message as JSON (a failing ``json.loads`` and its exception, for "job completed"). Here the same
     names are a frozenset, and a message whose first character cannot begin a JSON document is
     kept as it is without trying (a string that can is decoded as Powertools does).
-    tests/unit/test_observability.py compares the lines with Powertools' own formatter.
+    tests/unit/runtime/observability/test_observability.py compares the lines with Powertools' own formatter.
     """
 
     _RESERVED = frozenset(_powertools_formatter.RESERVED_LOG_ATTRS)

@@ -1,0 +1,208 @@
+"""`workerless init DIR --engine ENGINE` (issue 27, 2): an application of its own. It writes only what
+the user owns; `workerless build` renders the installed framework's template from its routes.yaml.
+
+In-process (the devkit this checkout installs, editable: its framework is the checkout's). The same
+application from the built wheels, through `make demo`, `make test` and `make rehearse`, is
+tests/functional/project/test_own_app.py."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import workerless
+from workerless_devkit import cli
+from workerless_devkit.devtools import app as app_module
+from workerless_devkit.devtools.scaffold import stem
+from workerless_devkit.local.template import load_template
+
+ROOT = Path(__file__).resolve().parents[4]
+TYPE = "example-job"
+#: The user's own files for one job type stay under this many lines (issue 27).
+USER_LINES_LIMIT = 300
+
+
+def user_files(app: Path) -> dict[str, str]:
+    """Every file of ``app`` git would track (the generated ones are git-ignored), by relative path."""
+    subprocess.run(["git", "init", "-q", str(app)], check=True, timeout=60)
+    listed = subprocess.run(
+        ["git", "-C", str(app), "ls-files", "--others", "--exclude-standard"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.split()
+    return {name: (app / name).read_text(encoding="utf-8") for name in sorted(listed)}
+
+
+def digest(files: dict[str, str]) -> dict[str, str]:
+    return {name: hashlib.sha256(text.encode()).hexdigest() for name, text in files.items()}
+
+
+def test_init_writes_only_the_users_own_files_under_300_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app = tmp_path / "orders-app"
+    assert cli.main(["init", str(app), "--engine", "nodeflow"]) == 0
+    assert f"created {app} (job type {TYPE})" in capsys.readouterr().out
+    owned = user_files(app)
+    assert sorted(owned) == sorted(
+        [
+            ".gitignore",
+            "Makefile",
+            "README.md",
+            f"events/sqs-{TYPE}.json",
+            f"functions/{stem(TYPE)}/app.py",
+            "pyproject.toml",
+            "requirements-dev.txt",
+            "requirements.txt",
+            "routes.yaml",
+            "samconfig.toml",
+            f"tests/unit/test_handler_{TYPE.replace('-', '_')}.py",
+        ]
+    )
+    lines = sum(text.count("\n") for text in owned.values())
+    assert lines < USER_LINES_LIMIT, f"the user's own files are {lines} lines"
+    # Nothing of the framework is copied: no template, runtime, devkit or library functions.
+    assert not [p for p in app.rglob("*") if p.name in ("template.yaml", "layers", "devkit", "poller")]
+    version = workerless.__version__
+    assert owned["requirements.txt"].splitlines() == [f"workerless=={version}"]
+    assert f"workerless-devkit=={version}" in owned["requirements-dev.txt"].splitlines()
+    assert owned["routes.yaml"].splitlines()[-1] == f"{stem(TYPE)}: {{Type: {TYPE}}}"
+    assert 'stack_name = "orders-app"' in owned["samconfig.toml"]
+    assert 'parameter_overrides = "EngineName=nodeflow"' in owned["samconfig.toml"]
+    assert "ENGINE ?= nodeflow" in owned["Makefile"]
+    # The handler's comment names the key for an effect that must happen once across retries.
+    assert "job.workflow_key" in owned[f"functions/{stem(TYPE)}/app.py"]
+
+    # Env files (engine credentials) and what `workerless build` generates are ignored; the user's are not.
+    assert cli.main(["build", "--dir", str(app)]) == 0
+    probe = [".env", "emulator.env", "prod.env", "template.yaml", ".workerless/layer/Makefile", "routes.yaml"]
+    ignored = subprocess.run(
+        ["git", "-C", str(app), "check-ignore", *probe], capture_output=True, text=True, timeout=60, check=False
+    ).stdout.split()
+    assert ignored == probe[:-1]
+    assert user_files(app) == owned, "building wrote or changed a file the user owns"
+
+
+def test_build_renders_the_installed_framework_with_the_routes_and_their_own_settings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app = tmp_path / "shop"
+    assert cli.main(["init", str(app), "--job-type", "charge-card"]) == 0
+    for job_type in ("send-mail", "build-report"):
+        assert cli.main(["new-handler", job_type, "--template", str(app / "template.yaml")]) == 0
+    # A long-running route sets its own timings on its own line (no deploy parameter is its).
+    routes = app / "routes.yaml"
+    text = routes.read_text(encoding="utf-8").replace(
+        "buildreport: {Type: build-report}",
+        "buildreport: {Type: build-report, Timeout: 600, VisibilityTimeout: 3600, BatchSize: 1}",
+    )
+    routes.write_text(text, encoding="utf-8")
+    assert cli.main(["build", "--dir", str(app)]) == 0
+    capsys.readouterr()
+
+    rendered = (app / "template.yaml").read_text(encoding="utf-8")
+    assert rendered.startswith("# GENERATED by `workerless build`")
+    framework = (ROOT / "template.yaml").read_text(encoding="utf-8")
+    # The framework's resources, as the installed version has them (its parameters all there).
+    for line in (
+        "  PollerFunction:",
+        "  HeartbeatFunction:",
+        "  DeadLetterFunction:",
+        "  JobsTable:",
+        "  PayloadBucket:",
+    ):
+        assert line in framework and line in rendered, line
+    local = load_template(app / "template.yaml")
+    assert sorted(p.logical_id for p in local.ssm_parameters) == [
+        "buildreportRoute",
+        "chargecardRoute",
+        "sendmailRoute",
+    ]
+    assert local.function("buildreportFunction").timeout == 600
+    assert local.queue("buildreportQueue").visibility_timeout == 3600
+    assert local.function("chargecardFunction").timeout == 120
+    assert local.function("PollerFunction").code_dir.resolve() == (app / ".workerless/functions/poller").resolve()
+    layer = app / ".workerless" / "layer"
+    assert (layer / "requirements.txt").read_text(encoding="utf-8").splitlines()[1] == (
+        f"workerless=={workerless.__version__}"
+    )
+    # The layer installs the pinned wheel: its build copies no source.
+    assert "cp -R workerless" not in (layer / "Makefile").read_text(encoding="utf-8")
+    assert not (layer / "workerless").exists()
+
+
+def test_an_upgrade_rerenders_the_framework_and_rewrites_nothing_the_user_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A newer installed framework (here: a changed template and version) is taken by `workerless
+    build` alone; the user's files are byte for byte what they were."""
+    app = tmp_path / "upgrading"
+    assert cli.main(["init", str(app)]) == 0
+    assert cli.main(["build", "--dir", str(app)]) == 0
+    before = digest(user_files(app))
+    old_template = (app / "template.yaml").read_text(encoding="utf-8")
+
+    newer = tmp_path / "framework-0.2.0"
+    current = app_module.framework()
+    shutil.copytree(current.functions, newer / "functions")
+    (newer / "layer").mkdir()
+    shutil.copyfile(current.layer_makefile, newer / "layer" / "Makefile")
+    shutil.copyfile(current.layer_requirements, newer / "layer" / "requirements.txt")
+    text = current.template.read_text(encoding="utf-8")
+    (newer / "template.yaml").write_text(
+        text.replace("Default: 60, MinValue: 5, MaxValue: 3600", "Default: 90, MinValue: 5, MaxValue: 3600", 1),
+        encoding="utf-8",
+    )
+    monkeypatch.setattr(
+        app_module,
+        "framework",
+        lambda: app_module.Framework(
+            newer / "template.yaml", newer / "functions", newer / "layer/Makefile", newer / "layer/requirements.txt"
+        ),
+    )
+    monkeypatch.setattr(workerless, "__version__", "0.2.0")
+    assert cli.main(["build", "--dir", str(app)]) == 0
+    new_template = (app / "template.yaml").read_text(encoding="utf-8")
+    assert new_template != old_template and "workerless-devkit 0.2.0" in new_template
+    assert load_template(app / "template.yaml").parameters["LeaseSeconds"] == "90"
+    assert "workerless==0.2.0" in (app / ".workerless/layer/requirements.txt").read_text(encoding="utf-8")
+    assert digest(user_files(app)) == before
+
+
+@pytest.mark.parametrize(
+    ("routes", "message"),
+    [
+        ("examplejob: {Type: example-job, Timout: 60}\n", "route examplejob: unknown setting Timout"),
+        ("example-job: {Type: example-job}\n", "route 'example-job': a route's name is letters and digits"),
+        ("examplejob: {Type: example-job}\nother: {Type: other}\n", "no handler for route other"),
+        ("examplejob: {Type: Example_Job}\n", "job type 'Example_Job' is not valid"),
+        ("# nothing\n", "no routes"),
+    ],
+)
+def test_a_bad_routes_file_is_one_line_naming_what_is_wrong(
+    routes: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app = tmp_path / "bad"
+    assert cli.main(["init", str(app)]) == 0
+    (app / "routes.yaml").write_text(routes, encoding="utf-8")
+    capsys.readouterr()
+    assert cli.main(["build", "--dir", str(app)]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert not (app / "template.yaml").exists()
+
+
+def test_a_second_init_into_it_is_refused_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app = tmp_path / "once"
+    assert cli.main(["init", str(app)]) == 0
+    before = digest(user_files(app))
+    assert cli.main(["init", str(app)]) == cli.EXIT_USAGE
+    assert "exists and is not an empty directory" in capsys.readouterr().err
+    assert digest(user_files(app)) == before
