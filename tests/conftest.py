@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 
@@ -19,6 +20,15 @@ def _isolated_aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     monkeypatch.setenv("AWS_REGION", "us-east-1")
     monkeypatch.setenv("POWERTOOLS_DEV", "false")
+
+
+@pytest.fixture
+def container() -> Iterator[None]:
+    """The Lambda container's wiring (:mod:`workerless.runtime`) started over before the test and
+    closed after it: for the tests that run the entry points' default path (no ``wiring=``: the
+    container's, built on first use, as in Lambda). Every other test builds and passes its own
+    :class:`~workerless.wiring.Wiring` and leaves the container alone. Local mode starts the
+    container over itself (at start and at stop), as Lambda starts a new one."""
     from workerless import runtime
 
     runtime.reset()

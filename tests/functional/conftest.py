@@ -14,10 +14,10 @@ from tests.functional.pipeline import Events
 
 
 @pytest.fixture
-def events() -> Events:
+def events(container: None) -> Events:
     """The lifecycle events of the runs it is given to as a listener (a local topology's
-    ``listeners``), and of the container's wiring, installed here with it as its listener: (job
-    type, event, fields)."""
+    ``listeners``), and of the container's wiring, installed here with it as its listener (closed
+    after the test, by ``container``): (job type, event, fields)."""
     seen = Events()
     runtime.reset(Wiring(hooks=Hooks(lifecycle_listeners=(seen,))))
     return seen

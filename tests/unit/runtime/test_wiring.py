@@ -95,7 +95,7 @@ def test_an_explicit_observer_wraps_the_engine() -> None:
     assert wrapped == [engine]
 
 
-def test_reset_installs_a_wiring_and_closes_the_one_it_replaces() -> None:
+def test_reset_installs_a_wiring_and_closes_the_one_it_replaces(container: None) -> None:
     ClosingEngine.closed = 0
     first = Wiring(engine=ClosingEngine())
     runtime.reset(first)

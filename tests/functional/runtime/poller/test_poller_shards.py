@@ -9,11 +9,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from workerless import entrypoints, observability, runtime
+from workerless import entrypoints, observability
 from workerless._poller.poller_lock import LOCK_KEY, PollerLock
 from workerless.aws.dynamo import DynamoState
 from workerless.aws.sqs import Queues
 from workerless.testing import FakeEngine
+from workerless.wiring import Wiring
 
 from tests.functional.aws import Aws, FakeContext, moto_aws
 
@@ -29,22 +30,28 @@ def sharded(monkeypatch: pytest.MonkeyPatch) -> Iterator[Aws]:
     with moto_aws(monkeypatch, max_in_flight=MAX, tick_seconds=20) as env:
         routes = [{"type": t, "queue": env.queues[t], "max": MAX, "shard": s} for t, s in SHARDS.items()]
         monkeypatch.setenv("WORKERLESS_ROUTES", json.dumps(routes))
-        runtime.reset()
         yield env
 
 
 @pytest.fixture
 def fake(sharded: Aws) -> FakeEngine:
     engine = FakeEngine()
-    runtime.set_engine(engine)
     for job_type in SHARDS:
         for n in range(3):
             engine.add_job(job_type, {"orderId": f"{job_type}-{n}", "amount": 5})
     return engine
 
 
-def state() -> DynamoState:
-    return DynamoState(runtime.get_store())
+@pytest.fixture
+def wired(sharded: Aws, fake: FakeEngine) -> Iterator[Wiring]:
+    """The poller's wiring: the environment ``sharded`` set, around ``fake``; passed to each call."""
+    wiring = Wiring(engine=fake)
+    yield wiring
+    wiring.close()
+
+
+def state(wiring: Wiring) -> DynamoState:
+    return DynamoState(wiring.store)
 
 
 def leased(engine: FakeEngine, job_type: str) -> int:
@@ -64,7 +71,7 @@ def sent_types(lock_item: dict[str, Any] | None) -> set[str]:
 
 
 def test_the_watchdog_starts_every_shards_chain_and_polls_each_under_its_own_lock(
-    sharded: Aws, fake: FakeEngine
+    sharded: Aws, fake: FakeEngine, wired: Wiring
 ) -> None:
     """GIVEN routes in two shards WHEN the watchdog runs THEN each shard's tick chain is started,
     every route is polled, each shard's lock item counts only its own routes' sends, and the
@@ -72,40 +79,40 @@ def test_the_watchdog_starts_every_shards_chain_and_polls_each_under_its_own_loc
     documents: list[dict[str, Any]] = []
     observability.configure(metrics=True, sink=lambda line: documents.append(json.loads(line)))
     try:
-        report = entrypoints.poller({}, FakeContext())
+        report = entrypoints.poller({}, FakeContext(), wiring=wired)
     finally:
         observability.configure(metrics=None, sink=None)
 
     assert report["activated"] == 9, "both shards polled: every job of every type taken"
     assert sum(v for doc in documents for v in doc.get("JobsActivated", [])) == 9, documents
-    assert state().get("ticker") is not None and state().get("ticker#reports") is not None
+    assert state(wired).get("ticker") is not None and state(wired).get("ticker#reports") is not None
     ticker = sharded.sqs.get_queue_attributes(QueueUrl=sharded.ticker_queue, AttributeNames=["All"])["Attributes"]
     assert int(ticker["ApproximateNumberOfMessagesDelayed"]) >= 2, "a tick per shard (relays may follow)"
-    assert sent_types(state().get(LOCK_KEY)) == {"charge-payment"}
-    assert sent_types(state().get("poller-lock#reports")) == {"send-receipt", "generate-report"}
+    assert sent_types(state(wired).get(LOCK_KEY)) == {"charge-payment"}
+    assert sent_types(state(wired).get("poller-lock#reports")) == {"send-receipt", "generate-report"}
 
 
-def test_a_tick_polls_only_its_shards_routes(sharded: Aws, fake: FakeEngine) -> None:
+def test_a_tick_polls_only_its_shards_routes(sharded: Aws, fake: FakeEngine, wired: Wiring) -> None:
     """GIVEN jobs of every type WHEN a tick of shard "reports" arrives THEN only that shard's types are
     taken; the main shard's jobs wait for the main shard's own tick."""
-    report = entrypoints.poller({"Records": [tick("reports")]}, FakeContext())
+    report = entrypoints.poller({"Records": [tick("reports")]}, FakeContext(), wiring=wired)
 
     assert report["activated"] == 6
     assert leased(fake, "charge-payment") == 0
     assert leased(fake, "send-receipt") == 3 and leased(fake, "generate-report") == 3
-    assert state().get("ticker#reports") is not None and state().get("ticker") is None, "only its chain moved"
+    assert state(wired).get("ticker#reports") is not None and state(wired).get("ticker") is None, "only its chain moved"
 
-    report = entrypoints.poller({"Records": [tick("")]}, FakeContext())
+    report = entrypoints.poller({"Records": [tick("")]}, FakeContext(), wiring=wired)
     assert report["activated"] == 3 and leased(fake, "charge-payment") == 3
 
 
-def test_a_shard_whose_lock_is_held_does_not_hold_up_another(sharded: Aws, fake: FakeEngine) -> None:
+def test_a_shard_whose_lock_is_held_does_not_hold_up_another(sharded: Aws, fake: FakeEngine, wired: Wiring) -> None:
     """GIVEN another invocation holds shard "reports"' lock WHEN one batch holds a tick of each shard
     THEN the main shard polls its route and "reports" polls nothing (its lock is held)."""
-    other = PollerLock(state(), seconds=30, window=2, key="poller-lock#reports")
+    other = PollerLock(state(wired), seconds=30, window=2, key="poller-lock#reports")
     assert other.acquire()
 
-    report = entrypoints.poller({"Records": [tick("reports"), tick("")]}, FakeContext())
+    report = entrypoints.poller({"Records": [tick("reports"), tick("")]}, FakeContext(), wiring=wired)
 
     assert report["lock_held"] == 1, "one shard found its lock held"
     assert report["activated"] == 3
@@ -113,17 +120,21 @@ def test_a_shard_whose_lock_is_held_does_not_hold_up_another(sharded: Aws, fake:
     assert leased(fake, "send-receipt") == 0 and leased(fake, "generate-report") == 0
 
 
-def test_a_tick_of_a_shard_no_route_names_ends_its_chain_and_polls_nothing(sharded: Aws, fake: FakeEngine) -> None:
+def test_a_tick_of_a_shard_no_route_names_ends_its_chain_and_polls_nothing(
+    sharded: Aws, fake: FakeEngine, wired: Wiring
+) -> None:
     """GIVEN a tick of a shard that no route names any more (routes moved in a stack update)
     WHEN it arrives THEN its chain is not continued and nothing is polled."""
-    report = entrypoints.poller({"Records": [tick("gone")]}, FakeContext())
+    report = entrypoints.poller({"Records": [tick("gone")]}, FakeContext(), wiring=wired)
 
     assert report == {}
-    assert state().get("ticker#gone") is None
+    assert state(wired).get("ticker#gone") is None
     assert sum(leased(fake, t) for t in SHARDS) == 0
 
 
-def test_a_busy_shard_relays_to_itself(sharded: Aws, fake: FakeEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_busy_shard_relays_to_itself(
+    sharded: Aws, fake: FakeEngine, wired: Wiring, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """GIVEN a shard whose routes fill while work flows WHEN it relays THEN the relay names the shard,
     and the relayed invocation takes that shard's lock over."""
     relays: list[dict[str, Any]] = []
@@ -138,9 +149,11 @@ def test_a_busy_shard_relays_to_itself(sharded: Aws, fake: FakeEngine, monkeypat
     for n in range(3, 8):
         fake.add_job("send-receipt", {"orderId": f"more-{n}", "amount": 5})
 
-    entrypoints.poller({"Records": [tick("reports")]}, FakeContext())
+    entrypoints.poller({"Records": [tick("reports")]}, FakeContext(), wiring=wired)
 
     assert relays and all(r.get("shard") == "reports" for r in relays)
-    relayed = entrypoints.poller({"Records": [{"messageId": "r1", "body": json.dumps(relays[-1])}]}, FakeContext())
+    relayed = entrypoints.poller(
+        {"Records": [{"messageId": "r1", "body": json.dumps(relays[-1])}]}, FakeContext(), wiring=wired
+    )
     assert "lock_held" not in relayed, "the relay hands the shard's own lock on"
     assert leased(fake, "charge-payment") == 0, "the main shard was never polled"
