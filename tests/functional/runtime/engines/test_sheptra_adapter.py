@@ -29,22 +29,14 @@ from workerless_devkit.emulators.http import EmulatorServer
 from workerless_devkit.emulators.sheptra import SheptraEmulator
 from workerless_devkit.pytest_plugin import EmulatorFactory
 
+from tests.fakes import Clock
+
 ACTIVATE = "POST /cells/{cell}/v1/jobs/activate"
 ACTIVATE_PATTERN = "/cells/{cell}/v1/jobs/activate"
 COMPLETE = "POST /cells/{cell}/v1/jobs/{id}/complete"
 FAIL = "POST /cells/{cell}/v1/jobs/{id}/fail"
 MINT = "POST /oauth2/token"
 DISCOVER = "GET /v1/discovery/cell"
-
-
-class FakeClock:
-    """An injectable clock: tests move it instead of sleeping."""
-
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @dataclass
@@ -144,7 +136,7 @@ def test_token_is_minted_once_and_cached(rig: Rig) -> None:
 def test_token_is_renewed_a_minute_before_it_expires(rig: Rig) -> None:
     """GIVEN a 3600 s token WHEN the clock reaches 3540 s minus a second THEN it is reused; a second
     later (59 s before expiry) a new one is minted."""
-    clock = FakeClock()
+    clock = Clock()
     engine = rig.engine(clock=clock)
     engine.activate([Demand("a", 1)], 30)
     assert rig.count(MINT) == 1
@@ -352,7 +344,7 @@ def test_activated_job_is_mapped(rig: Rig) -> None:
     job_id = rig.emu.create_job(
         "a", {"orderId": "2481", "amount": 4200}, retries=5, traceparent="00-" + "1" * 32 + "-" + "2" * 16 + "-01"
     )
-    clock = FakeClock(rig.emu.now())
+    clock = Clock(rig.emu.now())
     [job] = rig.engine(clock=clock).activate([Demand("a", 3)], 30)
     state = rig.emu.job_state(job_id)
     assert job.ref.engine == "sheptra"

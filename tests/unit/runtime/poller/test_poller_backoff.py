@@ -12,7 +12,8 @@ from workerless._poller.poller import Poller
 from workerless.errors import RetryableEngineError
 from workerless.testing import FakeEngine
 
-from tests.unit.runtime.poller.test_poller_linger import Clock, Queues, settings
+from tests.fakes import Clock
+from tests.unit.runtime.poller.test_poller_linger import Queues, settings
 
 
 class DownEngine(FakeEngine):
@@ -32,7 +33,7 @@ class DownEngine(FakeEngine):
 
 
 def test_the_backoff_doubles_while_polls_keep_failing_and_is_capped() -> None:
-    engine, clock = DownEngine(failures=100), Clock()
+    engine, clock = DownEngine(failures=100), Clock(0.0)
     slept: list[float] = []
 
     def sleep(seconds: float) -> None:
@@ -49,7 +50,7 @@ def test_the_backoff_doubles_while_polls_keep_failing_and_is_capped() -> None:
 
 
 def test_a_successful_poll_resets_the_backoff() -> None:
-    engine, clock = DownEngine(failures=3), Clock()
+    engine, clock = DownEngine(failures=3), Clock(0.0)
     engine.add_job("charge-payment", {"n": 1})
     slept: list[float] = []
 

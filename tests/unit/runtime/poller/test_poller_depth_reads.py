@@ -18,16 +18,10 @@ from workerless._poller.giveback import DEPTH_MAX_AGE_SECONDS
 from workerless._poller.poller import DEPTH_REFRESH_SECONDS, Poller
 from workerless.testing import FakeEngine
 
+from tests.fakes import Clock
+
 MAX = 3
 ROUTE = "charge-payment"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Queues:

@@ -22,19 +22,12 @@ from workerless.engines.base import MemoryState
 from workerless.testing import FakeEngine
 from workerless_devkit.chaos.plan import SimulatedCrash
 
+from tests.fakes import Clock
 from tests.unit.counting import CountingState
 
 ROUTES = json.dumps([{"type": "charge-payment", "queue": "q-charge", "max": 5}])
 LOCK_SECONDS = 30.0
 STALE = stale_after(60)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Queues:

@@ -35,6 +35,8 @@ from workerless.errors import LeaseLostError
 from workerless.testing import FakeEngine
 from workerless_devkit.chaos.plan import SimulatedCrash
 
+from tests.fakes import Clock
+
 LOCK_SECONDS = 30.0
 #: Leases far longer than any run of the model (30 steps of at most 31 s, and the drain): no lease
 #: lapses at the engine, so every lease must be accounted for by the pipeline itself.
@@ -47,14 +49,6 @@ SETTINGS = Settings.from_env(
         "WORKERLESS_LEASE_SECONDS": str(LEASE_SECONDS),
     }
 )
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Engine(FakeEngine):

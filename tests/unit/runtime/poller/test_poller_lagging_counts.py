@@ -25,17 +25,11 @@ from workerless._poller.poller_lock import PollerLock
 from workerless.engines.base import MemoryState
 from workerless.testing import FakeEngine
 
+from tests.fakes import Clock
+
 MAX = 5
 JOB_SECONDS = 3
 LAG = 60.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class World:

@@ -10,6 +10,8 @@ from workerless._core.settings import Settings
 from workerless._poller.poller import Poller
 from workerless.testing import FakeEngine
 
+from tests.fakes import Clock
+
 
 class Queues:
     """In-memory stand-in for workerless.aws.sqs.Queues: nothing in flight, every send accepted."""
@@ -28,20 +30,6 @@ class Queues:
         return None
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.on_sleep: list[Any] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-        for hook in self.on_sleep:
-            hook()
-
-
 def settings(budget: float = 20.0) -> Settings:
     routes = [{"type": "charge-payment", "queue": "q", "max": 10}]
     return Settings.from_env(
@@ -54,7 +42,7 @@ def settings(budget: float = 20.0) -> Settings:
 
 
 def test_idle_costs_one_short_poll() -> None:
-    engine, clock = FakeEngine(), Clock()
+    engine, clock = FakeEngine(), Clock(0.0)
     poller = Poller(settings(), engine, Queues(), clock=clock, sleep=clock.sleep)
 
     report = poller.run(deadline=100.0)
@@ -70,7 +58,7 @@ def test_an_empty_poll_while_work_flows_ends_the_invocation_with_a_relay_not_a_p
     sleep (a paused Lambda is billed): it ends and asks for a relay RELAY_DELAY_SECONDS later."""
     from workerless._poller.poller import RELAY_DELAY_SECONDS
 
-    engine, clock, queues = FakeEngine(), Clock(), Queues()
+    engine, clock, queues = FakeEngine(), Clock(0.0), Queues()
     engine.add_job("charge-payment", {"n": 1})
     slept: list[float] = []
     poller = Poller(settings(), engine, queues, clock=clock, sleep=slept.append)
@@ -91,7 +79,7 @@ def test_a_relayed_invocation_carries_on_while_work_flows_and_stops_after_the_li
 
     from workerless._poller.poller import LINGER_SECONDS
 
-    engine, clock = FakeEngine(), Clock()
+    engine, clock = FakeEngine(), Clock(0.0)
     poller = Poller(settings(), engine, Queues(), clock=clock, sleep=lambda s: None)
     poller.last_dispatch = time.time() - 1.0
     poller.run(deadline=100.0)
@@ -104,7 +92,7 @@ def test_a_relayed_invocation_carries_on_while_work_flows_and_stops_after_the_li
 
 
 def test_budget_running_out_while_busy_asks_for_an_immediate_relay() -> None:
-    engine, clock = FakeEngine(), Clock()
+    engine, clock = FakeEngine(), Clock(0.0)
 
     class Arriving(Queues):
         def send_batch(self, queue_url: str, bodies: list[str]) -> list[Any]:
@@ -124,7 +112,7 @@ def test_budget_running_out_while_busy_asks_for_an_immediate_relay() -> None:
 
 
 def test_an_all_handed_back_cycle_ends_the_invocation() -> None:
-    engine, clock = FakeEngine(), Clock()
+    engine, clock = FakeEngine(), Clock(0.0)
     engine.add_job("charge-payment", {})
 
     class Refusing(Queues):
@@ -148,7 +136,7 @@ def test_queue_depths_are_not_reread_on_every_poll_and_a_relay_hands_them_on() -
     invocation the read while they are fresh, and a stale one is read again."""
     from workerless._poller.poller import DEPTH_REFRESH_SECONDS
 
-    engine, clock = FakeEngine(), Clock()
+    engine, clock = FakeEngine(), Clock(0.0)
     reads: list[float] = []
 
     class CountingQueues(Queues):

@@ -17,18 +17,11 @@ from workerless._poller.poller_lock import LOCK_KEY, Dispatches, PollerLock
 from workerless.engines.base import MemoryState
 from workerless.testing import FakeEngine
 
+from tests.fakes import Clock
 from tests.unit.counting import CountingState
 
 LOCK_SECONDS = 30.0
 WINDOW = 2.0
-
-
-class Clock:
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def lock(state: Any, clock: Clock) -> PollerLock:

@@ -30,16 +30,10 @@ from workerless.aws.dynamo import JobStore
 from workerless.engines.base import MemoryState
 from workerless.testing import FakeEngine
 
+from tests.fakes import Clock
+
 ROUTES = json.dumps([{"type": "charge-payment", "queue": "q-charge", "max": 5}])
 STALE = stale_after(60)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class TokenEngine(FakeEngine):

@@ -23,27 +23,14 @@ from workerless.errors import ConfigurationError
 from workerless_devkit.local.iam.calls import needs
 from workerless_devkit.local.template import TemplateError, check_parameter_name, resolve_template
 
+from tests.fakes import Clock
+
 PATH = "/workerless/orders/routes"
 QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/orders-chargepaymentQueue-X1"
 
 
 def _route(job_type: str, **extra: Any) -> str:
     return json.dumps({"type": job_type, "queue": f"{QUEUE}-{job_type}", "max": 10, "engineQueue": "", **extra})
-
-
-class FakeClock:
-    """A virtual clock: sleeping moves it on."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
 
 
 def _error(code: str, status: int = 400) -> ClientError:
@@ -88,7 +75,7 @@ def test_every_page_of_the_path_is_read_and_nothing_below_it(ssm: Any) -> None:
 
 
 def test_a_throttled_read_is_retried_on_the_policy_within_the_deadline() -> None:
-    clock = FakeClock()
+    clock = Clock(0.0)
     page = {"Parameters": [{"Name": f"{PATH}/a", "Value": _route("a")}]}
     ssm = ScriptedSsm(_error("ThrottlingException"), _error("InternalServerError", 500), page)
     found = read_path(PATH, deadline=60.0, client=ssm, sleep=clock.sleep, clock=clock)
@@ -98,13 +85,13 @@ def test_a_throttled_read_is_retried_on_the_policy_within_the_deadline() -> None
 
 
 def test_a_throttle_past_the_retries_or_the_deadline_is_raised_retryable() -> None:
-    clock = FakeClock()
+    clock = Clock(0.0)
     ssm = ScriptedSsm(*[_error("ThrottlingException")] * 10)
     with pytest.raises(ParameterStoreError) as caught:
         read_path(PATH, deadline=60.0, client=ssm, sleep=clock.sleep, clock=clock)
     assert caught.value.retryable and caught.value.code == "ThrottlingException"
     assert len(ssm.calls) == 3  # workerless._core.retry.PARAMETERS: three attempts
-    clock = FakeClock()
+    clock = Clock(0.0)
     ssm = ScriptedSsm(*[_error("ThrottlingException")] * 10)
     with pytest.raises(ParameterStoreError):
         read_path(PATH, deadline=0.1, client=ssm, sleep=clock.sleep, clock=clock)
@@ -209,7 +196,7 @@ def test_the_path_is_read_at_the_first_poll_and_kept(ssm: Any, monkeypatch: pyte
     monkeypatch.setenv("WORKERLESS_ROUTES_PATH", PATH)
     monkeypatch.delenv("WORKERLESS_ROUTES", raising=False)
     reader = RouteReader()
-    clock = FakeClock()
+    clock = Clock(0.0)
     first = reader.routed(get_settings(), deadline=1e12, clock=clock)
     clock.now += 299
     assert reader.routed(get_settings(), deadline=1e12, clock=clock) is first
@@ -227,7 +214,7 @@ def test_routes_are_read_again_after_the_refresh_interval(monkeypatch: pytest.Mo
     configuration: a warm container reads the path again once the interval has passed."""
     answers: list[Any] = [{f"{PATH}/a": _route("a")}, {f"{PATH}/a": _route("a", max=3), f"{PATH}/b": _route("b")}]
     reads = _scripted_reads(monkeypatch, answers)
-    clock = FakeClock()
+    clock = Clock(0.0)
     assert [r.type for r in reader.routed(get_settings(), deadline=1e12, clock=clock).routes] == ["a"]
     clock.now += 300
     again = reader.routed(get_settings(), deadline=1e12, clock=clock)
@@ -238,7 +225,7 @@ def test_routes_are_read_again_after_the_refresh_interval(monkeypatch: pytest.Mo
 def test_a_failed_refresh_keeps_the_routes_read_before(monkeypatch: pytest.MonkeyPatch, reader: RouteReader) -> None:
     answers: list[Any] = [{f"{PATH}/a": _route("a")}, ParameterStoreError("throttled"), {f"{PATH}/b": _route("b")}]
     reads = _scripted_reads(monkeypatch, answers)
-    clock = FakeClock()
+    clock = Clock(0.0)
     reader.routed(get_settings(), deadline=1e12, clock=clock)
     clock.now += 300
     assert [r.type for r in reader.routed(get_settings(), deadline=1e12, clock=clock).routes] == ["a"]
@@ -253,7 +240,7 @@ def test_with_a_refresh_of_0_the_routes_are_read_at_cold_start_only(
     monkeypatch: pytest.MonkeyPatch, reader: RouteReader
 ) -> None:
     reads = _scripted_reads(monkeypatch, [{f"{PATH}/a": _route("a")}], WORKERLESS_ROUTES_REFRESH_SECONDS="0")
-    clock = FakeClock()
+    clock = Clock(0.0)
     reader.routed(get_settings(), deadline=1e12, clock=clock)
     clock.now += 86_400
     reader.routed(get_settings(), deadline=1e12, clock=clock)
