@@ -17,9 +17,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from workerless import Job, job_handler, runtime
+from workerless import Job, job_handler
 from workerless._core.model import Demand
-from workerless._core.settings import get_settings
 from workerless._handler.startgate import WATCHDOG_MARGIN_SECONDS
 from workerless.testing import FakeEngine
 from workerless.wiring import Wiring
@@ -69,6 +68,13 @@ class SpyQueues:
         return getattr(self.inner, name)
 
 
+def _spied(engine: FakeEngine) -> tuple[SpyQueues, Wiring]:
+    """The handler's wiring, built on the environment ``aws`` set: ``engine``, and the spy over its queues."""
+    plain = Wiring(engine=engine)
+    spy = SpyQueues(plain.queues)
+    return spy, Wiring(settings=plain.settings, engine=engine, store=plain.store, queues=spy)
+
+
 def _batch(aws: Aws, engine: FakeEngine, count: int) -> tuple[dict[str, Any], dict[str, str]]:
     """``count`` send-receipt jobs queued and received as one batch; job id by message id."""
     for n in range(count):
@@ -82,11 +88,13 @@ def _batch(aws: Aws, engine: FakeEngine, count: int) -> tuple[dict[str, Any], di
     return event, ids
 
 
-def test_a_job_the_batch_has_no_time_to_finish_is_handed_back_not_started(aws: Aws, engine: FakeEngine) -> None:
+def test_a_job_the_batch_has_no_time_to_finish_is_handed_back_not_started(aws: Aws) -> None:
     """GIVEN five jobs of 30 s each in a batch with 120 s left
     THEN three run, and the two that could no longer finish (30 s left, 35 s needed) are never
     started: handed back at once (visibility 0) and reported as batch item failures, so they run in
     another invocation now, not after the queue's 720 s visibility timeout."""
+    engine = FakeEngine()
+    spy, wiring = _spied(engine)
     event, ids = _batch(aws, engine, 5)
     context = VirtualContext(left=120.0)
     started: list[str] = []
@@ -96,9 +104,7 @@ def test_a_job_the_batch_has_no_time_to_finish_is_handed_back_not_started(aws: A
         context.left -= 30.0
         return {"sent": True}
 
-    spy = SpyQueues(runtime.get_queues())
     handler = job_handler("send-receipt")(thirty_seconds)
-    wiring = Wiring(settings=get_settings(), engine=engine, store=runtime.get_store(), queues=spy)
 
     response = handler(event, context, wiring)
 
@@ -112,14 +118,15 @@ def test_a_job_the_batch_has_no_time_to_finish_is_handed_back_not_started(aws: A
     assert sorted(r["messageId"] for r in back["Records"]) == sorted(order[3:]), "visible again at once"
 
 
-def test_a_running_job_about_to_meet_the_timeout_has_the_rest_handed_back(aws: Aws, engine: FakeEngine) -> None:
+def test_a_running_job_about_to_meet_the_timeout_has_the_rest_handed_back(aws: Aws) -> None:
     """GIVEN three jobs in a batch with a little over the watchdog's margin left, whose first job
     runs until the time is nearly up (it waits for the hand-back, as one that will meet the timeout)
     THEN the watchdog hands back the two jobs not started before Lambda would end the invocation,
     and neither starts afterwards."""
+    engine = FakeEngine()
+    spy, wiring = _spied(engine)
     event, ids = _batch(aws, engine, 3)
     context = CountdownContext(seconds=WATCHDOG_MARGIN_SECONDS + 0.5)
-    spy = SpyQueues(runtime.get_queues())
     started: list[str] = []
 
     def slow(job: Job) -> dict[str, Any]:
@@ -128,7 +135,6 @@ def test_a_running_job_about_to_meet_the_timeout_has_the_rest_handed_back(aws: A
         return {"sent": True}
 
     handler = job_handler("send-receipt")(slow)
-    wiring = Wiring(settings=get_settings(), engine=engine, store=runtime.get_store(), queues=spy)
 
     response = handler(event, context, wiring)
 
