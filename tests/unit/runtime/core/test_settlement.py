@@ -7,6 +7,7 @@ settlement read ``time`` at each call)."""
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -17,6 +18,8 @@ from workerless._core.lease import ACTIVATION_LEASE, BEGIN_LEASE, LeasePolicy
 from workerless._core.model import ActivatedJob, JobRef, Outcome
 from workerless.errors import EngineUnavailableError, RejectedError
 from workerless.testing import make_activated_job
+
+from tests.unit.runtime_modules import runtime_module_paths
 
 #: The gateway's visibility timeout of the begin-leased engine below (StageNext's 60 s).
 RETURNS_AFTER = 60.0
@@ -183,3 +186,39 @@ def test_failing_for_good_hands_back_a_job_whose_failure_the_engine_keeps_refusi
     settlement.fail_for_good(_job(clock), "too large", engine=engine, deadline=clock.now + 600)  # type: ignore[arg-type]
     assert engine.calls == ["begin", "report", "release"]  # requeued: never acknowledged without a result
     assert ("error", "handing the delivery back") in lines.lines
+
+
+#: The engine calls that settle a job (the Engine Protocol's ``report`` and ``release``, lease
+#: acquire's ``begin`` and ``skip``).
+SETTLING_CALLS = frozenset({"report", "release", "begin", "skip"})
+
+
+def _engine_calls(tree: ast.AST) -> list[str]:
+    """The settling calls in ``tree`` made on an engine or its lease acquire (``engine.release(...)``,
+    ``self.engine.report(...)``, ``acquire.skip(...)``)."""
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        target = node.func.value
+        name = target.id if isinstance(target, ast.Name) else target.attr if isinstance(target, ast.Attribute) else ""
+        if node.func.attr in SETTLING_CALLS and name in {"engine", "acquire", "lease_acquire"}:
+            found.append(node.func.attr)
+    return found
+
+
+def test_each_engine_settling_call_is_made_once_in_the_settlement_module() -> None:
+    # The walk itself, on a made-up module: the engine's calls count, a claim's release does not.
+    sample = ast.parse("engine.release(job, r)\nself.engine.report(ref, o)\nacquire.skip(ref)\nstore.release(k)\n")
+    assert _engine_calls(sample) == ["release", "report", "skip"]
+
+    paths = runtime_module_paths()
+    elsewhere = {
+        name: calls
+        for name, path in paths.items()
+        if not name.startswith(("workerless.engines", "workerless.testing")) and name != settlement.__name__
+        if (calls := _engine_calls(ast.parse(path.read_text(encoding="utf-8"))))
+    }
+    assert elsewhere == {}, "settle through workerless._core.settlement"
+    own = _engine_calls(ast.parse(paths[settlement.__name__].read_text(encoding="utf-8")))
+    assert sorted(own) == sorted(SETTLING_CALLS)
