@@ -350,7 +350,7 @@ def markdown(r: dict[str, Any]) -> list[str]:
             "what a route holds without the count; a count not read again is never added to sends the lock no "
             "longer logs. Deferring the records' reads too was measured and dropped: their final keys stayed in "
             "every lock write (4.23 write units a job, $8.54 per million) "
-            "(workerless._poller.giveback.depth_due; tests/unit/runtime/poller/test_poller_depth_reads.py, "
+            "(workerless._poller.bookkeeping.depth_due; tests/unit/runtime/poller/test_poller_depth_reads.py, "
             "the lagging-count bound relayed in tests/unit/runtime/poller/test_poller_lagging_counts.py)",
         ),
     ]

@@ -75,7 +75,7 @@ def test_the_engine_registry_is_the_one_list_of_engines() -> None:
 
 
 #: A runtime module does one thing: past this many lines it is doing two (split it, as poller.py
-#: was split into poller, giveback and ticker).
+#: was split into poller, bookkeeping and ticker).
 MAX_RUNTIME_MODULE_LINES = 500
 
 

@@ -131,7 +131,7 @@ EXPORTS: dict[str, list[str]] = {
 
 #: The public modules at the runtime's root besides the packages above: the library's own
 #: functions' entry points (functions/*/app.py), the composition root and the container's wiring.
-PUBLIC_ROOT_MODULES = {"entrypoints", "errors", "runtime", "wiring"}
+PUBLIC_ROOT_MODULES = {"entrypoints", "runtime", "wiring"}
 
 
 @pytest.mark.parametrize("module_name", sorted(EXPORTS))

@@ -3,7 +3,7 @@ re-report of a redelivery) and for the heartbeat (the re-report of a report left
 
 ::
 
-    report (the retry policy, inside the caller's deadline)
+    report (settlement.report: the retry policy, inside the caller's deadline)
       accepted ─────────────► mark REPORTED                                   → settled
       409 / lease lost ─────► mark REPORTED ("lease lost at report"): someone
                               else has or finished the job                    → settled
@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from workerless import observability
+from workerless._core import settlement
 from workerless._core.model import JobRef, Outcome
-from workerless._core.retry import CALLS
 from workerless.errors import LeaseLostError, PayloadTooLargeError, RetryableEngineError
 from workerless.observability import Lifecycle, logger
 
@@ -70,7 +70,7 @@ def report_stored(
     if lease is None:
         lease = engine.lease.fingerprint(ref)
     try:
-        CALLS.call(lambda: engine.report(ref, outcome), deadline=deadline)
+        settlement.report(ref, outcome, engine=engine, deadline=deadline)
     except LeaseLostError:
         # 409: the lease lapsed and someone else has (or finished) the job. Not a failure.
         logger.info("engine says someone else finished this job: result not applied", extra={"job_id": ref.job_id})

@@ -198,7 +198,7 @@ CALLS = RetryPolicy(attempts=4, base_delay=0.25, max_delay=4.0)
 #: gateway's requeue a minute later and ended a local run early, but tried through an outage, 0.5 s
 #: doubling to 4 s (or Retry-After), until the engine takes the delivery back on its own
 #: (:meth:`workerless._core.lease.LeasePolicy.returned_at`: StageNext's 60 s visibility timeout) or the
-#: invocation's deadline (:mod:`workerless._handler.settle`).
+#: invocation's deadline (:mod:`workerless._core.settlement`).
 HELD = RetryPolicy(attempts=None, base_delay=0.5, max_delay=4.0)
 #: Reading the routes from Parameter Store (once per poller container): botocore already retries a
 #: throttle four times; these are a few more, spaced out, within the invocation's deadline.

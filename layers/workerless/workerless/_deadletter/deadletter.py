@@ -42,13 +42,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from workerless import observability
+from workerless._core import settlement
 from workerless._core.model import ActivatedJob, Outcome
 from workerless._core.record import DONE, JobRecord, Status
-from workerless._core.retry import CALLS
-from workerless.engines.base import require_lease_acquire
 from workerless.errors import (
     ClaimStillLiveError,
-    EngineError,
     FinalEngineError,
     LeaseLostError,
     MessageFormatError,
@@ -241,18 +239,14 @@ def _settle(
     """Report ``outcome`` (under the lease, acquired first where it is not held yet); the note to
     keep in the record. Retryable errors propagate (the DLQ tries again later)."""
     ref = job.ref
-    acquire = None if engine.lease.held(record) else require_lease_acquire(engine)
-    if acquire is not None and not CALLS.call(lambda: acquire.begin(job), deadline=deadline):
+    if not engine.lease.held(record) and not settlement.begin(job, engine=engine, deadline=deadline, hold=False):
         # Refused: the execution finished, is stale, or another delivery holds it. The seed lets a
         # refused delivery be acknowledged without a result (its token has most likely expired: a
-        # 404, which is fine).
-        try:
-            CALLS.call(lambda: acquire.skip(ref), deadline=deadline)
-        except EngineError as exc:
-            logger.info("could not acknowledge the dead-lettered delivery", extra={"error": str(exc)})
+        # 404, which the engine's acknowledge takes as done).
+        settlement.acknowledge(job, engine=engine, deadline=deadline, hold=False)
         return "lease refused when dead-lettered: the engine has settled or re-dispatched it"
     try:
-        CALLS.call(lambda: engine.report(ref, outcome), deadline=deadline)
+        settlement.report(ref, outcome, engine=engine, deadline=deadline)
     except LeaseLostError:
         return "lease already gone when dead-lettered"
     except PayloadTooLargeError as exc:
@@ -260,7 +254,7 @@ def _settle(
         replacement = Outcome.fail(
             f"result is over the engine's cap of {exc.cap} bytes; job failed instead", retries=0, terminal=True
         )
-        CALLS.call(lambda: engine.report(ref, replacement), deadline=deadline)
+        settlement.report(ref, replacement, engine=engine, deadline=deadline)
         return f"{note}: result over the engine's cap of {exc.cap} bytes, job failed instead"
     return note
 

@@ -48,8 +48,8 @@ from workerless._core.record import Decision, JobRecord, Status, decide
 from workerless._core.report import report_stored
 from workerless._core.retry import STORE_WRITES, retryable_store_error
 from workerless._core.settings import DEFAULT_FAIL_BACKOFF_SECONDS, DEFAULT_MAX_PAYLOAD_BYTES
+from workerless._core.settlement import acknowledge, acquire_or_leave, begin, hand_back, leave_to_the_engine
 from workerless._handler.execution import HandlerFunction, run_job
-from workerless._handler.settle import acknowledge, acquire_or_leave, begin, hand_back, leave_to_the_engine
 from workerless._handler.typed import HandlerSpec
 from workerless._handler.verdict import Ack, Claimed, ClaimHeldError, Redeliver, Refused, ReportOwedError, Verdict
 from workerless.errors import MessageFormatError, RetryableEngineError, StoreError
@@ -432,7 +432,7 @@ class Delivery:
         acquire is refused, it is acknowledged, and the unrenewed lease lapses.)"""
         job, engine = self.job, self.engine
         try:
-            # Through an outage, while the engine leaves the delivery with us (workerless._handler.settle).
+            # Through an outage, while the engine leaves the delivery with us (workerless._core.settlement).
             begun = begin(job, engine=engine, deadline=self.deadline)
         except Exception:
             try:

@@ -31,8 +31,8 @@ Who finishes a batch a poller left open:
   usually takes milliseconds between the steps, but not always: claim-check uploads one after
   another and SQS calls botocore retries can take tens of seconds, so the batch may still be being
   queued; the poller fences each job's record before handing it back, see
-  :func:`workerless._poller.giveback.fence`), taken by compare-and-set (stamped with the time taken), the
-  holder and its expiry left as they are (a live holder's next write sees that and carries on).
+  :func:`workerless._poller.bookkeeping.fence`), taken by compare-and-set (stamped with the time taken),
+  the holder and its expiry left as they are (a live holder's next write sees that and carries on).
 
 A taken batch stays in the item until it is finished (the holder's next write drops it; an
 invocation that found the lock held writes once more): one that dies while finishing it leaves it
@@ -67,7 +67,7 @@ def stale_after(lease_seconds: float) -> float:
     """How old an unfinished batch must be before another invocation finishes it: longer than a live
     poller usually takes between two steps (milliseconds), far shorter than a lease. Not a bound on
     a slow dispatch (it can take tens of seconds): finishing a batch early is made safe by the job
-    record fence (:func:`workerless._poller.giveback.fence`), not by this window."""
+    record fence (:func:`workerless._poller.bookkeeping.fence`), not by this window."""
     return max(2.0, min(10.0, lease_seconds / 4.0))
 
 

@@ -21,7 +21,7 @@ Only one invocation polls at a time: the entry point takes the poller lock
 SQS's approximate count plus every job sent in the last WORKERLESS_SQS_LAG_SECONDS before that
 count was read (the lock hands that record on), or, smaller, the jobs activated whose record is
 not final (exact; tracked in the same record; while they leave room, SQS is read every 5 minutes
-only: giveback.depth_due). A route read empty, with nothing sent to it since, is marked so in that
+only: depth_due). A route read empty, with nothing sent to it since, is marked so in that
 record and not read again for EMPTY_RECHECK_SECONDS (only the poller sends to it): an idle tick reads no queue.
 
 Why dispatch before the ticket: if the poller dies between the two, the jobs still run and a short
@@ -44,12 +44,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from workerless import observability
+from workerless._core import settlement
 from workerless._core.claimcheck import JOBS_PREFIX, message_threshold, object_key, too_large_reason
 from workerless._core.model import ActivatedJob, Demand
 from workerless._core.retry import POLL_BACKOFF_FINAL, POLL_BACKOFF_RETRYABLE, poll_backoff
 from workerless._core.settings import Settings
 from workerless._heartbeat.ticket import Ticket, TicketEntry
-from workerless._poller import giveback
+from workerless._poller.bookkeeping import depth_due, fence, tracked, unread
 from workerless._poller.poller_lock import Dispatches
 from workerless.aws.payloads import PayloadError
 from workerless.aws.sqs import FALLBACK_MESSAGE_BYTES
@@ -120,8 +121,7 @@ class Poller:
         store: JobStore | None = None,
     ) -> None:
         self.settings = settings
-        #: The job records: fence hand-backs (giveback.fence), bound what routes hold (:meth:`demands`).
-        self.store = store
+        self.store = store  # the job records: fence hand-backs (fence), bound what routes hold (demands)
         self.engine = engine
         self.queues = queues
         #: workerless.aws.payloads.Payloads, the claim check (None or disabled: nothing is offloaded).
@@ -170,7 +170,7 @@ class Poller:
 
     def demands(self) -> list[Demand]:
         """Each route's room: MaxInFlight minus what it holds (module docstring). Its tracked records
-        are re-read every DEPTH_REFRESH_SECONDS, its SQS count only when due (giveback.depth_due)."""
+        are re-read every DEPTH_REFRESH_SECONDS, its SQS count only when due (depth_due)."""
         demands = []
         now, wall = self.clock(), self._wall_clock()
         horizon = float(self.settings.max_hold_seconds + self.settings.lease_seconds)
@@ -181,11 +181,11 @@ class Poller:
                 self._refreshed[route.type] = now
             count, read_at = self._depths[route.type]
             bounds = (self.store, self.dispatches, route.type, wall, horizon)
-            bound = giveback.tracked(*bounds, count, self._wall(read_at), refresh=refresh)
+            bound = tracked(*bounds, count, self._wall(read_at), refresh=refresh)
             age = now - read_at
-            if age >= DEPTH_REFRESH_SECONDS and giveback.depth_due(bound, route.max_in_flight, age=age):
+            if age >= DEPTH_REFRESH_SECONDS and depth_due(bound, route.max_in_flight, age=age):
                 count, read_at = self._depths[route.type] = self._depth(route.type, route.queue_url, now)
-                bound = giveback.tracked(*bounds, count, self._wall(read_at), refresh=False)
+                bound = tracked(*bounds, count, self._wall(read_at), refresh=False)
             # Not yet in SQS's count: every job sent after (read time - lag), after the read included;
             # the lock keeps the sends that long only for a count under DEPTH_REFRESH_SECONDS old.
             recent = self.dispatches.since(route.type, self._wall(read_at) - self.dispatches.window)
@@ -354,7 +354,7 @@ class Poller:
                     self._intent(lambda log: log.put_back_dispatched(unsent))  # noqa: B023 - run at once
                 continue
             reason = "the poller that activated it stopped before queuing it"
-            back, queued = giveback.fence(self.store, self.engine.lease, jobs)  # safe to hand back / queued
+            back, queued = fence(self.store, self.engine.lease, jobs)  # safe to hand back / queued
             for job in back:
                 self._hand_back(job, reason, report, deadline=deadline)
             unsent = self._send_ticket(queued) if queued else []
@@ -380,7 +380,7 @@ class Poller:
                     self._hand_back(job, f"no route handles job type {job_type!r}", report, deadline=deadline)
                 continue
             for job in [j for j in batch if j.unread_bytes is not None]:  # variables not read: too large
-                final, reason = giveback.unread(job, self.settings.max_payload_bytes, self.settings.answer_budget_bytes)
+                final, reason = unread(job, self.settings.max_payload_bytes, self.settings.answer_budget_bytes)
                 (self._fail_for_good if final else self._hand_back)(job, reason, report, deadline=deadline)
             batch, bodies = self._messages(
                 route.queue_url, [j for j in batch if j.unread_bytes is None], report, deadline=deadline
@@ -492,9 +492,9 @@ class Poller:
             "handing the job back to the engine",
             extra={"job_type": job.ref.job_type, **observability.correlation_keys(job), "reason": reason},
         )
-        giveback.release(self.engine, job, reason, deadline=deadline)
+        settlement.release(job, reason, engine=self.engine, deadline=deadline, hold=False)
 
     def _fail_for_good(self, job: ActivatedJob, reason: str, report: PollReport, *, deadline: float) -> None:
         report.released += 1
         self.dispatches.drop(job.ref.job_type, [job.record_key])
-        giveback.fail_for_good(self.engine, job, reason, deadline=deadline)
+        settlement.fail_for_good(job, reason, engine=self.engine, deadline=deadline)

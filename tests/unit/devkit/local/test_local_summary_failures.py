@@ -21,7 +21,7 @@ def test_a_retryable_failure_and_a_final_one_are_told_apart_in_the_table() -> No
     summary.record_lifecycle("charge-payment", "failed", outcome_fields(Outcome.fail("gone", retries=0)))
     terminal = Outcome.fail("bad amount", retries=3, terminal=True)
     summary.record_lifecycle("send-receipt", "failed", outcome_fields(terminal))
-    # A hand-back (poller giveback) is a "failed" event without an outcome's fields: neither.
+    # A hand-back (the poller's fail_for_good) is a "failed" event without an outcome's fields: neither.
     summary.record_lifecycle("send-receipt", "failed", {"reason": "queue send refused"})
 
     assert summary.count("charge-payment", "failed") == 2

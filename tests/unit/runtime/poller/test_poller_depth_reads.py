@@ -1,6 +1,6 @@
 """Issue 29: a route's SQS count (GetQueueAttributes) is read only when the jobs the poller itself
 tracks leave no room under its MaxInFlight, and at least every 5 minutes otherwise
-(workerless._poller.giveback.depth_due). The tracked jobs are an upper bound on what the route
+(workerless._poller.bookkeeping.depth_due). The tracked jobs are an upper bound on what the route
 holds once every job of the tracking horizon is in them; their records are re-read (a
 BatchGetItem, cheaper than the SQS call, and what keeps the lock's item small) every
 DEPTH_REFRESH_SECONDS as before. Without a store, or before tracking is complete, the count is read
@@ -14,7 +14,7 @@ from collections import Counter
 
 from workerless._core.record import JobRecord, Status
 from workerless._core.settings import Settings
-from workerless._poller.giveback import DEPTH_MAX_AGE_SECONDS
+from workerless._poller.bookkeeping import DEPTH_MAX_AGE_SECONDS
 from workerless._poller.poller import DEPTH_REFRESH_SECONDS, Poller
 from workerless.testing import FakeEngine
 

@@ -97,7 +97,7 @@ def test_max_in_flight_holds_at_every_moment_with_counts_a_minute_behind(store: 
     (exact) the route still runs at its rate (every job done); with SQS's count alone (no store)
     the bound holds only by counting each send for the whole lag, so fewer jobs finish. Relayed:
     each invocation is handed the last one's counts, as a relay does, so the count is read again
-    only when the tracked jobs leave no room (giveback.depth_due): the bound holds all the same."""
+    only when the tracked jobs leave no room (bookkeeping.depth_due): the bound holds all the same."""
     clock = Clock()
     engine = FakeEngine(clock=clock)
     for n in range(60):
@@ -152,7 +152,7 @@ def test_a_job_whose_record_never_turns_final_stops_holding_a_slot_after_the_lag
     """A delivery given back without a record (a claim released, left to the engine) leaves a
     tracked job whose record never turns final: it bounds the route only through the lag window,
     after which SQS's settled count (its message gone: 0) decides, not for the whole tracking horizon."""
-    from workerless._poller import giveback
+    from workerless._poller import bookkeeping
     from workerless._poller.poller_lock import Dispatches
 
     class NoRecords:
@@ -163,6 +163,6 @@ def test_a_job_whose_record_never_turns_final_stops_holding_a_slot_after_the_lag
     now = 1_000_000.0
     dispatches.track("charge-payment", "fake#job-1#r3", at=now - 120)
     dispatches.track("charge-payment", "fake#job-2#r3", at=now - 10)
-    bound = giveback.tracked(NoRecords(), dispatches, "charge-payment", now, 3660.0, 0, now, refresh=True)  # type: ignore[arg-type]
+    bound = bookkeeping.tracked(NoRecords(), dispatches, "charge-payment", now, 3660.0, 0, now, refresh=True)  # type: ignore[arg-type]
     assert bound == 1, "the job sent 10 s ago still counts; the one sent 120 s ago is SQS's to count"
     assert dispatches.live("charge-payment") == ["fake#job-1#r3", "fake#job-2#r3"], "both still tracked"
