@@ -36,6 +36,7 @@ from workerless._core.lease import ACTIVATION_LEASE, LeasePolicy
 from workerless._core.model import ActivatedJob, Demand, JobRef, Outcome
 from workerless.engines.base import SharedState
 from workerless.engines.kit.answers import json_object, json_size
+from workerless.engines.kit.joinurl import engine_url
 from workerless.engines.kit.resend import Recovery, send_recovering
 from workerless.engines.kit.skim import Skimmer, answer_skimmer, job_variables, post_skimmed
 from workerless.engines.kit.times import timestamp_or_none
@@ -151,10 +152,11 @@ class SheptraEngine:
             sent.update(self._auth_headers())
             try:
                 headers = {"Accept": "application/json", **sent}
+                url = engine_url(base, path)
                 if skim is None:
-                    response = self._client.post(base + path, json=body, headers=headers)
+                    response = self._client.post(url, json=body, headers=headers)
                 else:
-                    response = post_skimmed(self._client, base + path, json_body=body, headers=headers, skim=skim)
+                    response = post_skimmed(self._client, url, json_body=body, headers=headers, skim=skim)
             except httpx.HTTPError as exc:
                 if isinstance(exc, httpx.TransportError):
                     self._locator.transport_failed()
