@@ -20,7 +20,7 @@ VARIABLES: list[dict[str, Any]] = [
     {"ok": True},
     {},
     {"city": "Zürich", "emoji": "☃", "nested": {"list": [1, 2.5, None, "x"]}},
-    {"big": ["widget %d" % i for i in range(2000)]},
+    {"big": [f"widget {i}" for i in range(2000)]},
 ]
 
 
