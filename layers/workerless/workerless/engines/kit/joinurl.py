@@ -15,6 +15,7 @@ compare equal to httpx's own parse of the same string (another httpx) is never j
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Final
 
@@ -28,9 +29,6 @@ _PLAIN_PATH: Final = re.compile(r"(?:/(?!\.\.?(?:/|$))[A-Za-z0-9._~-]*)*")
 _PROBE_PATH: Final = "/v1/jobs/AZaz09-._~/complete"
 #: httpx's URL length limit: a longer URL goes to httpx, which refuses it.
 _MAX_URL_LENGTH: Final = 65536
-#: Bases seen this container: an engine adapter has one or two (a discovered cell).
-_BASES: dict[str, _Base | None] = {}
-_MAX_BASES: Final = 16
 
 
 class _Base:
@@ -48,10 +46,9 @@ class _Base:
         return url
 
 
+@functools.lru_cache(maxsize=16)  # the bases of this container: an adapter has one or two (a discovered cell)
 def _base(base: str) -> _Base | None:
     """The parsed ``base``, or None when joining to it is left to httpx."""
-    if base in _BASES:
-        return _BASES[base]
     parsed: _Base | None = None
     try:
         url = httpx.URL(base)
@@ -63,9 +60,6 @@ def _base(base: str) -> _Base | None:
                 parsed = candidate
     except Exception:  # noqa: BLE001 - another httpx's internals, or a base httpx refuses: httpx parses each URL
         parsed = None
-    if len(_BASES) >= _MAX_BASES:
-        _BASES.clear()
-    _BASES[base] = parsed
     return parsed
 
 

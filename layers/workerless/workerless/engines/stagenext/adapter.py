@@ -30,8 +30,7 @@ import httpx
 from workerless._core.lease import BEGIN_LEASE, LeasePolicy
 from workerless._core.model import ActivatedJob, Demand, JobRef, Outcome
 from workerless.engines.base import LeaseAcquire, Liveness, SharedState
-from workerless.engines.kit.answers import json_object
-from workerless.engines.kit.joinurl import engine_url
+from workerless.engines.kit import engine_url, json_object
 from workerless.engines.kit.translate import Translator, parse_problem
 from workerless.engines.stagenext.config import (
     ENGINE,
