@@ -184,6 +184,8 @@ def idle_event_sources(r: dict[str, Any]) -> dict[str, Any]:
         # the ticker's event source goes; the tickets' (capped: the heartbeat's reservation) stays
         "one_control_queue": round(total - ticker, 3),
         "heartbeat_uncapped": round(total - capped + uncapped, 3),
+        # the routes' mappings without MaximumConcurrency: AWS's 2-poller optimisation for each (a best case)
+        "routes_uncapped": round(total - routes * (capped - uncapped), 3),
     }
 
 
@@ -280,9 +282,22 @@ def markdown(r: dict[str, Any]) -> list[str]:
             f"+${tk['added_per_million']:.2f} for {tk['open_jobs_in_lock']:.0f} open jobs in the lock's item "
             f"({tk['lock_write_units_after']} units a write, {tk['lock_writes_per_job']} writes a job)",
             "**refused** as modelled: the chain can extend only the leases it knows of, so every job of the last "
-            "lease/3 stays in the item each lock write carries; the writes grow more than the tickets save. "
-            "Open: a ticket sent by the handler itself once its job passes lease/3 (a job still queued that "
-            "long needs the poller's ticket all the same)",
+            "lease/3 stays in the item each lock write carries; the writes grow more than the tickets save",
+        ),
+        (
+            "a ticket sent by the handler itself once its job passes lease/3, instead of the poller's",
+            "$ per million jobs, 2 jobs/s",
+            f"${cost:.2f} (the poller's tickets: {tk['tickets_per_job']} a job, ${tk['saving_per_million']:.2f} "
+            "with their receive, delete, heartbeat invocation and reads)",
+            f"${cost:.2f} with the poller's tickets kept (the handlers' add none here: no job of the run outlives "
+            f"lease/3 = {LEASE_SECONDS // 3} s); ${cost - tk['saving_per_million']:.2f} only without them",
+            "**refused**: a handler can send a ticket only once it runs, and the poller's ticket is what extends a "
+            "job still queued when its lease is due (a handler throttled or cold, or up to MaxInFlight jobs of a "
+            "route waiting for one): without it such a job's lease lapses while its message waits, the engine "
+            "hands it out again, and two attempts of one job run, the first fenced only at its report, after its "
+            "side effects (docs/guarantees.md: the heartbeat rows, promise 3). The poller cannot tell at dispatch "
+            "which jobs a handler will reach within lease/3, so its ticket stays, and handler tickets could only "
+            "add a send, a receive and a delete for each long job",
         ),
         (
             f"the routes' event sources with MaximumBatchingWindowInSeconds {BATCHING_WINDOW_S}",
@@ -337,8 +352,25 @@ def markdown(r: dict[str, Any]) -> list[str]:
             'concurrency higher than the reserved concurrency ... Otherwise, Lambda may throttle your messages", '
             '"Configuring scaling behavior for SQS event source mappings"), and a throttled ticket batch comes back '
             "only after the heartbeat queue's 30 s visibility, with 10 s of a 60 s lease left: leases at risk "
-            "(guarantees.md). The routes' mappings (3 x $0.16 a month) stay capped by HandlerMaximumConcurrency: "
-            "open, not tried in this session",
+            "(guarantees.md)",
+        ),
+        (
+            "the routes' event sources without MaximumConcurrency (HandlerMaximumConcurrency gone by default)",
+            "idle $ a month",
+            f"${idle_now:.2f}",
+            f"${idle['routes_uncapped']:.2f} ({r['template_shape']['routes']} routes at "
+            f"${idle['per_uncapped_queue_month']:.2f} a queue, "
+            f"not ${idle['per_queue_month']:.2f}: AWS's 2 idle pollers, a best case)",
+            "**refused** as the default: guarantees hold without the cap (a handler has no reservation to be "
+            "throttled past, and a route's queue holds at most its MaxInFlight leased jobs, so no more invocations "
+            "than with the cap of 10 at the defaults), but HandlerMaximumConcurrency and a route's own "
+            "MaximumConcurrency are the documented per-handler limit a deployment sets to spare what its handlers "
+            "call (docs/getting-started.md, docs/operating.md), and a cap that is there only when a route asks for "
+            "it cannot be written: each route's mapping comes from one Fn::ForEach body, and Fn::FindInMap's "
+            'DefaultValue must resolve "to a valid value during the transform" (CloudFormation template '
+            'reference, "Fn::FindInMap enhancements"), which a condition on a parameter does not. Open as an '
+            "opt-in (HandlerMaximumConcurrency 0: every route uncapped), which leaves the default figure as it is; "
+            'and the saving rests on AWS\'s "can optimize to as few as 2", to confirm on an account first',
         ),
         (
             "a route's SQS depth read only when the jobs the poller tracks leave no room under MaxInFlight (and "

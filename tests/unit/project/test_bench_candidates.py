@@ -75,5 +75,14 @@ def test_the_section_prices_every_candidate_from_the_committed_results() -> None
     results = json.loads((ROOT / "bench" / "results.json").read_text(encoding="utf-8"))
     lines = candidates.markdown(results)
     rows = [line for line in lines if line.startswith("| ") and "**" in line]
-    assert len(rows) == 10
+    assert len(rows) == 12
     assert all(any(v in row for v in ("**made**", "**refused**", "**open**")) for row in rows)
+
+
+def test_the_routes_uncapped_save_their_queues_difference_and_no_more() -> None:
+    results = json.loads((ROOT / "bench" / "results.json").read_text(encoding="utf-8"))
+    idle = candidates.idle_event_sources(results)
+    routes = results["template_shape"]["routes"]
+    saved = results["idle_cost_per_month_usd"]["value"] - idle["routes_uncapped"]
+    assert saved == pytest.approx(routes * (idle["per_queue_month"] - idle["per_uncapped_queue_month"]), abs=2e-3)
+    assert idle["per_uncapped_queue_month"] < idle["per_queue_month"]

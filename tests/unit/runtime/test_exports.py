@@ -110,6 +110,7 @@ EXPORTS: dict[str, list[str]] = {
         "Translator",
         "check_base_url",
         "describe",
+        "engine_url",
         "error_for_response",
         "error_for_transport",
         "is_loopback",

@@ -271,10 +271,53 @@ class Outcome:
     error_code: str | None = None
     terminal: bool = False
     stack: str | None = None
+    #: The variables as compact UTF-8 JSON once :meth:`encode_variables` has checked them (the
+    #: handler wrapper does for a completion): the store and the engine's report reuse the bytes
+    #: instead of encoding the handler's result again each (issue 29). Not a constructor argument,
+    #: so ``dataclasses.replace`` with other variables never carries stale bytes.
+    encoded_variables: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def complete(cls, variables: dict[str, Any]) -> Outcome:
         return cls(kind="complete", variables=variables)
+
+    def encode_variables(self) -> bytes:
+        """The variables (``{}`` when none) as compact UTF-8 JSON, as an engine is sent them: no NaN
+        or infinity, no unpaired surrogate. Encoded once and kept (:attr:`encoded_variables`).
+        Raises TypeError or ValueError when they are not JSON.
+
+        Example:
+            >>> outcome = Outcome.complete({"city": "Zürich"})
+            >>> outcome.encode_variables(), outcome.encoded_variables is not None
+            (b'{"city":"Z\\xc3\\xbcrich"}', True)
+        """
+        encoded = self.encoded_variables
+        if encoded is None:
+            text = json.dumps(self.variables or {}, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+            encoded = text.encode()
+            object.__setattr__(self, "encoded_variables", encoded)  # frozen: a cache, not state
+        return encoded
+
+    def to_json(self) -> bytes:
+        """:meth:`to_dict` as compact JSON (what the job record stores), the variables' bytes reused
+        when :meth:`encode_variables` has made them.
+
+        Example:
+            >>> outcome = Outcome.complete({"ok": True})
+            >>> outcome.to_json() == json.dumps(outcome.to_dict(), separators=(",", ":")).encode()
+            True
+            >>> outcome.encode_variables()
+            b'{"ok":true}'
+            >>> json.loads(outcome.to_json()) == outcome.to_dict()
+            True
+        """
+        data = self.to_dict()
+        encoded = self.encoded_variables
+        if encoded is None or self.variables is None:
+            return json.dumps(data, separators=(",", ":")).encode()
+        del data["variables"]
+        rest = json.dumps(data, separators=(",", ":"))  # never empty: "kind" is always there
+        return b'{"variables":' + encoded + b"," + rest[1:].encode()
 
     @classmethod
     def fail(

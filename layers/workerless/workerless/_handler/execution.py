@@ -25,7 +25,6 @@ Example:
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import traceback
 from collections.abc import Callable
@@ -120,12 +119,14 @@ def _completion(result: object, retries_after_failure: int | None, backoff_secon
             retries=retries_after_failure,
             backoff_seconds=backoff_seconds,
         )
+    outcome = Outcome.complete(result)
     try:
-        json.dumps(result, allow_nan=False)
+        # Encoded once here; the job store and the engine's report reuse these bytes (issue 29).
+        outcome.encode_variables()
     except (TypeError, ValueError) as exc:
         return Outcome.fail(
             f"handler returned variables that are not JSON-serialisable: {exc}",
             retries=retries_after_failure,
             backoff_seconds=backoff_seconds,
         )
-    return Outcome.complete(result)
+    return outcome

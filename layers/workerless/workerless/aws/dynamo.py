@@ -101,7 +101,7 @@ class JobStore:
         """(attribute name, value) that stores ``outcome``: ``outcome`` in the record when it fits the
         item limit less the margin, else ``outcome_ref`` pointing at the compressed JSON in the claim
         check's bucket. Raises OutcomeTooLargeError when neither can take it."""
-        raw = json.dumps(outcome.to_dict(), separators=(",", ":")).encode()
+        raw = outcome.to_json()
         if len(raw) > self.max_outcome_bytes:
             raise OutcomeTooLargeError(
                 len(raw), self.max_outcome_bytes, "workerless carries (WORKERLESS_MAX_PAYLOAD_BYTES)"

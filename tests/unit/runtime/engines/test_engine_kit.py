@@ -232,3 +232,82 @@ def test_retryable_is_one_flag() -> None:
     assert errors.ConfigurationError("x").retryable is False
     assert StoreError("x").retryable is True and StoreError("x", retryable=False).retryable is False
     assert errors.OutcomeTooLargeError(2, 1, "kept").retryable is False
+
+
+# ---- engine_url: a request's URL joined to a parsed base, equal to httpx's own parse --------
+
+
+@pytest.mark.parametrize(
+    "base",
+    [
+        "http://127.0.0.1:8080/v1",
+        "https://engine.example.com",
+        "https://engine.example.com:8443/api/v2",
+        "http://[::1]:9",
+    ],
+)
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/jobs/2251799813685249/complete",
+        "/v1/ns/default/tasks/3f2b-9c1d_x.~y/complete",
+        "/jobs/./complete",  # a dot segment: httpx normalises it, so httpx parses the string
+        "/jobs/../complete",
+        "/jobs/..",
+        "/jobs/a b",  # percent-encoded by httpx
+        "/jobs/%41",
+        "/jobs/ü",
+        "/jobs/1?x=1",  # a query
+        "/jobs/1#f",
+        "",
+        "/",
+        "/a//b",
+        "/jobs/.hidden/..x",
+    ],
+)
+def test_engine_url_is_the_url_httpx_parses_from_the_string(base: str, path: str) -> None:
+    from workerless.engines.kit.joinurl import engine_url
+
+    url = engine_url(base, path)
+    expected = httpx.URL(base + path)
+    built = httpx.URL(url)
+    assert str(built) == str(expected)
+    assert built.raw_path == expected.raw_path and built.host == expected.host and built.port == expected.port
+    # What goes on the wire: the request httpx builds from either is the same.
+    client = httpx.Client()
+    one = client.build_request("POST", url, json={"a": 1})
+    other = client.build_request("POST", base + path, json={"a": 1})
+    assert (str(one.url), one.url.raw_path, one.headers.raw, one.content) == (
+        str(other.url),
+        other.url.raw_path,
+        other.headers.raw,
+        other.content,
+    )
+    client.close()
+
+
+def test_engine_url_joins_plain_paths_without_a_parse_and_hands_the_rest_to_httpx() -> None:
+    from workerless.engines.kit import joinurl
+
+    assert isinstance(joinurl.engine_url("http://127.0.0.1:8080/v1", "/jobs/42/complete"), httpx.URL)
+    for path in ("/jobs/a b", "/jobs/./x", "/jobs/%41"):
+        url = joinurl.engine_url("http://127.0.0.1:8080/v1", path)
+        assert isinstance(url, str) and url == "http://127.0.0.1:8080/v1" + path
+    # A base whose join would not match httpx's parse (here: httpx refuses it) is left to httpx.
+    refused = "http://engine\texample/v1"  # a control character: httpx.URL raises InvalidURL
+    assert joinurl.engine_url(refused, "/jobs/1") == refused + "/jobs/1"
+    assert joinurl._base(refused) is None
+
+
+def test_engine_url_falls_back_when_httpx_internals_differ(monkeypatch: pytest.MonkeyPatch) -> None:
+    from workerless.engines.kit import joinurl
+
+    joinurl._base.cache_clear()
+
+    def other_httpx(self: object, path: str) -> httpx.URL:
+        return httpx.URL("http://elsewhere.example/" + path)  # what a changed internal might build
+
+    monkeypatch.setattr(joinurl._Base, "join", other_httpx)
+    url = joinurl.engine_url("http://127.0.0.1:8080/v1", "/jobs/42")
+    assert isinstance(url, str) and url == "http://127.0.0.1:8080/v1/jobs/42"
+    joinurl._base.cache_clear()  # the next test's bases: parsed by the real join

@@ -4,6 +4,7 @@
   and URL rules (https except loopback, no credentials or query in a base URL, the SSRF guard);
 - :mod:`~workerless.engines.kit.times`: the one timestamp rule;
 - :mod:`~workerless.engines.kit.answers`: JSON object checks and payload sizes;
+- :mod:`~workerless.engines.kit.joinurl`: a request's URL joined to its base without a parse each time;
 - :mod:`~workerless.engines.kit.tokens`: token caching with early renewal and one shared refresh;
 - :mod:`~workerless.engines.kit.resend`: the re-authenticate-once loop;
 - :mod:`~workerless.engines.kit.translate`: error translation with one refinement hook per engine;
@@ -18,6 +19,7 @@ timestamps, the workflow key) the kit's rule is the one all three follow (docs/a
 from __future__ import annotations
 
 from workerless.engines.kit.answers import json_object, json_size
+from workerless.engines.kit.joinurl import engine_url
 from workerless.engines.kit.redact import redact, scrub
 from workerless.engines.kit.resend import Recovery, send_recovering
 from workerless.engines.kit.times import parse_timestamp, timestamp_or_none
@@ -38,6 +40,7 @@ __all__ = [
     "Translator",
     "check_base_url",
     "describe",
+    "engine_url",
     "error_for_response",
     "error_for_transport",
     "is_loopback",

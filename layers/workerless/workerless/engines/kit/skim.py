@@ -281,7 +281,7 @@ def answer_skimmer(demands: Sequence[Any], key: str, depth: int, *, engine: str)
 
 
 def post_skimmed(
-    client: httpx.Client, url: str, *, json_body: object, headers: Mapping[str, str], skim: Skimmer
+    client: httpx.Client, url: httpx.URL | str, *, json_body: object, headers: Mapping[str, str], skim: Skimmer
 ) -> httpx.Response:
     """POST and read a 2xx answer through ``skim`` as it streams in (its skeleton is then
     ``skim.skeleton()``; the response's own body is not kept). Any other answer is read whole

@@ -33,6 +33,7 @@ from workerless._core.lease import ACTIVATION_LEASE, LeasePolicy
 from workerless._core.model import ActivatedJob, Demand, JobRef, Outcome
 from workerless._core.retry import LOG_SEND_SECONDS, LOG_SENDS, ambient_deadline
 from workerless.engines.base import SharedState, TaskLogs
+from workerless.engines.kit.joinurl import engine_url
 from workerless.engines.kit.resend import Recovery, send_recovering
 from workerless.engines.kit.skim import Skimmer, answer_skimmer, job_variables, post_skimmed
 from workerless.engines.kit.times import parse_timestamp
@@ -151,7 +152,7 @@ class NodeFlowEngine:
         """POST with credentials; a 401 on a Bearer token re-mints once (the kit's
         :func:`~workerless.engines.kit.resend.send_recovering`). Returns 2xx answers (read through
         ``skim`` when given: :mod:`workerless.engines.kit.skim`) and raises the translated error for anything else."""
-        url = f"{self._ns_url}{path}"
+        url = engine_url(self._ns_url, path)
 
         def send() -> tuple[httpx.Response, dict[str, str]]:
             headers = self._credentials.headers()

@@ -22,6 +22,7 @@ Example (an illustration: it needs a running engine or AWS, which tests/function
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import threading
@@ -36,6 +37,7 @@ from workerless._core.lease import ACTIVATION_LEASE, LeasePolicy
 from workerless._core.model import ActivatedJob, Demand, JobRef, Outcome
 from workerless.engines.base import SharedState
 from workerless.engines.kit.answers import json_object, json_size
+from workerless.engines.kit.joinurl import engine_url
 from workerless.engines.kit.resend import Recovery, send_recovering
 from workerless.engines.kit.skim import Skimmer, answer_skimmer, job_variables, post_skimmed
 from workerless.engines.kit.times import timestamp_or_none
@@ -130,7 +132,7 @@ class SheptraEngine:
     def _call(
         self,
         path: str,
-        body: Mapping[str, Any],
+        body: Mapping[str, Any] | bytes,
         *,
         what: str,
         job_id: str | None = None,
@@ -151,10 +153,14 @@ class SheptraEngine:
             sent.update(self._auth_headers())
             try:
                 headers = {"Accept": "application/json", **sent}
-                if skim is None:
-                    response = self._client.post(base + path, json=body, headers=headers)
+                url = engine_url(base, path)
+                if isinstance(body, bytes):  # JSON already encoded (a report's variables: see report)
+                    headers["Content-Type"] = "application/json"
+                    response = self._client.post(url, content=body, headers=headers)
+                elif skim is None:
+                    response = self._client.post(url, json=body, headers=headers)
                 else:
-                    response = post_skimmed(self._client, base + path, json_body=body, headers=headers, skim=skim)
+                    response = post_skimmed(self._client, url, json_body=body, headers=headers, skim=skim)
             except httpx.HTTPError as exc:
                 if isinstance(exc, httpx.TransportError):
                     self._locator.transport_failed()
@@ -357,14 +363,18 @@ class SheptraEngine:
     def report(self, ref: JobRef, outcome: Outcome) -> None:
         """Complete, fail or throw. LeaseLostError (409) means someone else finished this job."""
         if outcome.kind == "complete":
-            variables = outcome.variables or {}
-            self._check_cap(ref, variables, "complete")
-            self._call(
-                _job_path(self.complete_path, ref.job_id),
-                self._labelled({"variables": variables}, ref),
-                what="complete",
-                job_id=ref.job_id,
-            )
+            if outcome.encoded_variables is not None:
+                # The handler's result as the wrapper encoded it: measured and sent as those bytes.
+                encoded = outcome.encoded_variables
+                self._check_size(ref, len(encoded), "complete")
+                label = self._label(ref)
+                tail = b',"workerId":' + json.dumps(label, ensure_ascii=False).encode() if label else b""
+                body: Mapping[str, Any] | bytes = b'{"variables":' + encoded + tail + b"}"
+            else:
+                variables = outcome.variables or {}
+                self._check_cap(ref, variables, "complete")
+                body = self._labelled({"variables": variables}, ref)
+            self._call(_job_path(self.complete_path, ref.job_id), body, what="complete", job_id=ref.job_id)
         elif outcome.kind == "fail":
             self._fail(
                 ref,
@@ -390,16 +400,22 @@ class SheptraEngine:
             body["retries"] = max(0, retries)
         self._call(_job_path(self.fail_path, ref.job_id), self._labelled(body, ref), what="fail", job_id=ref.job_id)
 
-    def _labelled(self, body: dict[str, Any], ref: JobRef) -> dict[str, Any]:
+    def _label(self, ref: JobRef) -> str | None:
         # The engine identifies the holder as {sub}/{workerId} when activation carried the label,
         # so every call on a job carries the activation's label or the engine sees another worker (409).
-        label = ref.handle.get("workerId") if isinstance(ref.handle.get("workerId"), str) else self._worker_id
+        label = ref.handle.get("workerId")
+        return label if isinstance(label, str) else self._worker_id
+
+    def _labelled(self, body: dict[str, Any], ref: JobRef) -> dict[str, Any]:
+        label = self._label(ref)
         if label:
             body["workerId"] = label
         return body
 
     def _check_cap(self, ref: JobRef, variables: Mapping[str, Any], what: str) -> None:
-        size = json_size(variables)
+        self._check_size(ref, json_size(variables), what)
+
+    def _check_size(self, ref: JobRef, size: int, what: str) -> None:
         if size > PAYLOAD_CAP:
             raise PayloadTooLargeError(
                 f"{what} variables are {size} bytes of JSON, over Sheptra's cap of {PAYLOAD_CAP} bytes",

@@ -30,7 +30,7 @@ import httpx
 from workerless._core.lease import BEGIN_LEASE, LeasePolicy
 from workerless._core.model import ActivatedJob, Demand, JobRef, Outcome
 from workerless.engines.base import LeaseAcquire, Liveness, SharedState
-from workerless.engines.kit.answers import json_object
+from workerless.engines.kit import engine_url, json_object
 from workerless.engines.kit.translate import Translator, parse_problem
 from workerless.engines.stagenext.config import (
     ENGINE,
@@ -153,7 +153,7 @@ class StageNextEngine:
         all_headers = dict(headers or {})
         if content is not None:
             all_headers["Content-Type"] = "application/json"
-        url = self.config.api_url + path
+        url = engine_url(self.config.api_url, path)
         try:
             if cycle is not None:  # a pull: its answer streams through a skimmer (.pull)
                 return cycle.post(self._client, url, json_body=json_body, headers=all_headers)

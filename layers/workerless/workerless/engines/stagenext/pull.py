@@ -57,7 +57,9 @@ class PullCycle:
         """True when the next pull's worst case might not fit: stop the cycle before it."""
         return self.left < self.limit or self.skeletons >= SKELETON_BYTES
 
-    def post(self, client: httpx.Client, url: str, *, json_body: object, headers: Mapping[str, str]) -> httpx.Response:
+    def post(
+        self, client: httpx.Client, url: httpx.URL | str, *, json_body: object, headers: Mapping[str, str]
+    ) -> httpx.Response:
         """POST a pull and stream a 2xx answer through a new skimmer (:attr:`skim`: ``input``, at
         depth 1, cut out within what the cycle has left). An answer the skimmer cannot follow
         (closing more than it opened) is garbled, retryable like any unreadable StageNext answer; a
