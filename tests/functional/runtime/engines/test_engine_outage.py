@@ -2,7 +2,7 @@
 minute of the engine's return, on each engine.
 
 template.yaml's topology runs as written — the template's lease (60 s), its visibility timeouts
-(job queues 720 s, heartbeat queue 360 s) — with only the tick and schedule shortened (1 s) so
+(job queues 720 s, heartbeat queue 30 s) — with only the tick and schedule shortened (1 s) so
 pickup is quick. From 4 s into a 40-job run, every job-loop call the engine serves is answered 503
 without Retry-After for 20 s (an outage window on the emulator's own clock), but the take-work call
 (pull, activate, lease) only from 8 s in: eight jobs created as the outage begins are taken while
