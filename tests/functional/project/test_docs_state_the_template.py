@@ -18,7 +18,7 @@ from workerless_devkit.devtools.scaffold import template_routes
 from workerless_devkit.local.extensions import expand_language_extensions
 from workerless_devkit.local.template import parse_template_text
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 GUARANTEES = ROOT / "docs" / "guarantees.md"
 OPERATING = ROOT / "docs" / "operating.md"
 
