@@ -16,24 +16,21 @@ One invocation (a schedule tick or a ticker message)::
     fresh invocation RELAY_DELAY_SECONDS later (a delayed ticker message): no Lambda sleeps between
     polls, billed at its memory for every second it waits
 
-Only one invocation polls at a time: the entry point takes the poller lock
-(:mod:`workerless._poller.poller_lock`) first, and each cycle renews it when due. What a route holds is
-SQS's approximate count plus every job sent in the last WORKERLESS_SQS_LAG_SECONDS before that
-count was read (the lock hands that record on), or, smaller, the jobs activated whose record is
-not final (exact; tracked in the same record; while they leave room, SQS is read every 5 minutes
-only: depth_due). A route read empty, with nothing sent to it since, is marked so in that
-record and not read again for EMPTY_RECHECK_SECONDS (only the poller sends to it): an idle tick reads no queue.
+Only one invocation polls at a time: the entry point takes the poller lock (:mod:`workerless._poller.poller_lock`)
+first, and each cycle renews it when due. What a route holds is SQS's approximate count plus every job sent in the
+last WORKERLESS_SQS_LAG_SECONDS before that count was read (the lock hands that record on), or, smaller, the jobs
+activated whose record is not final (exact; tracked in the same record; while they leave room, SQS is read every 5
+minutes only: depth_due). A route read empty, with nothing sent to it since, is marked so in that record and not read
+again for EMPTY_RECHECK_SECONDS (only the poller sends to it): an idle tick reads no queue.
 
-Why dispatch before the ticket: if the poller dies between the two, the jobs still run and a short
-job finishes inside its lease; the other order would have the heartbeat keep alive jobs no handler
-will ever see, for up to the maximum hold time.
+Why dispatch before the ticket: if the poller dies between the two, the jobs still run and a short job finishes inside
+its lease; the other order would have the heartbeat keep alive jobs no handler will ever see, for up to the maximum
+hold time.
 
 A poller that dies mid-cycle must not cost its jobs a lease either: with an intent log
-(:mod:`workerless._poller.intent`, batches in the poller lock's item) the batch is written down before
-dispatch and marked dispatched after it, and the next invocation finishes a dead poller's batch
-(hands the jobs back, or sends the ticket). Two writes a dispatching cycle; the batch is dropped by
-the item's next write.
-"""
+(:mod:`workerless._poller.intent`, batches in the poller lock's item) the batch is written down before dispatch and
+marked dispatched after it, and the next invocation finishes a dead poller's batch (hands the jobs back, or sends the
+ticket). Two writes a dispatching cycle; the batch is dropped by the item's next write."""
 
 from __future__ import annotations
 
@@ -319,15 +316,19 @@ class Poller:
             self.dispatches.track(job.ref.job_type, job.record_key, at=at)
         # Written down before dispatch, so a poller that dies now does not cost the jobs a lease. The
         # write is to the lock's item, compare-and-set: it also tells whether the lock is still ours.
-        intent = self._intent(lambda log: log.write(jobs))
+        try:
+            intent = None if self.intents is None else self.intents.write(jobs)
+        except Exception:  # DynamoDB failed it after botocore's retries. Had this poller died before the send,
+            # nothing could hand the batch back (its lease lapsed): it goes back now, polled again after a back-off.
+            logger.warning("poller intent write failed; handing the batch back", exc_info=True)
+            self._hand_back(jobs, "the intent log could not record the jobs", report, deadline=deadline)
+            report.errors += 1
+            return 0, POLL_BACKOFF_RETRYABLE
         if (intent is None and not self._keep_lock(report)) or (self.lock is not None and not self.lock.held):
             # The lock was taken over while the engine answered (a cycle slower than half the lock):
             # the new holder counts room without these jobs, so they go straight back.
             report.lock_lost = 1
-            for job in jobs:
-                self._hand_back(
-                    job, "the poller lock was taken over before the jobs were queued", report, deadline=deadline
-                )
+            self._hand_back(jobs, "the poller lock was taken over before they were queued", report, deadline=deadline)
             return 0, None
         return self._dispatch(jobs, report, deadline=deadline, intent=intent), None
 
@@ -355,8 +356,7 @@ class Poller:
                 continue
             reason = "the poller that activated it stopped before queuing it"
             back, queued = fence(self.store, self.engine.lease, jobs)  # safe to hand back / queued
-            for job in back:
-                self._hand_back(job, reason, report, deadline=deadline)
+            self._hand_back(back, reason, report, deadline=deadline)
             unsent = self._send_ticket(queued) if queued else []
             if unsent:
                 self._intent(lambda log: log.put_back_dispatched(unsent))  # noqa: B023 - run at once
@@ -376,12 +376,11 @@ class Poller:
             route = self.settings.route(job_type)
             if route is None:
                 # The engine handed us a type we did not ask for: never hold it.
-                for job in batch:
-                    self._hand_back(job, f"no route handles job type {job_type!r}", report, deadline=deadline)
+                self._hand_back(batch, f"no route handles job type {job_type!r}", report, deadline=deadline)
                 continue
             for job in [j for j in batch if j.unread_bytes is not None]:  # variables not read: too large
                 final, reason = unread(job, self.settings.max_payload_bytes, self.settings.answer_budget_bytes)
-                (self._fail_for_good if final else self._hand_back)(job, reason, report, deadline=deadline)
+                (self._fail_for_good if final else self._hand_back)([job], reason, report, deadline=deadline)
             batch, bodies = self._messages(
                 route.queue_url, [j for j in batch if j.unread_bytes is None], report, deadline=deadline
             )
@@ -395,9 +394,9 @@ class Poller:
                     observability.emit(job_type, Lifecycle.DISPATCHED, **observability.correlation_keys(job))
                 elif failure.oversized:
                     # It can never fit an SQS message: fail it for good, with the cap in the reason.
-                    self._fail_for_good(job, failure.reason, report, deadline=deadline)
+                    self._fail_for_good([job], failure.reason, report, deadline=deadline)
                 else:
-                    self._hand_back(job, f"could not queue the job: {failure.reason}", report, deadline=deadline)
+                    self._hand_back([job], f"could not queue the job: {failure.reason}", report, deadline=deadline)
             self.dispatches.add(job_type, sent_here, at=self._wall(self.clock()))
             report.per_type[job_type] = report.per_type.get(job_type, 0) + sent_here
         report.dispatched += len(sent)
@@ -447,13 +446,13 @@ class Poller:
         data = job.variables_json()
         limit = self.settings.max_payload_bytes
         if len(data) > limit:
-            self._fail_for_good(job, too_large_reason("the job's input", len(data), limit), report, deadline=deadline)
+            self._fail_for_good([job], too_large_reason("the job's input", len(data), limit), report, deadline=deadline)
             return None
         try:
             ref = payloads.put(object_key(JOBS_PREFIX, job.ref.job_type), data)
         except PayloadError as exc:
             reason = f"could not write the job's variables to the claim check: {exc}"
-            self._hand_back(job, reason, report, deadline=deadline)
+            self._hand_back([job], reason, report, deadline=deadline)
             return None
         keys = observability.correlation_keys(job)
         observability.emit(job.ref.job_type, Lifecycle.OFFLOADED, **keys, bytes=len(data))
@@ -484,17 +483,18 @@ class Poller:
                 unsent.extend(covered)
         return unsent
 
-    def _hand_back(self, job: ActivatedJob, reason: str, report: PollReport, *, deadline: float) -> None:
-        report.released += 1
-        self.dispatches.drop(job.ref.job_type, [job.record_key])  # not ours any more (never queued, or fenced)
-        observability.emit(job.ref.job_type, Lifecycle.RELEASED, **observability.correlation_keys(job))
-        logger.warning(
-            "handing the job back to the engine",
-            extra={"job_type": job.ref.job_type, **observability.correlation_keys(job), "reason": reason},
-        )
-        settlement.release(job, reason, engine=self.engine, deadline=deadline, hold=False)
+    def _hand_back(self, jobs: list[ActivatedJob], reason: str, report: PollReport, *, deadline: float) -> None:
+        for job in jobs:
+            report.released += 1
+            self.dispatches.drop(job.ref.job_type, [job.record_key])  # not ours any more (never queued, or fenced)
+            observability.emit(job.ref.job_type, Lifecycle.RELEASED, **(keys := observability.correlation_keys(job)))
+            logger.warning(
+                "handing the job back to the engine", extra={"job_type": job.ref.job_type, **keys, "reason": reason}
+            )
+            settlement.release(job, reason, engine=self.engine, deadline=deadline, hold=False)
 
-    def _fail_for_good(self, job: ActivatedJob, reason: str, report: PollReport, *, deadline: float) -> None:
-        report.released += 1
-        self.dispatches.drop(job.ref.job_type, [job.record_key])
-        settlement.fail_for_good(job, reason, engine=self.engine, deadline=deadline)
+    def _fail_for_good(self, jobs: list[ActivatedJob], reason: str, report: PollReport, *, deadline: float) -> None:
+        for job in jobs:
+            report.released += 1
+            self.dispatches.drop(job.ref.job_type, [job.record_key])
+            settlement.fail_for_good(job, reason, engine=self.engine, deadline=deadline)

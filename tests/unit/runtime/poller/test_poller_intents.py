@@ -417,3 +417,41 @@ def test_a_failed_dispatched_write_does_not_get_queued_jobs_handed_back(ticket_s
     if not ticket_sent:
         assert sorted(queues.ticketed_ids()) == sorted(world.engine.jobs), "the owed ticket is sent by the next"
     assert not world.item().get("batches")
+
+
+class IntentWritesFail(CountingState):
+    """DynamoDB failing (after botocore's retries) every write that would record a batch, while
+    ``down``; the lock's own writes (acquire, release: no batch in them) go through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = True
+
+    def put(self, key: str, value: dict[str, Any], *, expected_version: int | None) -> bool:
+        if self.down and value.get("batches"):
+            from workerless.errors import StoreError
+
+            raise StoreError("DynamoDB put_item failed: ProvisionedThroughputExceededException")
+        return super().put(key, value, expected_version=expected_version)
+
+
+def test_a_batch_the_intent_log_could_not_record_goes_back_before_it_could_be_stranded() -> None:
+    """Issue 26 (StageNext chaos, seed 3). GIVEN DynamoDB fails the intent write after the engine's
+    answer, and the poller would die at SendMessageBatch WHEN it runs THEN the batch is handed back
+    at once, before any send (before: it was sent unrecorded, and the crash left its jobs held with
+    nothing to hand them back: a lease spent, 60 s of StageNext's sweep), and the next invocation,
+    with DynamoDB back, queues every job once."""
+    world = World()
+    world.state = state = IntentWritesFail()
+    dying = Queues(die_on="batch")
+    report, _ = world.invoke(dying)  # before the change: SimulatedCrash out of the send
+    assert dying.jobs == [] and dying.die_on == "batch", "nothing reached SendMessageBatch unrecorded"
+    assert sorted(world.engine.releases) == sorted(world.engine.jobs), "every job was handed back"
+    assert (report.released, report.errors) == (3, 1)
+    assert not world.item().get("batches")
+
+    state.down = False
+    queues = Queues()
+    world.invoke(queues)
+    assert sorted(queues.queued_ids()) == sorted(world.engine.jobs), "each job queued once, from its new activation"
+    assert all(len(reasons) == 1 for reasons in world.engine.releases.values())
