@@ -16,14 +16,14 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from workerless import entrypoints, runtime, testing
+from workerless import entrypoints, testing
 from workerless._core.model import ActivatedJob, Demand, JobRef, Outcome
 from workerless._core.record import Status
-from workerless._core.settings import get_settings
 from workerless._heartbeat.heartbeat import process_ticket
 from workerless._heartbeat.ticket import Ticket, TicketEntry
 from workerless.aws.sqs import QueueError
@@ -60,18 +60,36 @@ class FlakyEngine(FakeEngine):
 
 
 @pytest.fixture
-def flaky(aws: Aws) -> FlakyEngine:
-    engine = FlakyEngine()
-    runtime.set_engine(engine)
-    return engine
+def wire(aws: Aws) -> Iterator[Callable[..., Wiring]]:
+    """Builds the test's wirings (``Wiring(**kwargs)``) on the environment ``aws`` set, each closed
+    after the test: the heartbeat, poller and handlers are given one; the container is left alone."""
+    built: list[Wiring] = []
+
+    def build(**kwargs: Any) -> Wiring:
+        built.append(Wiring(**kwargs))
+        return built[-1]
+
+    yield build
+    for wiring in built:
+        wiring.close()
 
 
 @pytest.fixture
-def long_lease(monkeypatch: pytest.MonkeyPatch, flaky: FlakyEngine) -> None:
-    """The template's 60 s lease (the aws fixture's 5 s makes every backoff cap 1 s): the container's
-    wiring built anew on the environment saying so, around the same engine."""
+def flaky(aws: Aws) -> FlakyEngine:
+    return FlakyEngine()
+
+
+@pytest.fixture
+def wired(wire: Callable[..., Wiring], flaky: FlakyEngine) -> Wiring:
+    """The pipeline's wiring around ``flaky`` (its settings read from the environment on first use)."""
+    return wire(engine=flaky)
+
+
+@pytest.fixture
+def long_lease(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The template's 60 s lease (the aws fixture's 5 s makes every backoff cap 1 s), in the
+    environment the test's wirings read their settings from on first use."""
     monkeypatch.setenv("WORKERLESS_LEASE_SECONDS", "60")
-    runtime.reset(Wiring(engine=flaky))
 
 
 class SpyQueues:
@@ -103,9 +121,9 @@ class SpyQueues:
         return getattr(self.inner, name)
 
 
-def _spied(engine: FakeEngine, spy: SpyQueues) -> Wiring:
-    """The container's store and settings, ``engine``, and the spy for queues: the heartbeat's own wiring."""
-    return Wiring(settings=get_settings(), engine=engine, store=runtime.get_store(), queues=spy)
+def _spied(wiring: Wiring, spy: SpyQueues) -> Wiring:
+    """``wiring``'s settings, engine and store, and the spy for queues: the heartbeat's own wiring."""
+    return Wiring(settings=wiring.settings, engine=wiring.engine, store=wiring.store, queues=spy)
 
 
 def load_handler(job_type: str) -> Any:
@@ -124,12 +142,13 @@ def _ticket(*entries: tuple[ActivatedJob, float]) -> str:
     return Ticket("fake", tuple(TicketEntry(j.ref, expiry) for j, expiry in entries), first_seen=time.time()).to_json()
 
 
-def _run(body: str, engine: Any, queues: Any, *, seconds: float = 30.0) -> list[Ticket]:
+def _run(body: str, wiring: Wiring, queues: Any, *, seconds: float = 30.0) -> list[Ticket]:
+    """One ticket processed with ``wiring``'s settings, engine and store, and ``queues``."""
     return process_ticket(
         body,
-        settings=get_settings(),
-        engine=engine,
-        store=runtime.get_store(),
+        settings=wiring.settings,
+        engine=wiring.engine,
+        store=wiring.store,
         queues=queues,
         deadline=time.monotonic() + seconds,
     )
@@ -149,23 +168,25 @@ def _receive_ticket(aws: Aws, *, seconds: float = 10.0) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------- owed
 
 
-def test_an_owed_report_is_sent_by_the_heartbeat_and_its_message_deleted(aws: Aws, flaky: FlakyEngine) -> None:
+def test_an_owed_report_is_sent_by_the_heartbeat_and_its_message_deleted(
+    aws: Aws, flaky: FlakyEngine, wired: Wiring
+) -> None:
     """GIVEN a job whose report the engine refuses (503) past the handler's quick retries
     THEN the handler stores the result, marks the report owed and keeps the message in flight (a
     batch item failure: the route still counts the job), and once the engine is back the heartbeat
     reports the stored result, marks the record reported and deletes the message: the job is final
     without the handler running again and without waiting for the queue's visibility timeout."""
     job_id = flaky.add_job("charge-payment", {"orderId": "7", "amount": 12})
-    entrypoints.poller({}, FakeContext())
+    entrypoints.poller({}, FakeContext(), wiring=wired)
     queue = aws.queues["charge-payment"]
     event = aws.receive_event(queue)
     flaky.reports_down = True
 
-    response = load_handler("charge-payment")(event, FakeContext())
+    response = load_handler("charge-payment")(event, FakeContext(), wired)
     aws.settle(queue, event, response)
 
     assert [f["itemIdentifier"] for f in response["batchItemFailures"]] == [event["Records"][0]["messageId"]]
-    store = runtime.get_store()
+    store = wired.store
     record = store.get(f"job#charge-payment#fake#{job_id}#r3")
     assert record is not None and record.status is Status.STORED and record.report_owed
     assert record.receipt == event["Records"][0]["receiptHandle"]
@@ -173,7 +194,7 @@ def test_an_owed_report_is_sent_by_the_heartbeat_and_its_message_deleted(aws: Aw
     assert aws.depth(queue) == 1, "the job message stays in flight while its report is owed"
 
     flaky.reports_down = False
-    entrypoints.heartbeat(_receive_ticket(aws), FakeContext())
+    entrypoints.heartbeat(_receive_ticket(aws), FakeContext(), wiring=wired)
 
     assert flaky.jobs[job_id].state == "completed"
     assert flaky.reports[job_id] == [Outcome.complete({"paymentOk": True, "chargeId": "ch_7"})]
@@ -182,7 +203,9 @@ def test_an_owed_report_is_sent_by_the_heartbeat_and_its_message_deleted(aws: Aw
     assert aws.depth(queue) == 0, "the heartbeat deleted the job message: no redelivery, no receive spent"
 
 
-def test_an_owed_report_is_tried_again_on_a_backoff_of_seconds(aws: Aws, flaky: FlakyEngine, long_lease: None) -> None:
+def test_an_owed_report_is_tried_again_on_a_backoff_of_seconds(
+    aws: Aws, flaky: FlakyEngine, long_lease: None, wired: Wiring
+) -> None:
     """GIVEN a 60 s lease and a ticket of three jobs: two still running, one whose report is owed
     through an outage
     THEN each round the ticket comes back after 1, 2, 4, 8, 16, 20, 20 s (a third of the lease at
@@ -195,10 +218,10 @@ def test_an_owed_report_is_tried_again_on_a_backoff_of_seconds(aws: Aws, flaky: 
     flaky.grant = 600
     flaky.reports_down = True
     event = _queue_job(aws, owed)
-    load_handler("charge-payment")(event, FakeContext())
-    assert runtime.get_store().get(owed.record_key).report_owed  # type: ignore[union-attr]
+    load_handler("charge-payment")(event, FakeContext(), wired)
+    assert wired.store.get(owed.record_key).report_owed  # type: ignore[union-attr]
 
-    spy = SpyQueues(runtime.get_queues())
+    spy = SpyQueues(wired.queues)
     now = time.time()
     body = _ticket((running, now + 60), (aging, now + 60), (owed, now + 600))
     delays = []
@@ -208,7 +231,7 @@ def test_an_owed_report_is_tried_again_on_a_backoff_of_seconds(aws: Aws, flaky: 
             data = json.loads(body)
             data["jobs"][1]["lease_expires_at"] = time.time() + 15
             body = json.dumps(data)
-        sent = _run(body, flaky, spy)
+        sent = _run(body, wired, spy)
         assert len(sent) == 1
         body = sent[0].to_json()
         delays.append(spy.sent[-1][1])
@@ -217,7 +240,7 @@ def test_an_owed_report_is_tried_again_on_a_backoff_of_seconds(aws: Aws, flaky: 
     assert owed.ref.job_id not in flaky.reports
 
     flaky.reports_down = False
-    sent = _run(body, flaky, spy)
+    sent = _run(body, wired, spy)
     assert flaky.jobs[owed.ref.job_id].state == "completed"
     assert [e.ref.job_id for e in sent[0].entries] == [running.ref.job_id, aging.ref.job_id]
     assert sent[0].retry == 0 and spy.sent[-1][1] > 20, "nothing owed: back to a third of the shortest lease"
@@ -228,22 +251,22 @@ def test_an_owed_report_is_tried_again_on_a_backoff_of_seconds(aws: Aws, flaky: 
 
 
 def test_a_ticket_whose_records_cannot_be_read_is_sent_again_not_left_to_the_visibility_timeout(
-    aws: Aws, flaky: FlakyEngine, monkeypatch: pytest.MonkeyPatch
+    aws: Aws, flaky: FlakyEngine, wired: Wiring, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """GIVEN a ticket whose job records cannot be read (DynamoDB fails past botocore's retries)
     THEN the heartbeat sends the ticket again on the failure backoff, counting the failure, and
     the message it came from succeeds: it does not come back after the queue's visibility timeout
     (360 s in the template, while the leases in it are 60 s)."""
     flaky.add_job("generate-report", {"seconds": 0})
-    entrypoints.poller({}, FakeContext())
+    entrypoints.poller({}, FakeContext(), wiring=wired)
     ticket_event = _receive_ticket(aws)
     original = json.loads(ticket_event["Records"][0]["body"])
 
     def unreadable(keys: Any) -> Any:
         raise StoreError("DynamoDB batch_get_item failed: InternalServerError")
 
-    monkeypatch.setattr(runtime.get_store(), "get_many", unreadable)
-    response = entrypoints.heartbeat(ticket_event, FakeContext())
+    monkeypatch.setattr(wired.store, "get_many", unreadable)
+    response = entrypoints.heartbeat(ticket_event, FakeContext(), wiring=wired)
     aws.settle(aws.heartbeat_queue, ticket_event, response)
 
     assert response == {"batchItemFailures": []}
@@ -253,33 +276,33 @@ def test_a_ticket_whose_records_cannot_be_read_is_sent_again_not_left_to_the_vis
 
 
 def test_a_ticket_that_cannot_be_sent_comes_back_in_a_third_of_a_lease(
-    aws: Aws, flaky: FlakyEngine, monkeypatch: pytest.MonkeyPatch
+    aws: Aws, flaky: FlakyEngine, wired: Wiring, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """GIVEN a ticket whose processing fails and whose re-send SQS refuses too
     THEN its message is a batch item failure made visible again in a third of the lease
     (ChangeMessageVisibility), not after the queue's visibility timeout."""
     flaky.add_job("generate-report", {"seconds": 0})
-    entrypoints.poller({}, FakeContext())
+    entrypoints.poller({}, FakeContext(), wiring=wired)
     ticket_event = _receive_ticket(aws)  # received with a 30 s visibility timeout
     record = ticket_event["Records"][0]
 
     def unreadable(keys: Any) -> Any:
         raise StoreError("DynamoDB batch_get_item failed: InternalServerError")
 
-    monkeypatch.setattr(runtime.get_store(), "get_many", unreadable)
-    spy = SpyQueues(runtime.get_queues())
+    monkeypatch.setattr(wired.store, "get_many", unreadable)
+    spy = SpyQueues(wired.queues)
     spy.refuse = True
-    response = entrypoints.heartbeat(ticket_event, FakeContext(), wiring=_spied(flaky, spy))
+    response = entrypoints.heartbeat(ticket_event, FakeContext(), wiring=_spied(wired, spy))
 
     assert response == {"batchItemFailures": [{"itemIdentifier": record["messageId"]}]}
     [(queue_url, receipt, seconds)] = spy.visibility
     assert (queue_url, receipt) == (aws.heartbeat_queue, record["receiptHandle"])
-    assert 1 <= seconds <= max(1, get_settings().lease_seconds // 3), "back within a third of the lease"
+    assert 1 <= seconds <= max(1, wired.settings.lease_seconds // 3), "back within a third of the lease"
     assert json.loads(_receive_ticket(aws)["Records"][0]["body"]) == json.loads(record["body"])
 
 
 def test_no_extend_starts_past_the_invocations_deadline_and_the_rest_is_carried_on(
-    aws: Aws, flaky: FlakyEngine, monkeypatch: pytest.MonkeyPatch
+    aws: Aws, flaky: FlakyEngine, wired: Wiring, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """GIVEN a batch of 10 tickets of 30 jobs each and extends that take at least 250 ms, in an
     invocation with 20 s left: its engine calls must stop 8.5 s in, where at most 272 extends fit
@@ -290,8 +313,8 @@ def test_no_extend_starts_past_the_invocations_deadline_and_the_rest_is_carried_
     activated = flaky.activate([Demand("generate-report", 300)], 60)
     assert len(activated) == len(jobs)
     flaky.extend_pause = 0.25
-    spy = SpyQueues(runtime.get_queues())
-    wiring = _spied(flaky, spy)
+    spy = SpyQueues(wired.queues)
+    wiring = _spied(wired, spy)
     records = []
     for n in range(10):
         chunk = activated[n * 30 : (n + 1) * 30]
@@ -310,7 +333,9 @@ def test_no_extend_starts_past_the_invocations_deadline_and_the_rest_is_carried_
     assert all(delay == 1 for job_id, delay in carried if job_id in unvisited)
 
 
-def test_a_round_extends_its_leases_side_by_side(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_round_extends_its_leases_side_by_side(
+    aws: Aws, wire: Callable[..., Wiring], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """GIVEN a ticket of 4 jobs and an engine whose extend returns only once 4 extends are in flight
     at once (a barrier; one after another, the first would wait out the barrier's bound and fail)
     THEN every lease is extended in the one round and the ticket goes on with all 4."""
@@ -326,18 +351,21 @@ def test_a_round_extends_its_leases_side_by_side(aws: Aws, monkeypatch: pytest.M
     for _ in range(4):
         engine.add_job("generate-report", {})
     activated = engine.activate([Demand("generate-report", 4)], 60)
-    spy = SpyQueues(runtime.get_queues())
+    wiring = wire(engine=engine)
+    spy = SpyQueues(wiring.queues)
     # Due now: expiring within two thirds of the lease.
     body = _ticket(*((j, time.time() + 1) for j in activated))
 
-    sent = _run(body, engine, spy)
+    sent = _run(body, wiring, spy)
 
     assert engine.extensions == {j.ref.job_id: 1 for j in activated}
     assert [sorted(e.ref.job_id for e in t.entries) for t in sent] == [sorted(j.ref.job_id for j in activated)]
     assert not barrier.broken
 
 
-def test_one_extension_at_a_time_when_so_configured(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_one_extension_at_a_time_when_so_configured(
+    aws: Aws, wire: Callable[..., Wiring], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """GIVEN WORKERLESS_EXTEND_CONCURRENCY=1 (an engine that rate-limits concurrent calls)
     THEN no two extends of a round are ever in flight at once, and every lease is extended."""
     monkeypatch.setenv("WORKERLESS_EXTEND_CONCURRENCY", "1")
@@ -362,7 +390,8 @@ def test_one_extension_at_a_time_when_so_configured(aws: Aws, monkeypatch: pytes
     activated = engine.activate([Demand("generate-report", 6)], 60)
     body = _ticket(*((j, time.time() + 1) for j in activated))
 
-    _run(body, engine, SpyQueues(runtime.get_queues()))
+    wiring = wire(engine=engine)  # its settings read from the environment above
+    _run(body, wiring, SpyQueues(wiring.queues))
 
     assert engine.extensions == {j.ref.job_id: 1 for j in activated}
     assert in_flight["most"] == 1
@@ -372,7 +401,7 @@ def test_one_extension_at_a_time_when_so_configured(aws: Aws, monkeypatch: pytes
 
 
 def test_a_secret_read_that_fails_brings_every_ticket_back_in_a_third_of_a_lease(
-    aws: Aws, flaky: FlakyEngine, long_lease: None, monkeypatch: pytest.MonkeyPatch
+    aws: Aws, flaky: FlakyEngine, long_lease: None, wired: Wiring, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """GIVEN a cold heartbeat container whose engine secret read fails (Secrets Manager throttles
     past botocore's retries) for a batch of two tickets
@@ -399,8 +428,8 @@ def test_a_secret_read_that_fails_brings_every_ticket_back_in_a_third_of_a_lease
         {"messageId": f"t{n}", "receiptHandle": f"r{n}", "body": _ticket((job, job.lease_expires_at)), "attributes": {}}
         for n, job in enumerate(jobs)
     ]
-    spy = SpyQueues(runtime.get_queues())
-    cold = Wiring(settings=get_settings(), store=runtime.get_store(), queues=spy)  # no engine yet
+    spy = SpyQueues(wired.queues)
+    cold = Wiring(settings=wired.settings, store=wired.store, queues=spy)  # no engine yet
 
     response = entrypoints.heartbeat({"Records": records}, FakeContext(), wiring=cold)
 
@@ -409,14 +438,16 @@ def test_a_secret_read_that_fails_brings_every_ticket_back_in_a_third_of_a_lease
     assert len(reads) == 1, "one secret read per invocation, not one per ticket"
 
 
-def test_the_heartbeat_reads_its_records_without_their_stored_results(aws: Aws, flaky: FlakyEngine) -> None:
+def test_the_heartbeat_reads_its_records_without_their_stored_results(
+    aws: Aws, flaky: FlakyEngine, wired: Wiring
+) -> None:
     """GIVEN a job whose stored result (300 KB, inline in its record) is owed to the engine
     THEN the round's read of the ticket's records leaves the result out (a ticket of 100 such records
     would be 30 MB through a 256 MB function), knowing only that one is stored; and the heartbeat
     still re-reports exactly that result, read whole for the one job that owes it."""
     flaky.add_job("charge-payment", {"orderId": "1", "amount": 1})
     [job] = flaky.activate([Demand("charge-payment", 1)], 60)
-    store = runtime.get_store()
+    store = wired.store
     big = Outcome.complete({"blob": "y" * 300_000})
     assert store.claim(job.record_key, owner="o", claim_seconds=60, job_type="charge-payment") == (True, None)
     assert store.store_outcome(job.record_key, owner="o", outcome=big, job_type="charge-payment") is None
@@ -428,7 +459,7 @@ def test_the_heartbeat_reads_its_records_without_their_stored_results(aws: Aws, 
     whole = store.get(job.record_key)
     assert whole is not None and whole.outcome == big
 
-    _run(_ticket((job, time.time() + 60)), flaky, SpyQueues(runtime.get_queues()))
+    _run(_ticket((job, time.time() + 60)), wired, SpyQueues(wired.queues))
 
     assert flaky.reports[job.ref.job_id] == [big]
     after = store.get(job.record_key)
@@ -449,7 +480,9 @@ class RefusingEngine(FakeEngine):
         raise LeaseLostError("extend answered 409", engine="fake", job_id=ref.job_id, status=409)
 
 
-def test_a_refused_renewal_of_a_job_whose_result_is_stored_is_not_a_lost_lease(aws: Aws) -> None:
+def test_a_refused_renewal_of_a_job_whose_result_is_stored_is_not_a_lost_lease(
+    aws: Aws, wire: Callable[..., Wiring]
+) -> None:
     """GIVEN two jobs whose renewal the engine refuses (409): one whose handler has stored its
     result (its report in flight), one still running
     THEN only the running one is marked LOST and counted as a lost lease; the finished one's
@@ -458,11 +491,11 @@ def test_a_refused_renewal_of_a_job_whose_result_is_stored_is_not_a_lost_lease(a
     from workerless import observability
 
     engine = RefusingEngine()
-    runtime.set_engine(engine)
+    wiring = wire(engine=engine)
     engine.add_job("charge-payment", {"orderId": "1", "amount": 1})
     engine.add_job("charge-payment", {"orderId": "2", "amount": 2})
     finished, running = engine.activate([Demand("charge-payment", 2)], 60)
-    store = runtime.get_store()
+    store = wiring.store
     for job in (finished, running):
         assert store.claim(job.record_key, owner="o", claim_seconds=60, job_type="charge-payment") == (True, None)
     assert (
@@ -477,7 +510,7 @@ def test_a_refused_renewal_of_a_job_whose_result_is_stored_is_not_a_lost_lease(a
 
     # process_ticket called directly, outside an entry point: the listener for this context.
     with observability.listening([listen]):
-        _run(_ticket((finished, time.time() + 1), (running, time.time() + 1)), engine, SpyQueues(runtime.get_queues()))
+        _run(_ticket((finished, time.time() + 1), (running, time.time() + 1)), wiring, SpyQueues(wiring.queues))
 
     assert lost == [running.ref.job_id], "a lost lease is counted only for the job still running"
     kept = store.get(finished.record_key)
