@@ -1,11 +1,16 @@
 """The pipeline's own logic — poller, handler wrapper, heartbeat, dead-letter — on moto's SQS and
 DynamoDB with an in-memory engine, one hop at a time. (The same pipeline against each engine's
-emulator over loopback, driven by `workerless local`, is in test_local_pipeline_*.py.)"""
+emulator over loopback, driven by `workerless local`, is in test_local_pipeline_*.py.)
+
+Each test builds its own :class:`~workerless.wiring.Wiring` and passes it to the entry points and
+handlers; one (``test_handler_completes_and_records_the_report``) runs them as Lambda calls them,
+without ``wiring=``, on the container's."""
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +19,8 @@ from workerless import entrypoints, runtime, testing
 from workerless._core.lease import BEGIN_LEASE
 from workerless._core.model import ActivatedJob
 from workerless._core.record import Status
-from workerless._core.settings import get_settings
 from workerless.testing import FakeEngine
+from workerless.wiring import Wiring
 
 from tests.functional.aws import Aws, FakeContext
 
@@ -26,21 +31,51 @@ def load_handler(job_type: str) -> Any:
     return testing.load_handler(ROOT / "functions" / job_type.replace("-", "") / "app.py")
 
 
-def run_handler(aws: Aws, job_type: str, **context: Any) -> dict[str, Any]:
+@pytest.fixture
+def engine(aws: Aws) -> FakeEngine:
+    """The in-memory engine of the test's wiring (this module's: the container is left alone)."""
+    return FakeEngine()
+
+
+@pytest.fixture
+def wired(aws: Aws, engine: FakeEngine) -> Iterator[Wiring]:
+    """The pipeline's wiring around ``engine``, on the environment ``aws`` set; closed after."""
+    wiring = Wiring(engine=engine)
+    yield wiring
+    wiring.close()
+
+
+@pytest.fixture
+def wire(aws: Aws) -> Iterator[Callable[..., Wiring]]:
+    """Builds more wirings (``Wiring(**kwargs)``, on the environment ``aws`` set), closed after the test."""
+    built: list[Wiring] = []
+
+    def build(**kwargs: Any) -> Wiring:
+        built.append(Wiring(**kwargs))
+        return built[-1]
+
+    yield build
+    for wiring in built:
+        wiring.close()
+
+
+def run_handler(aws: Aws, job_type: str, wiring: Wiring | None, **context: Any) -> dict[str, Any]:
+    """Receive a batch of ``job_type`` and run its function on it with ``wiring`` (the container's
+    when None, as Lambda calls it)."""
     event = aws.receive_event(aws.queues[job_type])
-    response = load_handler(job_type)(event, FakeContext(**context))
+    response = load_handler(job_type)(event, FakeContext(**context), wiring)
     aws.settle(aws.queues[job_type], event, response)
     return response
 
 
-def test_poller_never_leases_more_than_the_route_can_start(aws: Aws, engine: FakeEngine) -> None:
+def test_poller_never_leases_more_than_the_route_can_start(aws: Aws, engine: FakeEngine, wired: Wiring) -> None:
     """GIVEN 10 queued charge jobs and a route that allows 4 in flight
     WHEN the poller runs
     THEN exactly 4 are activated and queued, one message each, and one ticket covers the batch."""
     for i in range(10):
         engine.add_job("charge-payment", {"orderId": str(i), "amount": 10})
 
-    report = entrypoints.poller({}, FakeContext())
+    report = entrypoints.poller({}, FakeContext(), wiring=wired)
 
     assert report["activated"] == 4
     assert aws.depth(aws.queues["charge-payment"]) == 4
@@ -49,25 +84,30 @@ def test_poller_never_leases_more_than_the_route_can_start(aws: Aws, engine: Fak
     assert int(tickets["ApproximateNumberOfMessagesDelayed"]) + int(tickets["ApproximateNumberOfMessages"]) == 1
 
 
-def test_handler_completes_and_records_the_report(aws: Aws, engine: FakeEngine) -> None:
+def test_handler_completes_and_records_the_report(aws: Aws, engine: FakeEngine, container: None) -> None:
+    """Lambda's default path, kept on purpose: the poller and the function's handler are called
+    without ``wiring=`` (as Lambda calls them) and use the container's wiring, installed here around
+    the in-memory engine (``container`` starts it over and closes it)."""
+    lambda_wiring = Wiring(engine=engine)
+    runtime.reset(lambda_wiring)
     job_id = engine.add_job("charge-payment", {"orderId": "7", "amount": 12.5})
     entrypoints.poller({}, FakeContext())
 
-    response = run_handler(aws, "charge-payment")
+    response = run_handler(aws, "charge-payment", None)
 
     assert response == {"batchItemFailures": []}
     assert engine.jobs[job_id].state == "completed"
     assert engine.reports[job_id][-1].variables == {"paymentOk": True, "chargeId": "ch_7"}
-    record = runtime.get_store().get(f"job#charge-payment#fake#{job_id}#r3")
+    record = lambda_wiring.store.get(f"job#charge-payment#fake#{job_id}#r3")
     assert record is not None and record.status is Status.REPORTED
     assert aws.depth(aws.queues["charge-payment"]) == 0
 
 
-def test_terminal_error_fails_with_no_retries(aws: Aws, engine: FakeEngine) -> None:
+def test_terminal_error_fails_with_no_retries(aws: Aws, engine: FakeEngine, wired: Wiring) -> None:
     job_id = engine.add_job("charge-payment", {"orderId": "8", "amount": -1})
-    entrypoints.poller({}, FakeContext())
+    entrypoints.poller({}, FakeContext(), wiring=wired)
 
-    run_handler(aws, "charge-payment")
+    run_handler(aws, "charge-payment", wired)
 
     outcome = engine.reports[job_id][-1]
     assert outcome.kind == "fail" and outcome.retries == 0 and outcome.terminal
@@ -76,14 +116,16 @@ def test_terminal_error_fails_with_no_retries(aws: Aws, engine: FakeEngine) -> N
     assert engine.jobs[job_id].state == "failed"
 
 
-def test_redelivered_job_with_stored_result_is_rereported_not_rerun(aws: Aws, engine: FakeEngine) -> None:
+def test_redelivered_job_with_stored_result_is_rereported_not_rerun(
+    aws: Aws, engine: FakeEngine, wired: Wiring
+) -> None:
     """GIVEN a handler whose first report fails (engine unavailable)
     WHEN SQS redelivers the message
     THEN the stored result is reported and the handler is not run again."""
     from workerless.errors import EngineUnavailableError
 
     job_id = engine.add_job("send-receipt", {"orderId": "9"})
-    entrypoints.poller({}, FakeContext())
+    entrypoints.poller({}, FakeContext(), wiring=wired)
     handler = load_handler("send-receipt")
     runs = []
     original_fn = handler.processor.fn
@@ -105,38 +147,38 @@ def test_redelivered_job_with_stored_result_is_rereported_not_rerun(aws: Aws, en
     engine.report = flaky_report  # type: ignore[method-assign]
 
     event = aws.receive_event(aws.queues["send-receipt"], visibility=0)
-    first = handler(event, FakeContext())
+    first = handler(event, FakeContext(), wired)
     assert len(first["batchItemFailures"]) == 1
-    assert runtime.get_store().get(f"job#send-receipt#fake#{job_id}#r3").status is Status.STORED
+    assert wired.store.get(f"job#send-receipt#fake#{job_id}#r3").status is Status.STORED
 
     event = aws.receive_event(aws.queues["send-receipt"])
     assert event["Records"][0]["attributes"]["ApproximateReceiveCount"] == "2"
-    second = handler(event, FakeContext())
+    second = handler(event, FakeContext(), wired)
 
     assert second == {"batchItemFailures": []}
     assert runs == [job_id]
     assert engine.jobs[job_id].state == "completed"
-    assert runtime.get_store().get(f"job#send-receipt#fake#{job_id}#r3").status is Status.REPORTED
+    assert wired.store.get(f"job#send-receipt#fake#{job_id}#r3").status is Status.REPORTED
 
 
 def test_handler_returning_a_non_object_fails_the_job_with_the_reason(
-    aws: Aws, engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+    aws: Aws, engine: FakeEngine, wired: Wiring, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from workerless import job_handler
 
     job_id = engine.add_job("send-receipt", {})
-    entrypoints.poller({}, FakeContext())
+    entrypoints.poller({}, FakeContext(), wiring=wired)
     handler = job_handler("send-receipt")(lambda job: ["not", "an", "object"])
 
     event = aws.receive_event(aws.queues["send-receipt"])
-    handler(event, FakeContext())
+    handler(event, FakeContext(), wired)
 
     outcome = engine.reports[job_id][-1]
     assert outcome.kind == "fail" and "not a JSON object" in (outcome.message or "")
     assert outcome.retries == 2
 
 
-def test_output_over_the_engine_cap_fails_the_job_with_the_cap(aws: Aws) -> None:
+def test_output_over_the_engine_cap_fails_the_job_with_the_cap(aws: Aws, wire: Callable[..., Wiring]) -> None:
     from workerless import job_handler
     from workerless._core.model import JobRef, Outcome
     from workerless.engines.base import json_size
@@ -149,13 +191,13 @@ def test_output_over_the_engine_cap_fails_the_job_with_the_cap(aws: Aws) -> None
             super().report(ref, outcome)
 
     engine = CappedEngine()
-    runtime.set_engine(engine)
+    wired = wire(engine=engine)
     job_id = engine.add_job("send-receipt", {})
-    entrypoints.poller({}, FakeContext())
+    entrypoints.poller({}, FakeContext(), wiring=wired)
     handler = job_handler("send-receipt")(lambda job: {"blob": "x" * 5000})
 
     event = aws.receive_event(aws.queues["send-receipt"])
-    assert handler(event, FakeContext()) == {"batchItemFailures": []}
+    assert handler(event, FakeContext(), wired) == {"batchItemFailures": []}
 
     outcome = engine.reports[job_id][-1]
     assert outcome.kind == "fail"
@@ -164,40 +206,40 @@ def test_output_over_the_engine_cap_fails_the_job_with_the_cap(aws: Aws) -> None
     assert engine.jobs[job_id].state == "failed"
 
 
-def test_heartbeat_extends_live_jobs_and_stops_after_the_report(aws: Aws, engine: FakeEngine) -> None:
+def test_heartbeat_extends_live_jobs_and_stops_after_the_report(aws: Aws, engine: FakeEngine, wired: Wiring) -> None:
     job_id = engine.add_job("generate-report", {"seconds": 0})
-    entrypoints.poller({}, FakeContext())
+    entrypoints.poller({}, FakeContext(), wiring=wired)
     ticket_event = _ticket_event(aws)
 
-    entrypoints.heartbeat(ticket_event, FakeContext())
+    entrypoints.heartbeat(ticket_event, FakeContext(), wiring=wired)
     assert engine.extensions[job_id] == 1
     resent = _ticket_event(aws)
     assert len(json.loads(resent["Records"][0]["body"])["jobs"]) == 1
 
-    run_handler(aws, "generate-report")
-    entrypoints.heartbeat(resent, FakeContext())
+    run_handler(aws, "generate-report", wired)
+    entrypoints.heartbeat(resent, FakeContext(), wiring=wired)
     assert engine.extensions[job_id] == 1, "a reported job is not extended again"
     assert aws.depth(aws.heartbeat_queue) == 0, "no ticket is re-sent once nothing is live"
 
 
-def test_heartbeat_marks_a_lost_lease_and_the_handler_does_not_run(aws: Aws, engine: FakeEngine) -> None:
+def test_heartbeat_marks_a_lost_lease_and_the_handler_does_not_run(aws: Aws, engine: FakeEngine, wired: Wiring) -> None:
     job_id = engine.add_job("charge-payment", {"orderId": "1", "amount": 1})
-    entrypoints.poller({}, FakeContext())
+    entrypoints.poller({}, FakeContext(), wiring=wired)
     engine.lost.add(job_id)
 
-    entrypoints.heartbeat(_ticket_event(aws), FakeContext())
-    record = runtime.get_store().get(f"job#charge-payment#fake#{job_id}#r3")
+    entrypoints.heartbeat(_ticket_event(aws), FakeContext(), wiring=wired)
+    record = wired.store.get(f"job#charge-payment#fake#{job_id}#r3")
     assert record is not None and record.status is Status.LOST
 
-    response = run_handler(aws, "charge-payment")
+    response = run_handler(aws, "charge-payment", wired)
     assert response == {"batchItemFailures": []}
     assert job_id not in engine.reports
 
 
-def test_dispatch_failure_hands_the_job_back_at_once(aws: Aws, engine: FakeEngine) -> None:
+def test_dispatch_failure_hands_the_job_back_at_once(aws: Aws, engine: FakeEngine, wired: Wiring) -> None:
     """An SQS send that fails must not leave the job to wait out its lease."""
     job_id = engine.add_job("charge-payment", {"orderId": "1", "amount": 1})
-    queues = runtime.get_queues()
+    queues = wired.queues
 
     def refuse(queue_url: str, bodies: list[str]) -> list[Any]:
         from workerless.aws.sqs import SendFailure
@@ -205,13 +247,13 @@ def test_dispatch_failure_hands_the_job_back_at_once(aws: Aws, engine: FakeEngin
         return [SendFailure(i, "throttled") for i in range(len(bodies))]
 
     queues.send_batch = refuse  # type: ignore[method-assign]
-    report = entrypoints.poller({}, FakeContext())
+    report = entrypoints.poller({}, FakeContext(), wiring=wired)
 
     assert report["released"] == 1 and report["dispatched"] == 0
     assert engine.releases[job_id] and engine.jobs[job_id].state == "ready"
 
 
-def test_dead_letter_fails_the_job_with_the_reason(aws: Aws, engine: FakeEngine) -> None:
+def test_dead_letter_fails_the_job_with_the_reason(aws: Aws, engine: FakeEngine, wired: Wiring) -> None:
     job_id = engine.add_job("charge-payment", {"orderId": "1", "amount": 1})
     [job] = engine.activate([__import__("workerless._core.model", fromlist=["Demand"]).Demand("charge-payment", 1)], 60)
     event = {
@@ -229,7 +271,7 @@ def test_dead_letter_fails_the_job_with_the_reason(aws: Aws, engine: FakeEngine)
             }
         ]
     }
-    response = entrypoints.deadletter(event, FakeContext())
+    response = entrypoints.deadletter(event, FakeContext(), wiring=wired)
 
     assert response == {"batchItemFailures": []}
     outcome = engine.reports[job_id][-1]
@@ -256,10 +298,10 @@ def _ticket_event(aws: Aws) -> dict[str, Any]:
     raise AssertionError("no ticket on the heartbeat queue")
 
 
-def test_a_claim_whose_answer_was_lost_is_still_ours(aws: Aws) -> None:
+def test_a_claim_whose_answer_was_lost_is_still_ours(aws: Aws, wired: Wiring) -> None:
     """botocore retries a put whose answer was lost; the retry meets our own claim: still ours,
     and nobody else's."""
-    store = runtime.get_store()
+    store = wired.store
     assert store.claim("fake#1#r3", owner="req-a:m1", claim_seconds=60, job_type="t") == (True, None)
     assert store.claim("fake#1#r3", owner="req-a:m1", claim_seconds=60, job_type="t") == (True, None)
     claimed, found = store.claim("fake#1#r3", owner="req-b:m1", claim_seconds=60, job_type="t")
@@ -278,13 +320,15 @@ class _BeginLeased(FakeEngine):
         super().__init__()
         self.begun: list[str] = []
         self.skipped: list[str] = []
+        #: The job store of the wiring it is in (set by the test once built).
+        self.store: Any = None
 
     @property
     def lease_acquire(self) -> _BeginLeased:
         return self
 
     def begin(self, job: ActivatedJob) -> bool:
-        store = runtime.get_store()
+        store = self.store
         # Another delivery takes the claim over (as if ours had expired during the acquire).
         store._call(
             "update_item",
@@ -301,30 +345,31 @@ class _BeginLeased(FakeEngine):
         self.skipped.append(ref.job_id)
 
 
-def test_a_claim_taken_over_during_lease_acquire_is_not_run(aws: Aws) -> None:
+def test_a_claim_taken_over_during_lease_acquire_is_not_run(aws: Aws, wire: Callable[..., Wiring]) -> None:
     """GIVEN a begin-leased engine, and a claim that changes hands while the lease is acquired
     WHEN the handler processes the job
     THEN it does not run the handler (its result could not be stored), hands the delivery back
     without acknowledging it (StageNext: requeue; no result settles the lease it holds), and leaves
     the other delivery's claim as it was, unstamped."""
     engine = _BeginLeased()
-    runtime.set_engine(engine)
+    wired = wire(engine=engine)
+    engine.store = wired.store
     job_id = engine.add_job("charge-payment", {"orderId": "9", "amount": 5})
-    entrypoints.poller({}, FakeContext())
+    entrypoints.poller({}, FakeContext(), wiring=wired)
 
-    response = run_handler(aws, "charge-payment")
+    response = run_handler(aws, "charge-payment", wired)
 
     assert response == {"batchItemFailures": []}
     assert engine.begun == [job_id] and engine.skipped == []
     assert engine.releases[job_id], "the delivery was not handed back"
     assert job_id not in engine.reports, "the handler ran and reported"
-    record = runtime.get_store().get(f"job#charge-payment#fake#{job_id}#r3")
+    record = wired.store.get(f"job#charge-payment#fake#{job_id}#r3")
     assert record is not None and record.status is Status.CLAIMED
     assert record.owner == "another-delivery" and record.begun_at is None
 
 
 def test_a_lease_held_past_the_maximum_hold_is_marked_lost_and_never_run_after(
-    aws: Aws, engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+    aws: Aws, engine: FakeEngine, wired: Wiring, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """GIVEN a dispatched job whose ticket is older than WORKERLESS_MAX_HOLD_SECONDS (a route whose
     message can come back later than that: a dead invocation's, after a 5,400 s visibility timeout)
@@ -332,24 +377,26 @@ def test_a_lease_held_past_the_maximum_hold_is_marked_lost_and_never_run_after(
     comes back is acknowledged without running the handler: the engine's new attempt is the only
     run (issue 26, 2.3: before, the returning message ran the job a second time)."""
     job_id = engine.add_job("charge-payment", {"orderId": "1", "amount": 1})
-    entrypoints.poller({}, FakeContext())
+    entrypoints.poller({}, FakeContext(), wiring=wired)
     event = _ticket_event(aws)
     (record,) = event["Records"]
     ticket = json.loads(record["body"])
-    ticket["first_seen"] = time.time() - get_settings().max_hold_seconds - 1
+    ticket["first_seen"] = time.time() - wired.settings.max_hold_seconds - 1
     record["body"] = json.dumps(ticket)
 
-    entrypoints.heartbeat(event, FakeContext())
-    stored = runtime.get_store().get(f"job#charge-payment#fake#{job_id}#r3")
+    entrypoints.heartbeat(event, FakeContext(), wiring=wired)
+    stored = wired.store.get(f"job#charge-payment#fake#{job_id}#r3")
     assert stored is not None and stored.status is Status.LOST
     assert job_id not in engine.extensions
 
-    response = run_handler(aws, "charge-payment")
+    response = run_handler(aws, "charge-payment", wired)
     assert response == {"batchItemFailures": []}
     assert job_id not in engine.reports
 
 
-def test_the_pollers_aws_calls_stop_one_attempt_before_its_deadline(aws: Aws, engine: FakeEngine) -> None:
+def test_the_pollers_aws_calls_stop_one_attempt_before_its_deadline(
+    aws: Aws, engine: FakeEngine, wired: Wiring, wire: Callable[..., Wiring]
+) -> None:
     """Issue 26 (the poller's AWS calls vs its deadline). GIVEN a poller invocation with 14 s left
     (its deadline 11 s away, less than one AWS attempt's connect + read timeout, 13 s) THEN it starts
     no AWS call of its poll (an attempt started then could still be waiting for its answer when the
@@ -365,12 +412,11 @@ def test_the_pollers_aws_calls_stop_one_attempt_before_its_deadline(aws: Aws, en
     assert 14 - MARGIN_SECONDS < ATTEMPT_SECONDS
 
     with pytest.raises(QueueError, match="deadline has passed"):
-        entrypoints.poller({}, FakeContext(remaining_ms=14_000))
+        entrypoints.poller({}, FakeContext(remaining_ms=14_000), wiring=wired)
 
     assert aws.depth(aws.queues["charge-payment"]) == 0
     assert not any(j.state == "leased" for j in engine.jobs.values()), "a job left leased and unqueued"
 
-    runtime.reset()
-    runtime.set_engine(engine)
-    entrypoints.poller({}, FakeContext())
+    fresh = wire(engine=engine)  # a new container's, around the same engine
+    entrypoints.poller({}, FakeContext(), wiring=fresh)
     assert aws.depth(aws.queues["charge-payment"]) == 2
