@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from workerless import entrypoints, observability, runtime
+from workerless import entrypoints, observability
 from workerless._core.model import ActivatedJob, Demand, JobRef, Outcome
 from workerless._core.ports import JobStore
 from workerless._core.record import Status
@@ -34,6 +35,21 @@ class RefusingEngine(FakeEngine):
     def report(self, ref: JobRef, outcome: Outcome) -> None:
         self.report_calls += 1
         raise self.error
+
+
+@pytest.fixture
+def wire(aws: Aws) -> Iterator[Callable[..., Wiring]]:
+    """Builds the test's wirings (``Wiring(**kwargs)``, settings read from the environment on first
+    use), closed after the test: the dead-letter function is given one; the container is left alone."""
+    built: list[Wiring] = []
+
+    def build(**kwargs: Any) -> Wiring:
+        built.append(Wiring(**kwargs))
+        return built[-1]
+
+    yield build
+    for wiring in built:
+        wiring.close()
 
 
 def letter(job: ActivatedJob) -> dict[str, Any]:
@@ -72,6 +88,7 @@ def activated(engine: FakeEngine) -> ActivatedJob:
 def test_a_final_rejection_is_logged_counted_and_the_letter_deleted(
     aws: Aws,
     events: Events,
+    wire: Callable[..., Wiring],
     caplog: pytest.LogCaptureFixture,
     capsys: pytest.CaptureFixture[str],
     error: EngineError,
@@ -80,12 +97,12 @@ def test_a_final_rejection_is_logged_counted_and_the_letter_deleted(
     THEN the message is not a batch item failure (the DLQ deletes it), one report was tried, an ERROR
     line carries the engine's reason, DeadLettersRejected counts it, and the job record is settled."""
     engine = RefusingEngine(error)
-    runtime.set_engine(engine)
+    wiring = wire(engine=engine, hooks=Hooks(lifecycle_listeners=(events,)))
     job = activated(engine)
     capsys.readouterr()
 
     with caplog.at_level(logging.INFO, logger="workerless"):
-        response = entrypoints.deadletter(letter(job), FakeContext())
+        response = entrypoints.deadletter(letter(job), FakeContext(), wiring=wiring)
 
     assert response == {"batchItemFailures": []}
     assert engine.report_calls == 1, "a final refusal was retried"
@@ -95,29 +112,33 @@ def test_a_final_rejection_is_logged_counted_and_the_letter_deleted(
     assert observability.EVENT_METRICS["dead_letter_rejected"] == "DeadLettersRejected"
     emf = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith('{"_aws"')]
     assert any(doc.get("DeadLettersRejected") == [1.0] and doc.get("JobType") == "charge-payment" for doc in emf)
-    record = runtime.get_store().get(job.record_key)
+    record = wiring.store.get(job.record_key)
     assert record is not None and record.status is Status.REPORTED
 
 
-def test_a_retryable_error_leaves_the_letter_for_the_queues_next_delivery(aws: Aws, events: Events) -> None:
+def test_a_retryable_error_leaves_the_letter_for_the_queues_next_delivery(
+    aws: Aws, events: Events, wire: Callable[..., Wiring]
+) -> None:
     """GIVEN the engine is unavailable THEN the letter is a batch item failure: the DLQ hands it back
     after its visibility timeout (360 s) and the settlement is tried again; nothing is counted as
     rejected and the record is not settled."""
     engine = RefusingEngine(EngineUnavailableError("fail answered 503", engine="fake", status=503))
-    runtime.set_engine(engine)
+    wiring = wire(engine=engine, hooks=Hooks(lifecycle_listeners=(events,)))
     job = activated(engine)
 
-    response = entrypoints.deadletter(letter(job), FakeContext())
+    response = entrypoints.deadletter(letter(job), FakeContext(), wiring=wiring)
 
     assert response == {"batchItemFailures": [{"itemIdentifier": "m-dlq"}]}
     assert "dead_letter_rejected" not in [e for _, e, _ in events]
-    assert runtime.get_store().get(job.record_key) is None
+    assert wiring.store.get(job.record_key) is None
 
 
-def _result_in_the_claim_check(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeEngine, ActivatedJob, JobStore, Outcome]:
+def _result_in_the_claim_check(
+    monkeypatch: pytest.MonkeyPatch, wire: Callable[..., Wiring]
+) -> tuple[FakeEngine, ActivatedJob, JobStore, Outcome, Wiring]:
     """A charge-payment job taken from a fake engine whose handler stored a 900 KB incompressible
     result (too large for its record: in the claim check's bucket on moto): the engine, the job, the
-    store and the outcome."""
+    store, the outcome and the wiring (on the environment naming the bucket) they are in."""
     import base64
     import random
 
@@ -125,29 +146,28 @@ def _result_in_the_claim_check(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeEng
 
     monkeypatch.setenv("WORKERLESS_PAYLOAD_BUCKET", "payloads")
     boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="payloads")
-    runtime.reset()
     engine = FakeEngine()
-    runtime.set_engine(engine)
+    wiring = wire(engine=engine)
     job = activated(engine)
-    store = runtime.get_store()
+    store = wiring.store
     big = Outcome.complete({"blob": base64.b64encode(random.Random(7).randbytes(675_000)).decode()})
     assert store.claim(job.record_key, owner="o", claim_seconds=-1, job_type="charge-payment") == (True, None)
     assert store.store_outcome(job.record_key, owner="o", outcome=big, job_type="charge-payment") is None
-    return engine, job, store, big
+    return engine, job, store, big, wiring
 
 
 def test_a_stored_result_in_the_claim_check_is_reported_from_the_dead_letter_queue(
-    aws: Aws, monkeypatch: pytest.MonkeyPatch
+    aws: Aws, wire: Callable[..., Wiring], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """GIVEN a dead-lettered job whose handler stored a 900 KB incompressible result (too large for
     its record: in the claim check's S3 bucket, moto's) THEN the dead-letter function reads it back
     and reports exactly that outcome, and settles the record."""
-    engine, job, store, big = _result_in_the_claim_check(monkeypatch)
+    engine, job, store, big, wiring = _result_in_the_claim_check(monkeypatch, wire)
     stored = store.get(job.record_key)
     assert stored is not None and stored.outcome is None and stored.outcome_ref is not None
     assert stored.outcome_ref.key.startswith("results/charge-payment/")
 
-    response = entrypoints.deadletter(letter(job), FakeContext())
+    response = entrypoints.deadletter(letter(job), FakeContext(), wiring=wiring)
 
     assert response == {"batchItemFailures": []}
     assert engine.reports[job.ref.job_id] == [big]
@@ -183,7 +203,7 @@ def _visible_and_in_flight(aws: Aws, url: str) -> tuple[int, int]:
 
 
 def test_the_scheduled_drain_settles_each_letter_and_deletes_only_the_settled(
-    aws: Aws, monkeypatch: pytest.MonkeyPatch, events: Events
+    aws: Aws, monkeypatch: pytest.MonkeyPatch, events: Events, wire: Callable[..., Wiring]
 ) -> None:
     """GIVEN three letters in the job dead-letter queue: a job the engine accepts the failure of, one
     whose report the engine answers 503, and a message that is not a job
@@ -193,22 +213,21 @@ def test_the_scheduled_drain_settles_each_letter_and_deletes_only_the_settled(
     after its visibility timeout, its record not settled."""
     url = aws.dlqs["charge-payment"]
     monkeypatch.setenv("WORKERLESS_DEAD_LETTER_QUEUE_URL", url)
-    runtime.reset(Wiring(hooks=Hooks(lifecycle_listeners=(events,))))
     engine = RefusingOne()
-    runtime.set_engine(engine)
+    wiring = wire(engine=engine, hooks=Hooks(lifecycle_listeners=(events,)))
     settled, refused = activated(engine), activated(engine)
     engine.refused = refused.ref.job_id
     for body in (settled.to_message(), refused.to_message(), '{"not": "a job"}'):
         aws.sqs.send_message(QueueUrl=url, MessageBody=body)
 
-    answer = entrypoints.deadletter(SCHEDULED, FakeContext())
+    answer = entrypoints.deadletter(SCHEDULED, FakeContext(), wiring=wiring)
 
     assert answer["received"] == 3 and answer["settled"] == 2 and answer["left"] == 1, answer
     [outcome] = engine.reports[settled.ref.job_id]
     assert outcome.kind == "fail" and "did not finish this job" in (outcome.message or ""), outcome
     assert refused.ref.job_id not in engine.reports
     assert _visible_and_in_flight(aws, url) == (0, 1)
-    store = runtime.get_store()
+    store = wiring.store
     record = store.get(settled.record_key)
     assert record is not None and record.status is Status.REPORTED
     assert store.get(refused.record_key) is None
@@ -255,36 +274,37 @@ def test_an_empty_drain_makes_one_receive_and_builds_no_engine(aws: Aws, monkeyp
     assert calls[0][1]["WaitTimeSeconds"] == 0 and calls[0][1]["MaxNumberOfMessages"] == 10
 
 
-def test_a_drain_without_time_for_a_letter_receives_none(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_drain_without_time_for_a_letter_receives_none(
+    aws: Aws, wire: Callable[..., Wiring], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """GIVEN a letter waiting WHEN the schedule fires with less time left than one letter may need
     (its engine calls' HTTP timeouts) THEN nothing is received: the letter stays visible for the next
     drain instead of being hidden for the queue's visibility timeout unsettled."""
     url = aws.dlqs["charge-payment"]
     monkeypatch.setenv("WORKERLESS_DEAD_LETTER_QUEUE_URL", url)
-    runtime.reset()
     engine = FakeEngine()
-    runtime.set_engine(engine)
+    wiring = wire(engine=engine)
     aws.sqs.send_message(QueueUrl=url, MessageBody=activated(engine).to_message())
 
-    answer = entrypoints.deadletter(SCHEDULED, FakeContext(remaining_ms=5_000))
+    answer = entrypoints.deadletter(SCHEDULED, FakeContext(remaining_ms=5_000), wiring=wiring)
 
     assert answer == {"receives": 0, "received": 0, "settled": 0, "left": 0}
     assert _visible_and_in_flight(aws, url) == (1, 0)
     assert engine.reports == {}
 
 
-def test_a_scheduled_drain_without_its_queue_fails_naming_the_setting(aws: Aws) -> None:
+def test_a_scheduled_drain_without_its_queue_fails_naming_the_setting(aws: Aws, wire: Callable[..., Wiring]) -> None:
     """GIVEN no WORKERLESS_DEAD_LETTER_QUEUE_URL WHEN the schedule fires THEN the invocation fails
     with an error naming the variable (Lambda's Errors metric shows it), not a silent no-op."""
     from workerless.errors import ConfigurationError
 
-    runtime.set_engine(FakeEngine())
+    wiring = wire(engine=FakeEngine())
     with pytest.raises(ConfigurationError, match="WORKERLESS_DEAD_LETTER_QUEUE_URL"):
-        entrypoints.deadletter(SCHEDULED, FakeContext())
+        entrypoints.deadletter(SCHEDULED, FakeContext(), wiring=wiring)
 
 
 def test_a_stored_result_whose_object_is_gone_fails_the_job_once_not_every_360_seconds(
-    aws: Aws, monkeypatch: pytest.MonkeyPatch
+    aws: Aws, wire: Callable[..., Wiring], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """GIVEN a dead-lettered job whose handler stored a result too large for its record (in the claim
     check's bucket) and whose object is gone (expired with the bucket's 7-day lifecycle; S3 answers
@@ -294,14 +314,14 @@ def test_a_stored_result_whose_object_is_gone_fails_the_job_once_not_every_360_s
     queue's 14 days."""
     import boto3
 
-    engine, job, store, _ = _result_in_the_claim_check(monkeypatch)
+    engine, job, store, _, wiring = _result_in_the_claim_check(monkeypatch, wire)
     stored = store.get(job.record_key)
     assert stored is not None and stored.outcome_ref is not None
     boto3.client("s3", region_name="us-east-1").delete_object(
         Bucket="payloads", Key=stored.outcome_ref.key
     )  # the lifecycle's expiry
 
-    response = entrypoints.deadletter(letter(job), FakeContext())
+    response = entrypoints.deadletter(letter(job), FakeContext(), wiring=wiring)
 
     assert response == {"batchItemFailures": []}, "settled: not handed back for another try in 360 s"
     [outcome] = engine.reports[job.ref.job_id]
@@ -312,7 +332,7 @@ def test_a_stored_result_whose_object_is_gone_fails_the_job_once_not_every_360_s
 
 
 def test_a_stored_result_s3_refuses_to_read_keeps_the_letter_and_fails_nothing(
-    aws: Aws, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    aws: Aws, wire: Callable[..., Wiring], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """GIVEN a dead-lettered job whose stored result is in the claim check and S3 refuses its read
     with AccessDenied (a permission fault: the role may list results/, so a missing object would be
@@ -322,7 +342,7 @@ def test_a_stored_result_s3_refuses_to_read_keeps_the_letter_and_fails_nothing(
     from botocore.exceptions import ClientError
     from workerless.aws.payloads import Payloads
 
-    engine, job, store, _ = _result_in_the_claim_check(monkeypatch)
+    engine, job, store, _, wiring = _result_in_the_claim_check(monkeypatch, wire)
 
     class Refusing:
         def get_object(self, **kwargs: Any) -> Any:
@@ -331,7 +351,7 @@ def test_a_stored_result_s3_refuses_to_read_keeps_the_letter_and_fails_nothing(
     store.payloads = Payloads("payloads", client=Refusing())  # type: ignore[attr-defined]
 
     with caplog.at_level(logging.INFO, logger="workerless"):
-        response = entrypoints.deadletter(letter(job), FakeContext())
+        response = entrypoints.deadletter(letter(job), FakeContext(), wiring=wiring)
 
     assert response == {"batchItemFailures": [{"itemIdentifier": "m-dlq"}]}
     assert job.ref.job_id not in engine.reports, "a refused read was taken for a lost result"
