@@ -17,12 +17,13 @@ from typing import Any
 
 import httpx
 import pytest
-from workerless import entrypoints, runtime, testing
+from workerless import entrypoints, testing
 from workerless._core.model import ActivatedJob, Demand, Outcome
 from workerless._core.record import Status
 from workerless._core.report import report_stored
 from workerless._core.retry import HELD
 from workerless.engines.stagenext import StageNextEngine, from_values
+from workerless.wiring import Wiring
 from workerless_devkit.emulators.http import EmulatorServer
 from workerless_devkit.emulators.stagenext import StageNextEmulator
 from workerless_devkit.pytest_plugin import EmulatorFactory
@@ -33,10 +34,14 @@ ROOT = Path(__file__).resolve().parents[4]
 
 
 class StageNext:
-    def __init__(self, emulator: StageNextEmulator, server: EmulatorServer, engine: StageNextEngine) -> None:
+    def __init__(
+        self, emulator: StageNextEmulator, server: EmulatorServer, engine: StageNextEngine, wiring: Wiring
+    ) -> None:
         self.emulator = emulator
         self.server = server
         self.engine = engine
+        #: The handler's and dead-letter function's wiring, around ``engine``.
+        self.wiring = wiring
 
     def fault(self, path: str, **spec: Any) -> None:
         answer = httpx.post(f"{self.server.url}/_admin/faults", json={"method": "POST", "path": path, **spec})
@@ -57,26 +62,26 @@ def sn(aws: Aws, workerless_emulator: EmulatorFactory) -> Iterator[StageNext]:
     emulator, server = running.emulator, running.server
     client = httpx.Client(timeout=5)
     engine = from_values(emulator.engine_values(server.url), client, clock=emulator.now)
-    runtime.set_engine(engine)
+    wiring = Wiring(engine=engine)
     try:
-        yield StageNext(emulator, server, engine)
+        yield StageNext(emulator, server, engine, wiring)
     finally:
-        runtime.reset()  # closes the engine while its client is still open
+        wiring.close()  # closes the engine while its client is still open
         client.close()
 
 
-def handle(aws: Aws, job: ActivatedJob) -> dict[str, Any]:
-    """Queue ``job``'s message and run its handler function on it, as the event source would."""
+def handle(aws: Aws, job: ActivatedJob, wiring: Wiring) -> dict[str, Any]:
+    """Queue ``job``'s message and run its handler function on it with ``wiring``, as the event source would."""
     queue = aws.queues[job.ref.job_type]
     aws.sqs.send_message(QueueUrl=queue, MessageBody=job.to_message())
     event = aws.receive_event(queue)
     handler = testing.load_handler(ROOT / "functions" / job.ref.job_type.replace("-", "") / "app.py")
-    response: dict[str, Any] = handler(event, FakeContext())
+    response: dict[str, Any] = handler(event, FakeContext(), wiring)
     aws.settle(queue, event, response)
     return response
 
 
-def dead_letter(job: ActivatedJob) -> dict[str, Any]:
+def dead_letter(job: ActivatedJob, wiring: Wiring) -> dict[str, Any]:
     record = {
         "messageId": "dlq-1",
         "receiptHandle": "r",
@@ -88,7 +93,7 @@ def dead_letter(job: ActivatedJob) -> dict[str, Any]:
         "eventSourceARN": f"arn:aws:sqs:us-east-1:123456789012:{job.ref.job_type}-dlq",
         "awsRegion": "us-east-1",
     }
-    response: dict[str, Any] = entrypoints.deadletter({"Records": [record]}, FakeContext())
+    response: dict[str, Any] = entrypoints.deadletter({"Records": [record]}, FakeContext(), wiring=wiring)
     return response
 
 
@@ -109,12 +114,12 @@ def test_a_delivery_recorded_as_reported_but_never_applied_is_reported_under_its
     without acquire, the stage was lost: nothing would ever dispatch it again.)"""
     stage_id = sn.emulator.create_job("send-receipt", {"orderId": "r1"})
     job = sn.pull()
-    store = runtime.get_store()
+    store = sn.wiring.store
     assert store.claim(job.record_key, owner="earlier:m0:x", claim_seconds=60, job_type="send-receipt")[0]
     store.store_outcome(job.record_key, owner="earlier:m0:x", outcome=Outcome.complete({"receiptSent": True}))
     store.mark_reported(job.record_key)
 
-    assert handle(aws, job) == {"batchItemFailures": []}
+    assert handle(aws, job, sn.wiring) == {"batchItemFailures": []}
 
     state = sn.state(stage_id)
     assert state["state"] == "completed" and state["output"] == {"receiptSent": True}
@@ -130,9 +135,9 @@ def test_a_reported_job_whose_redelivery_is_refused_at_acquire_is_acknowledged(a
     job = sn.pull()
     sn.emulator.advance(61)  # the gateway requeues the delivery: its token is dead
     sn.fault("/jobs/ack", status=502, times=1)
-    assert handle(aws, job) == {"batchItemFailures": []}
+    assert handle(aws, job, sn.wiring) == {"batchItemFailures": []}
 
-    assert handle(aws, sn.pull()) == {"batchItemFailures": []}
+    assert handle(aws, sn.pull(), sn.wiring) == {"batchItemFailures": []}
 
     state = sn.state(stage_id)
     assert state["state"] == "completed"
@@ -151,18 +156,18 @@ def test_an_accepted_result_whose_ack_keeps_failing_is_owed_and_acknowledged_lat
     job = sn.pull()
     sn.fault("/jobs/ack", status=503, times=4)  # every try of the handler's retry policy
 
-    response = handle(aws, job)
+    response = handle(aws, job, sn.wiring)
 
     assert len(response["batchItemFailures"]) == 1
-    record = runtime.get_store().get(job.record_key)
+    record = sn.wiring.store.get(job.record_key)
     assert record is not None and record.report_owed
     state = sn.state(stage_id)
     assert state["state"] == "completed" and state["acks"] == []
-    outcome = runtime.get_store().load_outcome(record)
+    outcome = sn.wiring.store.load_outcome(record)
     assert outcome is not None
     with httpx.Client(timeout=5) as other_client:
         other = from_values(sn.emulator.engine_values(sn.server.url), other_client, clock=sn.emulator.now)
-        assert report_stored(job.ref, outcome, engine=other, store=runtime.get_store(), deadline=time.monotonic() + 10)
+        assert report_stored(job.ref, outcome, engine=other, store=sn.wiring.store, deadline=time.monotonic() + 10)
     state = sn.state(stage_id)
     assert [(a["status"], a["requeue"]) for a in state["acks"]] == [(200, False)]
     assert [r["applied"] for r in state["results"]] == [True, False]
@@ -178,9 +183,9 @@ def test_a_delivery_recorded_as_skipped_but_granted_the_lease_is_handed_back_not
     delivery comes back (acknowledged, it never would)."""
     stage_id = sn.emulator.create_job("send-receipt", {"orderId": "r3"})
     job = sn.pull()
-    runtime.get_store().mark(job.record_key, Status.SKIPPED, reason="test", job_type="send-receipt")
+    sn.wiring.store.mark(job.record_key, Status.SKIPPED, reason="test", job_type="send-receipt")
 
-    assert handle(aws, job) == {"batchItemFailures": []}
+    assert handle(aws, job, sn.wiring) == {"batchItemFailures": []}
 
     state = sn.state(stage_id)
     assert [(a["status"], a["requeue"]) for a in state["acks"]] == [(200, True)]
@@ -206,7 +211,7 @@ def test_a_refused_delivery_whose_ack_is_throttled_is_acknowledged_on_retry_and_
         assert other.begin(job) is True
     sn.fault("/jobs/ack", status=429, headers={"Retry-After": "0"}, times=1)
 
-    assert handle(aws, job) == {"batchItemFailures": []}
+    assert handle(aws, job, sn.wiring) == {"batchItemFailures": []}
 
     assert [a["status"] for a in sn.state(stage_id)["acks"]] == [200]
     assert aws.depth(aws.queues["send-receipt"]) == 0
@@ -220,7 +225,7 @@ def test_a_lease_acquire_refused_through_an_outage_is_retried_until_it_lands(aws
     stage_id = sn.emulator.create_job("send-receipt", {"orderId": "r5"})
     sn.fault("/stages/{stageId}/lease/acquire", status=503, times=6)
 
-    assert handle(aws, sn.pull()) == {"batchItemFailures": []}
+    assert handle(aws, sn.pull(), sn.wiring) == {"batchItemFailures": []}
 
     state = sn.state(stage_id)
     assert state["state"] == "completed" and len(state["executions"]) == 1
@@ -244,14 +249,14 @@ def test_a_lease_acquire_that_fails_until_the_gateway_takes_the_delivery_back_st
     emulator, server = running.emulator, running.server
     with httpx.Client(timeout=5) as client:
         engine = from_values(emulator.engine_values(server.url), client, clock=emulator.now)
-        runtime.set_engine(engine)
+        wiring = Wiring(engine=engine)
         try:
             stage_id = emulator.create_job("send-receipt", {"orderId": "r7"})
             spec = {"method": "POST", "path": "/stages/{stageId}/lease/acquire", "status": 503, "rate": 1.0}
             httpx.post(f"{server.url}/_admin/faults", json=spec).raise_for_status()
             [job] = engine.activate([Demand("send-receipt", 1)], lease_seconds=60)
 
-            assert handle(aws, job) == {"batchItemFailures": []}
+            assert handle(aws, job, wiring) == {"batchItemFailures": []}
 
             # Given up only when the next wait would pass the gateway's visibility timeout.
             assert time.time() >= job.activated_at + VISIBILITY - HELD.max_delay, "given up early"
@@ -260,12 +265,12 @@ def test_a_lease_acquire_that_fails_until_the_gateway_takes_the_delivery_back_st
             httpx.delete(f"{server.url}/_admin/faults").raise_for_status()
             emulator.advance(VISIBILITY)  # past the gateway's visibility timeout, whatever the machine's pace
             [again] = engine.activate([Demand("send-receipt", 1)], lease_seconds=60)
-            assert handle(aws, again) == {"batchItemFailures": []}
+            assert handle(aws, again, wiring) == {"batchItemFailures": []}
             state = emulator.job_state(stage_id)
             assert state["state"] == "completed" and len(state["executions"]) == 1
             assert "visibility_requeue" in events(state)
         finally:
-            runtime.reset()
+            wiring.close()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -279,7 +284,7 @@ def test_a_dead_lettered_stage_nobody_acquired_is_failed_under_a_lease_it_acquir
     stage_id = sn.emulator.create_job("send-receipt", {"orderId": "d1"}, retries=3)
     job = sn.pull()
 
-    assert dead_letter(job) == {"batchItemFailures": []}
+    assert dead_letter(job, sn.wiring) == {"batchItemFailures": []}
 
     state = sn.state(stage_id)
     [result] = state["results"]
@@ -297,12 +302,12 @@ def test_a_dead_lettered_stage_whose_handler_stored_a_result_is_reported_under_t
     stage_id = sn.emulator.create_job("send-receipt", {"orderId": "d2"})
     job = sn.pull()
     assert sn.engine.begin(job) is True
-    store = runtime.get_store()
+    store = sn.wiring.store
     assert store.claim(job.record_key, owner="gone:m0:x", claim_seconds=0, job_type="send-receipt")[0]
     assert store.mark_begun(job.record_key, owner="gone:m0:x")
     store.store_outcome(job.record_key, owner="gone:m0:x", outcome=Outcome.complete({"receiptSent": True}))
 
-    assert dead_letter(job) == {"batchItemFailures": []}
+    assert dead_letter(job, sn.wiring) == {"batchItemFailures": []}
 
     state = sn.state(stage_id)
     assert state["state"] == "completed"
@@ -319,11 +324,11 @@ def test_a_dead_lettered_delivery_of_a_finished_stage_is_settled_without_a_resul
     sn.engine.report(job.ref, Outcome.complete({"receiptSent": True}))
     stale = ActivatedJob.from_message(job.to_message())
 
-    assert dead_letter(stale) == {"batchItemFailures": []}
+    assert dead_letter(stale, sn.wiring) == {"batchItemFailures": []}
 
     state = sn.state(stage_id)
     assert state["state"] == "completed" and len(state["results"]) == 1
     assert "acquire_refused" in events(state)
-    record = runtime.get_store().get(job.record_key)
+    record = sn.wiring.store.get(job.record_key)
     assert record is not None and record.status is Status.REPORTED
     assert json.loads(job.to_message())["ref"]["job_id"] == stage_id
