@@ -9,10 +9,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from workerless import entrypoints, job_handler, observability, runtime
+from workerless import entrypoints, job_handler, observability
 from workerless._core.record import Status
 from workerless.errors import EngineUnavailableError, StoreError
 from workerless.testing import FakeEngine
+from workerless.wiring import Wiring
 from workerless_devkit.chaos.plan import SimulatedCrash
 
 from tests.functional.aws import Aws, FakeContext
@@ -43,10 +44,24 @@ def logs() -> Iterator[list[dict[str, Any]]]:
     library.setLevel(saved)
 
 
-def queued_jobs(aws: Aws, engine: FakeEngine, n: int) -> tuple[list[str], dict[str, Any]]:
+@pytest.fixture
+def engine(aws: Aws) -> FakeEngine:
+    """The in-memory engine of the test's wiring (this module's: the container is left alone)."""
+    return FakeEngine()
+
+
+@pytest.fixture
+def wired(aws: Aws, engine: FakeEngine) -> Iterator[Wiring]:
+    """The poller's and handlers' wiring around ``engine``, on the environment ``aws`` set; closed after."""
+    wiring = Wiring(engine=engine)
+    yield wiring
+    wiring.close()
+
+
+def queued_jobs(aws: Aws, engine: FakeEngine, wiring: Wiring, n: int) -> tuple[list[str], dict[str, Any]]:
     """``n`` jobs activated and queued by the poller; their ids and the SQS event of all of them."""
     ids = [engine.add_job(TYPE, {"orderId": str(i)}) for i in range(n)]
-    entrypoints.poller({}, FakeContext())
+    entrypoints.poller({}, FakeContext(), wiring=wiring)
     event = aws.receive_event(aws.queues[TYPE])
     assert len(event["Records"]) == n
     return ids, event
@@ -59,8 +74,8 @@ def message_of(event: dict[str, Any], job_id: str) -> str:
     raise AssertionError(f"no message for job {job_id}")
 
 
-def status(job_id: str) -> Status | None:
-    record = runtime.get_store().get(f"job#{TYPE}#fake#{job_id}#r3")
+def status(wiring: Wiring, job_id: str) -> Status | None:
+    record = wiring.store.get(f"job#{TYPE}#fake#{job_id}#r3")
     return None if record is None else record.status
 
 
@@ -74,35 +89,35 @@ def ran_handler() -> tuple[Any, list[str]]:
     return job_handler(TYPE)(fn), runs
 
 
-def test_an_empty_batch_answers_no_failures(aws: Aws, engine: FakeEngine) -> None:
+def test_an_empty_batch_answers_no_failures(aws: Aws, engine: FakeEngine, wired: Wiring) -> None:
     handler, runs = ran_handler()
-    assert handler({"Records": []}, FakeContext()) == {"batchItemFailures": []}
+    assert handler({"Records": []}, FakeContext(), wired) == {"batchItemFailures": []}
     assert runs == [] and engine.reports == {}
 
 
 def test_a_batch_that_all_succeeds_runs_each_job_once_in_order_and_answers_no_failures(
-    aws: Aws, engine: FakeEngine, logs: list[dict[str, Any]]
+    aws: Aws, engine: FakeEngine, wired: Wiring, logs: list[dict[str, Any]]
 ) -> None:
-    ids, event = queued_jobs(aws, engine, 3)
+    ids, event = queued_jobs(aws, engine, wired, 3)
     handler, runs = ran_handler()
 
-    assert handler(event, FakeContext()) == {"batchItemFailures": []}
+    assert handler(event, FakeContext(), wired) == {"batchItemFailures": []}
 
     order = [json.loads(r["body"])["ref"]["job_id"] for r in event["Records"]]
     assert runs == order
-    assert all(engine.jobs[i].state == "completed" and status(i) is Status.REPORTED for i in ids)
+    assert all(engine.jobs[i].state == "completed" and status(wired, i) is Status.REPORTED for i in ids)
     # One INFO line per job outcome, carrying the job's correlation keys.
     outcomes = [line for line in logs if line.get("lifecycle") == "completed"]
     assert [line["job_id"] for line in outcomes] == order
     assert all((line["job_type"], line["engine"], line["level"]) == (TYPE, "fake", "INFO") for line in outcomes)
 
 
-def test_a_report_left_owed_keeps_only_its_message_in_flight(aws: Aws, engine: FakeEngine) -> None:
+def test_a_report_left_owed_keeps_only_its_message_in_flight(aws: Aws, engine: FakeEngine, wired: Wiring) -> None:
     """GIVEN a batch of three whose second report the engine keeps refusing (an outage)
     WHEN the batch is handled
     THEN its message alone is a batch item failure (kept in flight for the heartbeat), its result is
     stored and marked owed with that message's receipt handle, and the other two are reported."""
-    ids, event = queued_jobs(aws, engine, 3)
+    ids, event = queued_jobs(aws, engine, wired, 3)
     owed = ids[1]
     real_report = engine.report
 
@@ -115,28 +130,28 @@ def test_a_report_left_owed_keeps_only_its_message_in_flight(aws: Aws, engine: F
     engine.report = refusing  # type: ignore[method-assign]
     handler, runs = ran_handler()
 
-    response = handler(event, FakeContext())
+    response = handler(event, FakeContext(), wired)
 
     assert response == {"batchItemFailures": [{"itemIdentifier": message_of(event, owed)}]}
     assert sorted(runs) == sorted(ids)
-    record = runtime.get_store().get(f"job#{TYPE}#fake#{owed}#r3")
+    record = wired.store.get(f"job#{TYPE}#fake#{owed}#r3")
     assert record is not None and record.report_owed
     owed_message = message_of(event, owed)
     assert record.receipt == next(r["receiptHandle"] for r in event["Records"] if r["messageId"] == owed_message)
-    assert [status(i) for i in ids if i != owed] == [Status.REPORTED, Status.REPORTED]
+    assert [status(wired, i) for i in ids if i != owed] == [Status.REPORTED, Status.REPORTED]
 
 
 def test_a_record_that_crashes_mid_batch_fails_alone_and_the_rest_still_run(
-    aws: Aws, engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+    aws: Aws, engine: FakeEngine, wired: Wiring, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """GIVEN a batch of three whose middle job's claim fails at DynamoDB (not a handler outcome)
     WHEN the batch is handled
     THEN that message is a batch item failure (SQS redelivers it) and never ran; the jobs before and
     after it ran and were reported."""
-    _, event = queued_jobs(aws, engine, 3)
+    _, event = queued_jobs(aws, engine, wired, 3)
     order = [json.loads(r["body"])["ref"]["job_id"] for r in event["Records"]]
     broken = order[1]
-    store = runtime.get_store()
+    store = wired.store
     real_claim = store.claim
 
     def claim(key: str, **kwargs: Any) -> Any:
@@ -147,16 +162,18 @@ def test_a_record_that_crashes_mid_batch_fails_alone_and_the_rest_still_run(
     monkeypatch.setattr(store, "claim", claim)
     handler, runs = ran_handler()
 
-    assert handler(event, FakeContext()) == {"batchItemFailures": [{"itemIdentifier": message_of(event, broken)}]}
+    assert handler(event, FakeContext(), wired) == {
+        "batchItemFailures": [{"itemIdentifier": message_of(event, broken)}]
+    }
     assert runs == [order[0], order[2]]
-    assert status(broken) is None
-    assert status(order[0]) is status(order[2]) is Status.REPORTED
+    assert status(wired, broken) is None
+    assert status(wired, order[0]) is status(wired, order[2]) is Status.REPORTED
 
 
-def test_a_process_dying_mid_batch_unwinds_the_invocation(aws: Aws, engine: FakeEngine) -> None:
+def test_a_process_dying_mid_batch_unwinds_the_invocation(aws: Aws, engine: FakeEngine, wired: Wiring) -> None:
     """A runtime that dies returns no partial batch response: Lambda retries the whole batch, and the
     job records say what was done (the first job reported, the second claimed, the third untouched)."""
-    _, event = queued_jobs(aws, engine, 3)
+    _, event = queued_jobs(aws, engine, wired, 3)
     order = [json.loads(r["body"])["ref"]["job_id"] for r in event["Records"]]
 
     def fn(job: Any) -> dict[str, Any]:
@@ -165,29 +182,29 @@ def test_a_process_dying_mid_batch_unwinds_the_invocation(aws: Aws, engine: Fake
         return {}
 
     with pytest.raises(SimulatedCrash):
-        job_handler(TYPE)(fn)(event, FakeContext())
+        job_handler(TYPE)(fn)(event, FakeContext(), wired)
 
-    assert [status(i) for i in order] == [Status.REPORTED, Status.CLAIMED, None]
+    assert [status(wired, i) for i in order] == [Status.REPORTED, Status.CLAIMED, None]
 
 
 def test_a_message_that_is_not_a_job_fails_alone_and_says_why(
-    aws: Aws, engine: FakeEngine, logs: list[dict[str, Any]]
+    aws: Aws, engine: FakeEngine, wired: Wiring, logs: list[dict[str, Any]]
 ) -> None:
     """GIVEN a batch of two jobs and a message that is not a workerless job
     WHEN the batch is handled
     THEN that message is a batch item failure (redelivered, then the dead-letter queue: never
     dropped), an ERROR line names it, and both jobs are reported."""
     ids = [engine.add_job(TYPE, {"orderId": str(i)}) for i in range(2)]
-    entrypoints.poller({}, FakeContext())
+    entrypoints.poller({}, FakeContext(), wiring=wired)
     aws.sqs.send_message(QueueUrl=aws.queues[TYPE], MessageBody="hello")
     event = aws.receive_event(aws.queues[TYPE])
     assert len(event["Records"]) == 3
     stranger = next(r["messageId"] for r in event["Records"] if r["body"] == "hello")
     handler, runs = ran_handler()
 
-    assert handler(event, FakeContext()) == {"batchItemFailures": [{"itemIdentifier": stranger}]}
+    assert handler(event, FakeContext(), wired) == {"batchItemFailures": [{"itemIdentifier": stranger}]}
 
     assert sorted(runs) == sorted(ids)
-    assert all(status(i) is Status.REPORTED for i in ids)
+    assert all(status(wired, i) is Status.REPORTED for i in ids)
     (error,) = [line for line in logs if line["level"] == "ERROR"]
     assert error["message"] == "message is not a workerless job" and error["message_id"] == stranger
