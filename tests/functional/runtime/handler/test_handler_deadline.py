@@ -10,15 +10,17 @@ On moto's SQS and DynamoDB with the in-memory engine.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from moto.core.exceptions import JsonRESTError
-from workerless import entrypoints, job_handler, runtime, testing
+from workerless import entrypoints, job_handler, testing
 from workerless._core.record import Status
 from workerless._handler.delivery import AWS_MARGIN_SECONDS
 from workerless.errors import StoreError
 from workerless.testing import FakeEngine
+from workerless.wiring import Wiring
 
 from tests.functional.aws import Aws, FakeContext
 from tests.functional.pipeline import ROOT
@@ -34,20 +36,34 @@ class InjectedServerError(JsonRESTError):
         super().__init__("InternalServerError", "injected by the test")
 
 
+@pytest.fixture
+def engine(aws: Aws) -> FakeEngine:
+    """The in-memory engine of the test's wiring (this module's: the container is left alone)."""
+    return FakeEngine()
+
+
+@pytest.fixture
+def wired(aws: Aws, engine: FakeEngine) -> Iterator[Wiring]:
+    """The poller's and handlers' wiring around ``engine``, on the environment ``aws`` set; closed after."""
+    wiring = Wiring(engine=engine)
+    yield wiring
+    wiring.close()
+
+
 def load_handler(job_type: str) -> Any:
     return testing.load_handler(ROOT / "functions" / job_type.replace("-", "") / "app.py")
 
 
 def test_a_failing_result_store_is_tried_until_it_lands_not_four_times(
-    aws: Aws, engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+    aws: Aws, engine: FakeEngine, wired: Wiring, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """GIVEN a job table that refuses the result store six times in a row (past botocore's retries)
     and a Lambda with a minute left
     THEN the handler keeps trying while it has time, the seventh try stores the result, and the job
     is reported once: its run is not thrown away after four tries."""
     job_id = engine.add_job("send-receipt", {"orderId": "9"})
-    entrypoints.poller({}, FakeContext())
-    store = runtime.get_store()
+    entrypoints.poller({}, FakeContext(), wiring=wired)
+    store = wired.store
     real = store.store_outcome
     tries = {"n": 0}
 
@@ -60,7 +76,7 @@ def test_a_failing_result_store_is_tried_until_it_lands_not_four_times(
     monkeypatch.setattr(store, "store_outcome", flaky_store)
     event = aws.receive_event(aws.queues["send-receipt"])
 
-    response = load_handler("send-receipt")(event, FakeContext(remaining_ms=60_000))
+    response = load_handler("send-receipt")(event, FakeContext(remaining_ms=60_000), wired)
 
     assert response == {"batchItemFailures": []}
     assert tries["n"] == 7
@@ -70,7 +86,7 @@ def test_a_failing_result_store_is_tried_until_it_lands_not_four_times(
 
 
 def test_no_job_table_request_starts_after_the_handlers_deadline(
-    aws: Aws, engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+    aws: Aws, engine: FakeEngine, wired: Wiring, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """GIVEN a Lambda with 3 s left, a handler that runs 2.9 s (past the handler's AWS deadline, a
     quarter second before the Lambda's timeout) and a job table whose every UpdateItem would answer 500 (botocore
@@ -81,7 +97,7 @@ def test_no_job_table_request_starts_after_the_handlers_deadline(
     from moto.dynamodb.models import DynamoDBBackend
 
     job_id = engine.add_job("send-receipt", {"orderId": "9"})
-    entrypoints.poller({}, FakeContext())
+    entrypoints.poller({}, FakeContext(), wiring=wired)
     attempts: list[float] = []
 
     def failing_update(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -94,10 +110,10 @@ def test_no_job_table_request_starts_after_the_handlers_deadline(
     slow = job_handler("send-receipt")(lambda job: time.sleep(run_seconds) or {"receiptSent": True})
     event = aws.receive_event(aws.queues["send-receipt"])
 
-    response = slow(event, FakeContext(remaining_ms=int(remaining * 1000)))
+    response = slow(event, FakeContext(remaining_ms=int(remaining * 1000)), wired)
 
     assert [f["itemIdentifier"] for f in response["batchItemFailures"]] == [event["Records"][0]["messageId"]]
     assert attempts == [], f"{len(attempts)} UpdateItem attempts were sent after the deadline"
     assert job_id not in engine.reports
-    record = runtime.get_store().get(f"job#send-receipt#fake#{job_id}#r3")
+    record = wired.store.get(f"job#send-receipt#fake#{job_id}#r3")
     assert record is not None and record.status is Status.CLAIMED, "the claim stands until it expires"
