@@ -84,18 +84,25 @@ def _sheptra(sent: list[httpx.Request], worker_id: str | None = None) -> Any:
 def test_sheptra_sends_the_encoded_bytes_as_the_same_request(
     variables: dict[str, Any], handle: dict[str, Any], worker_id: str | None
 ) -> None:
+    """Whether the wrapper encoded the variables or a stored result is re-reported (never encoded),
+    the completion is the request httpx's ``json=`` makes of the same body, byte for byte."""
     ref = JobRef("sheptra", "2251799813685249", "charge-payment", handle=handle)
-    encoded = _completion(variables, retries_after_failure=3, backoff_seconds=0)
-    plain = Outcome.complete(variables)  # never encoded: the adapter's json= path, as before
-    once: list[httpx.Request] = []
-    before: list[httpx.Request] = []
-    _sheptra(once, worker_id).report(ref, encoded)
-    _sheptra(before, worker_id).report(ref, plain)
-    (a,), (b,) = once, before
-    assert (a.method, str(a.url)) == (b.method, str(b.url))
-    assert json.loads(a.content) == json.loads(b.content)
-    assert a.content == b.content  # byte for byte: the same compact UTF-8 JSON httpx makes
-    assert dict(a.headers) == dict(b.headers)  # Content-Type, Content-Length, Accept: the same
+    label = handle.get("workerId", worker_id)
+    body = {"variables": variables, **({"workerId": label} if label else {})}
+    for outcome in (
+        _completion(variables, retries_after_failure=3, backoff_seconds=0),
+        Outcome.complete(variables),  # never encoded: a stored result re-reported
+    ):
+        sent: list[httpx.Request] = []
+        _sheptra(sent, worker_id).report(ref, outcome)
+        (a,) = sent
+        b = httpx.Request("POST", a.url, json=body)  # httpx's own encoding of the same body
+        assert a.method == "POST" and str(a.url).endswith("/jobs/2251799813685249/complete")
+        assert a.content == b.content  # byte for byte: the compact UTF-8 JSON httpx makes
+        assert (a.headers["Content-Type"], a.headers["Content-Length"]) == (
+            b.headers["Content-Type"],
+            b.headers["Content-Length"],
+        )
 
 
 def test_sheptra_caps_the_encoded_bytes_as_before() -> None:

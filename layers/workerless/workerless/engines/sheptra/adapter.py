@@ -363,18 +363,14 @@ class SheptraEngine:
     def report(self, ref: JobRef, outcome: Outcome) -> None:
         """Complete, fail or throw. LeaseLostError (409) means someone else finished this job."""
         if outcome.kind == "complete":
-            if outcome.encoded_variables is not None:
-                # The handler's result as the wrapper encoded it: measured and sent as those bytes.
-                encoded = outcome.encoded_variables
-                self._check_size(ref, len(encoded), "complete")
-                label = self._label(ref)
-                tail = b',"workerId":' + json.dumps(label, ensure_ascii=False).encode() if label else b""
-                body: Mapping[str, Any] | bytes = b'{"variables":' + encoded + tail + b"}"
-            else:
-                variables = outcome.variables or {}
-                self._check_cap(ref, variables, "complete")
-                body = self._labelled({"variables": variables}, ref)
-            self._call(_job_path(self.complete_path, ref.job_id), body, what="complete", job_id=ref.job_id)
+            # The variables as the wrapper encoded them (or encoded now, a stored result re-reported),
+            # compact UTF-8 JSON as httpx's json= would send them: measured and sent as those bytes.
+            encoded = outcome.encode_variables()
+            self._check_size(ref, len(encoded), "complete")
+            label = self._label(ref)
+            tail = b',"workerId":' + json.dumps(label, ensure_ascii=False).encode() if label else b""
+            completion = b'{"variables":' + encoded + tail + b"}"
+            self._call(_job_path(self.complete_path, ref.job_id), completion, what="complete", job_id=ref.job_id)
         elif outcome.kind == "fail":
             self._fail(
                 ref,
